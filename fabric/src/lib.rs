@@ -1,0 +1,21 @@
+//! `fabric`: what every process of the region shares.
+//!
+//! - [`wire`]: protobuf (prost) messages that cross the broker, starting with
+//!   the [`wire::Envelope`] every message travels in.
+//! - [`bus`]: the message-bus trait ([`bus::Transport`]) with two
+//!   implementations: RabbitMQ through lapin ([`bus::amqp`]) and in-process
+//!   channels ([`bus::inproc`]).
+//! - [`config`]: TOML configuration files with environment overrides.
+//! - [`telemetry`]: tracing (human or JSON) and a Prometheus metrics endpoint.
+//! - [`ids`]: newtype identifiers (`CellUuid`, `InstanceUuid`, ...).
+//!
+//! May depend on: tokio, prost, lapin, tracing, metrics (with the exporter's
+//! own small `/metrics` listener). Must not depend on sqlx, on axum or on any
+//! service crate: `compute` depends on this crate and must stay free of
+//! database drivers and HTTP-server frameworks.
+
+pub mod bus;
+pub mod config;
+pub mod ids;
+pub mod telemetry;
+pub mod wire;

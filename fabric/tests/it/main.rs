@@ -1,0 +1,3 @@
+//! Integration tests of `fabric` (one test binary per crate).
+
+mod bus;

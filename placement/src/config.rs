@@ -1,0 +1,45 @@
+//! The placement service's configuration (`PLACEMENT` prefix; see docs/CONFIG.md).
+
+use fabric::config::TelemetryConfig;
+use serde::{Deserialize, Serialize};
+
+/// `[database]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// Database URL: `postgres://…` or `sqlite://path?mode=rwc`.
+    pub connection: String,
+    /// Pool size (PostgreSQL; SQLite always uses one connection).
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self { connection: "sqlite://placement.sqlite?mode=rwc".to_owned(), max_connections: 16 }
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlacementConfig {
+    /// Address to serve the API on.
+    pub listen: String,
+    /// `noauth2` (development and conformance runs) or `keystone` (not built yet).
+    pub auth_strategy: String,
+    /// The database.
+    pub database: DatabaseConfig,
+    /// Logging and metrics.
+    pub telemetry: TelemetryConfig,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8778".to_owned(),
+            auth_strategy: "noauth2".to_owned(),
+            database: DatabaseConfig::default(),
+            telemetry: TelemetryConfig::default(),
+        }
+    }
+}

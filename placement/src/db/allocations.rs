@@ -1,0 +1,446 @@
+//! Consumers, allocations and usages.
+//!
+//! A write replaces the allocations of one or more consumers in one
+//! transaction: consumer generations are compared (1.28+), every provider
+//! that receives resources is checked for capacity and its generation is
+//! compared-and-bumped, so two writers — in any number of placement
+//! processes on one database — can never over-allocate a provider. A
+//! conflict on a provider generation that the client did not send (the
+//! service read it inside the transaction) is retried a bounded number of
+//! times by the caller; see [`Db::write_allocations`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use sqlx::Row;
+
+use super::{now, on_db, placeholders, Db};
+use crate::engine::Inventory;
+use crate::error::{ErrorCode, PlacementError, Result};
+
+/// The allocations one consumer should hold after a write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerWrite {
+    /// Consumer UUID.
+    pub consumer: String,
+    /// Provider UUID → class → amount. Empty: remove all its allocations.
+    pub allocations: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Project (external id).
+    pub project_id: String,
+    /// User (external id).
+    pub user_id: String,
+    /// The consumer generation the client saw: `Some(None)` = "a new
+    /// consumer", `Some(Some(g))` = that generation, `None` = not checked
+    /// (microversions before 1.28).
+    pub expected_generation: Option<Option<i64>>,
+    /// Consumer type (1.38), e.g. `INSTANCE`.
+    pub consumer_type: Option<String>,
+}
+
+/// A consumer's allocations as `GET /allocations/{consumer}` shows them.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerAllocations {
+    /// Provider UUID → (provider generation, class → amount).
+    pub allocations: BTreeMap<String, (i64, BTreeMap<String, i64>)>,
+    /// Project, user, generation and type of the consumer, if it exists.
+    pub consumer: Option<ConsumerInfo>,
+}
+
+/// A consumer row.
+#[derive(Debug, Clone)]
+pub struct ConsumerInfo {
+    /// Project external id.
+    pub project_id: String,
+    /// User external id.
+    pub user_id: String,
+    /// Generation.
+    pub generation: i64,
+    /// Type name, if set.
+    pub consumer_type: Option<String>,
+}
+
+/// Outcome of one write attempt.
+#[derive(Debug)]
+pub enum WriteError {
+    /// A provider generation read inside the transaction went stale: retry.
+    Retry,
+    /// Anything else: give up with this.
+    Fail(PlacementError),
+}
+
+impl From<sqlx::Error> for WriteError {
+    fn from(e: sqlx::Error) -> Self {
+        // Deadlocks and serialization failures are retryable by nature.
+        if let sqlx::Error::Database(d) = &e {
+            if matches!(d.code().as_deref(), Some("40P01") | Some("40001")) {
+                return WriteError::Retry;
+            }
+        }
+        WriteError::Fail(PlacementError::Db(e))
+    }
+}
+
+impl From<PlacementError> for WriteError {
+    fn from(e: PlacementError) -> Self {
+        WriteError::Fail(e)
+    }
+}
+
+fn capacity_error(class: &str, uuid: &str, why: &str) -> PlacementError {
+    PlacementError::conflict(
+        ErrorCode::Undefined,
+        format!("Unable to allocate inventory: Unable to create allocation for '{class}' on resource provider '{uuid}'. {why}"),
+    )
+}
+
+fn consumer_conflict(detail: String) -> PlacementError {
+    PlacementError::generation_conflict(format!("consumer generation conflict - {detail}"))
+}
+
+impl Db {
+    /// Replaces the allocations of every consumer in `writes`, atomically.
+    /// Returns the UUIDs of every provider whose usage changed.
+    pub async fn write_allocations(
+        &self,
+        writes: &[ConsumerWrite],
+        class_ids: &HashMap<String, i64>,
+    ) -> Result<Vec<String>> {
+        const ATTEMPTS: usize = 10;
+        for attempt in 0..ATTEMPTS {
+            match self.try_write_allocations(writes, class_ids).await {
+                Ok(touched) => return Ok(touched),
+                Err(WriteError::Fail(e)) => return Err(e),
+                Err(WriteError::Retry) => {
+                    crate::metrics::allocation_retry();
+                    let backoff = 1 + (attempt as u64) * 2;
+                    tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
+                }
+            }
+        }
+        Err(PlacementError::generation_conflict(
+            "resource provider generation conflict: allocations could not be written after repeated concurrent updates; retry",
+        ))
+    }
+
+    async fn try_write_allocations(
+        &self,
+        writes: &[ConsumerWrite],
+        class_ids: &HashMap<String, i64>,
+    ) -> std::result::Result<Vec<String>, WriteError> {
+        // Every provider named in the new allocations, sorted (lock order).
+        let mut wanted: BTreeSet<&str> = BTreeSet::new();
+        for w in writes {
+            wanted.extend(w.allocations.keys().map(String::as_str));
+        }
+        let consumers: Vec<&str> = writes.iter().map(|w| w.consumer.as_str()).collect();
+        on_db!(self, pool => {
+            let mut tx = pool.begin().await?;
+            // Providers: id, generation, read before the capacity check.
+            let mut providers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+            if !wanted.is_empty() {
+                let sql = format!("SELECT id, uuid, generation FROM resource_providers WHERE uuid IN ({})", placeholders(1, wanted.len()));
+                let mut q = sqlx::query(&sql);
+                for u in &wanted {
+                    q = q.bind(*u);
+                }
+                for r in q.fetch_all(&mut *tx).await? {
+                    providers.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
+                }
+                if let Some(missing) = wanted.iter().find(|u| !providers.contains_key(**u)) {
+                    return Err(PlacementError::bad_request(format!(
+                        "Unable to allocate inventory: resource provider {missing} could not be found"
+                    )).into());
+                }
+            }
+            // Providers that lose allocations (for the index refresh).
+            let mut touched: BTreeSet<String> = providers.keys().cloned().collect();
+            let sql = format!(
+                "SELECT DISTINCT p.uuid FROM allocations a JOIN resource_providers p ON p.id = a.resource_provider_id WHERE a.consumer_id IN ({})",
+                placeholders(1, consumers.len())
+            );
+            let mut q = sqlx::query_scalar::<_, String>(&sql);
+            for c in &consumers {
+                q = q.bind(*c);
+            }
+            touched.extend(q.fetch_all(&mut *tx).await?);
+
+            let ts = now();
+            for w in writes {
+                let existing = sqlx::query("SELECT id, generation FROM consumers WHERE uuid = $1")
+                    .bind(&w.consumer)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let current = match &existing {
+                    Some(r) => Some((r.try_get::<i64, _>("id")?, r.try_get::<i64, _>("generation")?)),
+                    None => None,
+                };
+                if let Some(expected) = w.expected_generation {
+                    match (expected, current) {
+                        (None, Some((_, g))) => return Err(consumer_conflict(format!("expected null but got {g}")).into()),
+                        (Some(e), None) => return Err(consumer_conflict(format!("expected {e} but got null")).into()),
+                        (Some(e), Some((_, g))) if e != g => {
+                            return Err(consumer_conflict(format!("expected {e} but got {g}")).into())
+                        }
+                        _ => {}
+                    }
+                }
+                sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
+                    .bind(&w.consumer)
+                    .execute(&mut *tx)
+                    .await?;
+                if w.allocations.values().all(|r| r.is_empty()) {
+                    // No allocations left: the consumer goes too (as upstream).
+                    if current.is_some() {
+                        sqlx::query("DELETE FROM consumers WHERE uuid = $1").bind(&w.consumer).execute(&mut *tx).await?;
+                    }
+                    continue;
+                }
+                for (table, value) in [("projects", &w.project_id), ("users", &w.user_id)] {
+                    let sql = format!("INSERT INTO {table} (external_id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+                    sqlx::query(&sql).bind(value).bind(ts).execute(&mut *tx).await?;
+                }
+                let type_id: Option<i64> = match &w.consumer_type {
+                    Some(t) => {
+                        sqlx::query("INSERT INTO consumer_types (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                            .bind(t)
+                            .bind(ts)
+                            .execute(&mut *tx)
+                            .await?;
+                        sqlx::query_scalar("SELECT id FROM consumer_types WHERE name = $1").bind(t).fetch_optional(&mut *tx).await?
+                    }
+                    None => None,
+                };
+                match current {
+                    None => {
+                        sqlx::query(
+                            "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
+                             SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5",
+                        )
+                        .bind(&w.consumer)
+                        .bind(type_id)
+                        .bind(ts)
+                        .bind(&w.project_id)
+                        .bind(&w.user_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    Some((id, g)) => {
+                        let res = sqlx::query(
+                            "UPDATE consumers SET generation = generation + 1, updated_at = $1, \
+                             project_id = (SELECT id FROM projects WHERE external_id = $2), \
+                             user_id = (SELECT id FROM users WHERE external_id = $3), \
+                             consumer_type_id = COALESCE($4, consumer_type_id) WHERE id = $5 AND generation = $6",
+                        )
+                        .bind(ts)
+                        .bind(&w.project_id)
+                        .bind(&w.user_id)
+                        .bind(type_id)
+                        .bind(id)
+                        .bind(g)
+                        .execute(&mut *tx)
+                        .await?;
+                        if res.rows_affected() != 1 {
+                            return Err(consumer_conflict(format!("consumer {} was changed by another request", w.consumer)).into());
+                        }
+                    }
+                }
+                for (rp, resources) in &w.allocations {
+                    let (rp_id, _) = providers[rp];
+                    for (class, amount) in resources {
+                        let class_id = class_ids[class];
+                        sqlx::query(
+                            "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
+                             VALUES ($1, $2, $3, $4, $5)",
+                        )
+                        .bind(rp_id)
+                        .bind(&w.consumer)
+                        .bind(class_id)
+                        .bind(*amount)
+                        .bind(ts)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+            }
+            // Capacity of every provider that receives resources, then the
+            // compare-and-bump of its generation (in UUID order).
+            for (uuid, (rp_id, seen)) in &providers {
+                let rows = sqlx::query(
+                    "SELECT c.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, \
+                     (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a WHERE a.resource_provider_id = i.resource_provider_id \
+                      AND a.resource_class_id = i.resource_class_id) AS used \
+                     FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $1",
+                )
+                .bind(*rp_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut inv: HashMap<String, (Inventory, i64)> = HashMap::new();
+                for r in &rows {
+                    inv.insert(
+                        r.try_get("name")?,
+                        (
+                            Inventory {
+                                total: r.try_get::<i64, _>("total")? as u64,
+                                reserved: r.try_get::<i64, _>("reserved")? as u64,
+                                min_unit: r.try_get::<i64, _>("min_unit")? as u64,
+                                max_unit: r.try_get::<i64, _>("max_unit")? as u64,
+                                step_size: r.try_get::<i64, _>("step_size")? as u64,
+                                allocation_ratio: r.try_get("allocation_ratio")?,
+                            },
+                            r.try_get::<i64, _>("used")?,
+                        ),
+                    );
+                }
+                for w in writes {
+                    let Some(resources) = w.allocations.get(uuid) else { continue };
+                    for (class, amount) in resources {
+                        let Some((i, used)) = inv.get(class) else {
+                            return Err(PlacementError::client(
+                                axum::http::StatusCode::CONFLICT,
+                                ErrorCode::Undefined,
+                                format!("Unable to allocate inventory: Inventory for '{class}' on resource provider '{uuid}' invalid."),
+                            ).into());
+                        };
+                        let a = *amount as u64;
+                        if a < i.min_unit || a > i.max_unit || !a.is_multiple_of(i.step_size.max(1)) {
+                            return Err(capacity_error(class, uuid, &format!(
+                                "The requested amount {a} does not satisfy min_unit {}, max_unit {}, step_size {}.",
+                                i.min_unit, i.max_unit, i.step_size
+                            )).into());
+                        }
+                        if *used as u64 > i.capacity() {
+                            return Err(capacity_error(class, uuid, "The requested amount would exceed the capacity.").into());
+                        }
+                    }
+                }
+                let res = sqlx::query("UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2 AND generation = $3")
+                    .bind(ts)
+                    .bind(*rp_id)
+                    .bind(*seen)
+                    .execute(&mut *tx)
+                    .await?;
+                if res.rows_affected() != 1 {
+                    return Err(WriteError::Retry);
+                }
+            }
+            tx.commit().await?;
+            Ok(touched.into_iter().collect())
+        })
+    }
+
+    /// The allocations of one consumer.
+    pub async fn consumer_allocations(&self, consumer: &str) -> Result<ConsumerAllocations> {
+        on_db!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT p.uuid, p.generation, c.name, a.used FROM allocations a \
+                 JOIN resource_providers p ON p.id = a.resource_provider_id \
+                 JOIN resource_classes c ON c.id = a.resource_class_id WHERE a.consumer_id = $1",
+            )
+            .bind(consumer)
+            .fetch_all(pool)
+            .await?;
+            let mut out = ConsumerAllocations::default();
+            for r in &rows {
+                let e = out
+                    .allocations
+                    .entry(r.try_get("uuid")?)
+                    .or_insert_with(|| (0, BTreeMap::new()));
+                e.0 = r.try_get("generation")?;
+                e.1.insert(r.try_get("name")?, r.try_get("used")?);
+            }
+            let info = sqlx::query(
+                "SELECT p.external_id AS project, u.external_id AS usr, c.generation, t.name AS ctype FROM consumers c \
+                 JOIN projects p ON p.id = c.project_id JOIN users u ON u.id = c.user_id \
+                 LEFT JOIN consumer_types t ON t.id = c.consumer_type_id WHERE c.uuid = $1",
+            )
+            .bind(consumer)
+            .fetch_optional(pool)
+            .await?;
+            if let Some(r) = info {
+                out.consumer = Some(ConsumerInfo {
+                    project_id: r.try_get("project")?,
+                    user_id: r.try_get("usr")?,
+                    generation: r.try_get("generation")?,
+                    consumer_type: r.try_get("ctype")?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// The allocations against one provider: consumer → class → amount.
+    pub async fn provider_allocations(&self, provider_id: i64) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
+        on_db!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT a.consumer_id, c.name, a.used FROM allocations a JOIN resource_classes c ON c.id = a.resource_class_id \
+                 WHERE a.resource_provider_id = $1",
+            )
+            .bind(provider_id)
+            .fetch_all(pool)
+            .await?;
+            let mut out: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+            for r in &rows {
+                out.entry(r.try_get("consumer_id")?).or_default().insert(r.try_get("name")?, r.try_get("used")?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Usage of one provider per class with inventory (0 when unused).
+    pub async fn provider_usages(&self, provider_id: i64) -> Result<BTreeMap<String, i64>> {
+        on_db!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT c.name, (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a WHERE a.resource_provider_id = i.resource_provider_id \
+                 AND a.resource_class_id = i.resource_class_id) AS used \
+                 FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $1",
+            )
+            .bind(provider_id)
+            .fetch_all(pool)
+            .await?;
+            let mut out = BTreeMap::new();
+            for r in &rows {
+                out.insert(r.try_get("name")?, r.try_get("used")?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Usage of a project (optionally one user), per consumer type:
+    /// type (or `None` for untyped) → (consumer count, class → amount).
+    pub async fn project_usages(
+        &self,
+        project: &str,
+        user: Option<&str>,
+    ) -> Result<BTreeMap<Option<String>, (i64, BTreeMap<String, i64>)>> {
+        let user_filter = if user.is_some() { " AND u.external_id = $2" } else { "" };
+        let sql = format!(
+            "SELECT t.name AS ctype, c.name AS rc, CAST(SUM(a.used) AS BIGINT) AS used, COUNT(DISTINCT a.consumer_id) AS consumers \
+             FROM allocations a JOIN consumers co ON co.uuid = a.consumer_id \
+             JOIN projects p ON p.id = co.project_id JOIN users u ON u.id = co.user_id \
+             JOIN resource_classes c ON c.id = a.resource_class_id \
+             LEFT JOIN consumer_types t ON t.id = co.consumer_type_id \
+             WHERE p.external_id = $1{user_filter} GROUP BY t.name, c.name"
+        );
+        let count_sql = format!(
+            "SELECT t.name AS ctype, COUNT(DISTINCT co.uuid) AS consumers FROM consumers co \
+             JOIN projects p ON p.id = co.project_id JOIN users u ON u.id = co.user_id \
+             LEFT JOIN consumer_types t ON t.id = co.consumer_type_id \
+             WHERE p.external_id = $1{user_filter} GROUP BY t.name"
+        );
+        on_db!(self, pool => {
+            let mut q = sqlx::query(&sql).bind(project);
+            let mut cq = sqlx::query(&count_sql).bind(project);
+            if let Some(u) = user {
+                q = q.bind(u);
+                cq = cq.bind(u);
+            }
+            let mut out: BTreeMap<Option<String>, (i64, BTreeMap<String, i64>)> = BTreeMap::new();
+            for r in q.fetch_all(pool).await? {
+                out.entry(r.try_get("ctype")?).or_default().1.insert(r.try_get("rc")?, r.try_get("used")?);
+            }
+            for r in cq.fetch_all(pool).await? {
+                out.entry(r.try_get("ctype")?).or_default().0 = r.try_get("consumers")?;
+            }
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,119 @@
+//! All SQL of the placement database. One enum holds the pool of either
+//! backend; [`on_db!`] writes each query once and compiles it for both
+//! (sqlx's builders are generic, the SQL is portable: `$n` placeholders,
+//! `ON CONFLICT`, `RETURNING`).
+//!
+//! Writes are transactions. Every change to a provider compares and bumps its
+//! generation (`UPDATE … WHERE generation = $seen`), so concurrent writers —
+//! in this process or in another placement process on the same PostgreSQL
+//! database — can never both win: the loser sees zero rows updated and
+//! answers 409 `placement.concurrent_update`.
+
+pub mod allocations;
+pub mod classes;
+pub mod inventories;
+pub mod providers;
+pub mod traits;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use migrations::{Backend, Kind};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{PgPool, SqlitePool};
+
+use crate::error::{PlacementError, Result};
+
+/// The placement database, on either backend.
+#[derive(Debug, Clone)]
+pub enum Db {
+    /// PostgreSQL (production; many placement processes may share it).
+    Pg(PgPool),
+    /// SQLite (embedded default; one process, one writer connection).
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` with `$pool` bound to the backend's pool; the body is
+/// compiled once per backend.
+macro_rules! on_db {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::db::Db::Pg($pool) => $body,
+            $crate::db::Db::Sqlite($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_db;
+
+impl Db {
+    /// Brings the database at `url` up to date and opens a pool on it.
+    pub async fn open(url: &str, max_connections: u32) -> Result<Db> {
+        migrations::migrate(Kind::Placement, url).await.map_err(PlacementError::Migrate)?;
+        match Backend::from_url(url).map_err(PlacementError::Migrate)? {
+            Backend::Postgres => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(max_connections.max(1))
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect(url)
+                    .await?;
+                Ok(Db::Pg(pool))
+            }
+            Backend::Sqlite => {
+                let opts: SqliteConnectOptions = url.parse()?;
+                let opts = opts
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .foreign_keys(true)
+                    .busy_timeout(Duration::from_secs(10));
+                // One connection: SQLite has one writer anyway, and a single
+                // connection never meets "database is locked".
+                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
+                Ok(Db::Sqlite(pool))
+            }
+        }
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Db::Pg(_) => Backend::Postgres,
+            Db::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+}
+
+/// The current time, as stored in `created_at` / `updated_at`.
+pub fn now() -> DateTime<Utc> {
+    Utc::now()
+}
+
+/// `$first, $first+1, …` placeholders for an `IN (…)` list of `n` values.
+pub fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Bumps a provider's generation if it is still `seen`; a stale generation
+/// is a 409 `placement.concurrent_update`.
+macro_rules! bump_generation {
+    ($tx:expr, $provider_id:expr, $seen:expr, $uuid:expr) => {{
+        let res = sqlx::query(
+            "UPDATE resource_providers SET generation = generation + 1, updated_at = $1 \
+             WHERE id = $2 AND generation = $3",
+        )
+        .bind($crate::db::now())
+        .bind($provider_id)
+        .bind($seen)
+        .execute(&mut *$tx)
+        .await?;
+        if res.rows_affected() != 1 {
+            return Err($crate::error::PlacementError::generation_conflict(format!(
+                "resource provider generation conflict: resource provider {} was changed by another request; \
+                 reload it and try again",
+                $uuid
+            )));
+        }
+        $seen + 1
+    }};
+}
+pub(crate) use bump_generation;

@@ -1,0 +1,67 @@
+//! `placement`: the OpenStack-Placement-compatible service.
+//!
+//! Owns the placement database (resource providers, inventories, allocations,
+//! consumers, traits, resource classes, aggregates) and an in-memory index
+//! for allocation candidates and provider-list filters, kept coherent with
+//! the database: every committed write re-reads the providers it touched into
+//! the index.
+//!
+//! Layers: `api` (axum handlers: parse, authorize, call) → `service`
+//! (database + index) → `db` (all SQL, both backends) and `engine` (the pure
+//! in-memory index; no HTTP, no SQL).
+//!
+//! May depend on: `fabric`, `migrations`, sqlx, axum. Must not depend on any
+//! other service crate.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod engine;
+pub mod error;
+pub mod metrics;
+pub mod microversion;
+pub mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+pub use config::PlacementConfig;
+pub use service::Placement;
+
+/// A running placement API.
+pub struct Running {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The service (for embedding and tests).
+    pub placement: Arc<Placement>,
+    /// The server task.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the database and serves the API on `cfg.listen` (port 0 picks one).
+pub async fn serve(cfg: &PlacementConfig, telemetry: Option<fabric::telemetry::Telemetry>) -> anyhow::Result<Running> {
+    let auth = auth::AuthStrategy::from_name(&cfg.auth_strategy).map_err(anyhow::Error::msg)?;
+    let placement = Arc::new(
+        Placement::open(&cfg.database.connection, cfg.database.max_connections)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open the placement database: {e}"))?,
+    );
+    let state = api::AppState { placement: placement.clone(), auth: Arc::new(auth) };
+    let mut app = api::router(state);
+    if let Some(t) = telemetry {
+        app = app.route("/metrics", get(move || std::future::ready(t.render())));
+    }
+    let listener = TcpListener::bind(&cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "placement API stopped");
+        }
+    });
+    tracing::info!(%addr, "placement API listening");
+    Ok(Running { addr, placement, task })
+}

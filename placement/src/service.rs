@@ -1,0 +1,113 @@
+//! The placement service: the database (source of truth) plus the
+//! in-memory index (for candidates and list filters), kept coherent: after
+//! every committed write the affected providers are re-read from the
+//! database and mirrored into the index.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use fabric::ids::ProviderUuid;
+
+use crate::db::Db;
+use crate::engine::Index;
+use crate::error::{PlacementError, Result};
+
+/// Standard trait names (os-traits 3.9.0), synced into the database at start.
+const STANDARD_TRAITS: &str = include_str!("../data/standard-traits.txt");
+
+/// Whether `name` is one of the standard traits.
+pub fn is_standard_trait(name: &str) -> bool {
+    STANDARD_TRAITS.lines().any(|l| l == name)
+}
+
+/// One placement service instance.
+pub struct Placement {
+    /// The database.
+    pub db: Db,
+    index: RwLock<Index>,
+    classes: RwLock<HashMap<String, i64>>,
+}
+
+impl Placement {
+    /// Opens (and migrates) the database at `url`, syncs the standard
+    /// traits and builds the index.
+    pub async fn open(url: &str, max_connections: u32) -> Result<Self> {
+        let db = Db::open(url, max_connections).await?;
+        let names: Vec<&str> = STANDARD_TRAITS.lines().filter(|l| !l.is_empty()).collect();
+        db.sync_traits(&names).await?;
+        let classes = db.class_ids().await?;
+        let records = db.provider_records(None).await?;
+        let index = Index::from_snapshot(records).map_err(|e| {
+            PlacementError::Db(sqlx::Error::Protocol(format!("cannot index the placement database: {e}")))
+        })?;
+        Ok(Self { db, index: RwLock::new(index), classes: RwLock::new(classes) })
+    }
+
+    /// Runs `f` on the index (read lock; never held across an await).
+    pub fn with_index<T>(&self, f: impl FnOnce(&Index) -> T) -> T {
+        let guard = self.index.read().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
+    }
+
+    /// Re-reads the given providers from the database into the index;
+    /// providers gone from the database leave the index.
+    pub async fn refresh(&self, uuids: &[String]) -> Result<()> {
+        let records = self.db.provider_records(Some(uuids)).await?;
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        let present: Vec<String> = records.iter().map(|r| r.uuid.to_string()).collect();
+        for rec in records {
+            if let Err(e) = index.upsert_provider(rec) {
+                tracing::warn!(error = %e, "index refresh failed; rebuilding on next full refresh");
+            }
+        }
+        for u in uuids.iter().filter(|u| !present.contains(u)) {
+            if let Ok(p) = u.parse::<ProviderUuid>() {
+                let _ = index.remove_provider(&p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the whole index from the database.
+    pub async fn refresh_all(&self) -> Result<()> {
+        let records = self.db.provider_records(None).await?;
+        let fresh = Index::from_snapshot(records).map_err(|e| {
+            PlacementError::Db(sqlx::Error::Protocol(format!("cannot index the placement database: {e}")))
+        })?;
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
+    }
+
+    /// Ids of the given resource classes; any unknown one is a 400 with
+    /// `unknown` formatting the message.
+    pub async fn class_ids_for<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a String> + Clone,
+        unknown: impl Fn(&str) -> String,
+    ) -> Result<HashMap<String, i64>> {
+        let lookup = |map: &HashMap<String, i64>| -> Option<HashMap<String, i64>> {
+            names.clone().into_iter().map(|n| map.get(n).map(|id| (n.clone(), *id))).collect()
+        };
+        if let Some(found) = lookup(&self.classes.read().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(found);
+        }
+        // Another request (or process) may have created it: reload once.
+        let fresh = self.db.class_ids().await?;
+        let found = lookup(&fresh);
+        *self.classes.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
+        match found {
+            Some(f) => Ok(f),
+            None => {
+                let missing = names.into_iter().find(|n| !fresh.contains_key(*n)).cloned().unwrap_or_default();
+                Err(PlacementError::bad_request(unknown(&missing)))
+            }
+        }
+    }
+
+    /// Forgets the class cache (after a class was created, renamed or deleted).
+    pub async fn reload_classes(&self) -> Result<()> {
+        let fresh = self.db.class_ids().await?;
+        *self.classes.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
+    }
+}

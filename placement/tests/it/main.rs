@@ -1,0 +1,7 @@
+//! Integration tests of the placement crate (one binary, see CONVENTIONS.md).
+
+mod engine_candidates;
+mod engine_granular;
+mod engine_index;
+mod engine_nested;
+mod fixtures;

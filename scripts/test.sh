@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The project's test command (README): formatting, lints, then every test of
+# the workspace. Tests that need PostgreSQL or RabbitMQ skip with a printed
+# reason when those are absent, unless REQUIRE_REAL_BACKENDS=1 (CI sets it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  cargo test --workspace --locked --no-fail-fast
+fi

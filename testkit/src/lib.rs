@@ -1,0 +1,172 @@
+//! `testkit`: what tests need to talk to real backends.
+//!
+//! Every test gets its own database (a fresh SQLite file, or a fresh
+//! PostgreSQL database named after the test) and its own RabbitMQ vhost.
+//!
+//! Tests that need PostgreSQL or RabbitMQ call [`postgres`] or
+//! [`rabbitmq`]. On a machine without the server they print why they skip
+//! and get `None`; when the environment variable [`REQUIRE_ENV`] is `1`
+//! (CI sets it) a missing server is a panic instead, so nothing is silently
+//! skipped there.
+//!
+//! May depend on: sqlx and tokio. Only ever a dev-dependency.
+
+pub mod http;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sqlx::Connection;
+
+/// Set to `1` to turn a skipped real-backend test into a failure.
+pub const REQUIRE_ENV: &str = "REQUIRE_REAL_BACKENDS";
+
+/// Admin URL of the PostgreSQL server used by tests (override with `TEST_PG_URL`).
+pub fn pg_admin_url() -> String {
+    std::env::var("TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// Host part of the RabbitMQ server used by tests (override with `TEST_AMQP_HOST`).
+pub fn amqp_base() -> String {
+    std::env::var("TEST_AMQP_HOST")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672".to_owned())
+}
+
+/// Whether real-backend tests must run (CI) rather than skip.
+pub fn backends_required() -> bool {
+    std::env::var(REQUIRE_ENV)
+        .map(|v| v == "1")
+        .unwrap_or(false)
+}
+
+fn skip_or_panic(what: &str, why: &str) {
+    if backends_required() {
+        panic!("{what} is required ({REQUIRE_ENV}=1) but unavailable: {why}");
+    }
+    eprintln!("SKIP: {what} unavailable ({why}); set {REQUIRE_ENV}=1 to make this a failure");
+}
+
+/// Turns a test name into a safe identifier: lowercase alphanumerics and `_`.
+pub fn ident(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.truncate(50);
+    format!("t_{s}")
+}
+
+/// A fresh PostgreSQL database, dropped and recreated under the test's name.
+pub struct PgDb {
+    pub name: String,
+    pub url: String,
+}
+
+/// Creates (or recreates) a PostgreSQL database named after `test_name`.
+/// `None` (with a printed reason) when PostgreSQL is unreachable and not required.
+pub async fn postgres(test_name: &str) -> Option<PgDb> {
+    let admin = pg_admin_url();
+    let mut conn = match sqlx::PgConnection::connect(&admin).await {
+        Ok(c) => c,
+        Err(e) => {
+            skip_or_panic("PostgreSQL", &e.to_string());
+            return None;
+        }
+    };
+    let name = ident(test_name);
+    let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+    sqlx::query(&drop)
+        .execute(&mut conn)
+        .await
+        .expect("drop test database");
+    let create = format!("CREATE DATABASE {name}");
+    sqlx::query(&create)
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let base = admin
+        .rsplit_once('/')
+        .map(|(b, _)| b.to_owned())
+        .unwrap_or(admin);
+    Some(PgDb {
+        url: format!("{base}/{name}"),
+        name,
+    })
+}
+
+/// A fresh SQLite database file in its own temporary directory.
+pub struct SqliteDb {
+    pub dir: PathBuf,
+    pub url: String,
+}
+
+impl Drop for SqliteDb {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh, empty temporary directory unique to this process and call.
+pub fn temp_dir(test_name: &str) -> PathBuf {
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("{}-{}-{n}", ident(test_name), std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A fresh SQLite database URL (file created on first connect with `mode=rwc`).
+pub fn sqlite(test_name: &str) -> SqliteDb {
+    let dir = temp_dir(test_name);
+    let url = format!("sqlite://{}/db.sqlite?mode=rwc", dir.display());
+    SqliteDb { dir, url }
+}
+
+/// A fresh RabbitMQ vhost named after the test (deleted and re-added through
+/// `rabbitmqctl`), returned as an `amqp://` URL. `None` (with a printed reason)
+/// when RabbitMQ is unreachable and not required.
+pub fn rabbitmq(test_name: &str) -> Option<String> {
+    let vhost = ident(test_name);
+    if std::net::TcpStream::connect("127.0.0.1:5672").is_err() {
+        skip_or_panic("RabbitMQ", "nothing listens on 127.0.0.1:5672");
+        return None;
+    }
+    let _ = Command::new("rabbitmqctl")
+        .args(["-q", "delete_vhost", &vhost])
+        .output();
+    let ok = Command::new("rabbitmqctl")
+        .args(["-q", "add_vhost", &vhost])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let perms = ok
+        && Command::new("rabbitmqctl")
+            .args([
+                "-q",
+                "set_permissions",
+                "-p",
+                &vhost,
+                "guest",
+                ".*",
+                ".*",
+                ".*",
+            ])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+    if !perms {
+        skip_or_panic("RabbitMQ", "rabbitmqctl could not create the test vhost");
+        return None;
+    }
+    Some(format!("{}/{vhost}", amqp_base()))
+}
