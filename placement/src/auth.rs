@@ -25,7 +25,10 @@ impl AuthStrategy {
     pub fn from_name(name: &str) -> Result<Self, String> {
         match name {
             "noauth2" => Ok(Self::NoAuth2),
-            "keystone" => Err("auth_strategy \"keystone\" is not built yet (the identity issue); use noauth2".into()),
+            "keystone" => Err(
+                "auth_strategy \"keystone\" is not built yet (the identity issue); use noauth2"
+                    .into(),
+            ),
             other => Err(format!("unknown auth_strategy {other:?}: expected noauth2")),
         }
     }
@@ -38,7 +41,9 @@ impl AuthStrategy {
                     .get("x-auth-token")
                     .and_then(|v| v.to_str().ok())
                     .filter(|t| !t.is_empty())
-                    .ok_or_else(|| "The request you have made requires authentication.".to_owned())?;
+                    .ok_or_else(|| {
+                        "The request you have made requires authentication.".to_owned()
+                    })?;
                 let (user, project) = token.split_once(':').unwrap_or((token, token));
                 Ok(Caller {
                     user_id: user.to_owned(),

@@ -15,7 +15,10 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { connection: "sqlite://placement.sqlite?mode=rwc".to_owned(), max_connections: 16 }
+        Self {
+            connection: "sqlite://placement.sqlite?mode=rwc".to_owned(),
+            max_connections: 16,
+        }
     }
 }
 

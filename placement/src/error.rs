@@ -89,7 +89,11 @@ pub type Result<T, E = PlacementError> = std::result::Result<T, E>;
 impl PlacementError {
     /// A client error with an explicit status and code.
     pub fn client(status: StatusCode, code: ErrorCode, detail: impl Into<String>) -> Self {
-        Self::Client { status, code, detail: detail.into() }
+        Self::Client {
+            status,
+            code,
+            detail: detail.into(),
+        }
     }
     /// 400 with the default code.
     pub fn bad_request(detail: impl Into<String>) -> Self {
@@ -132,7 +136,13 @@ pub fn explanation(status: StatusCode) -> &'static str {
 }
 
 /// Renders upstream's error body.
-pub fn error_body(status: StatusCode, code: ErrorCode, detail: &str, request_id: &str, with_code: bool) -> String {
+pub fn error_body(
+    status: StatusCode,
+    code: ErrorCode,
+    detail: &str,
+    request_id: &str,
+    with_code: bool,
+) -> String {
     let title = status.canonical_reason().unwrap_or("Error");
     let full = if detail.is_empty() {
         explanation(status).to_owned()

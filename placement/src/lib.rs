@@ -43,14 +43,20 @@ pub struct Running {
 }
 
 /// Opens the database and serves the API on `cfg.listen` (port 0 picks one).
-pub async fn serve(cfg: &PlacementConfig, telemetry: Option<fabric::telemetry::Telemetry>) -> anyhow::Result<Running> {
+pub async fn serve(
+    cfg: &PlacementConfig,
+    telemetry: Option<fabric::telemetry::Telemetry>,
+) -> anyhow::Result<Running> {
     let auth = auth::AuthStrategy::from_name(&cfg.auth_strategy).map_err(anyhow::Error::msg)?;
     let placement = Arc::new(
         Placement::open(&cfg.database.connection, cfg.database.max_connections)
             .await
             .map_err(|e| anyhow::anyhow!("cannot open the placement database: {e}"))?,
     );
-    let state = api::AppState { placement: placement.clone(), auth: Arc::new(auth) };
+    let state = api::AppState {
+        placement: placement.clone(),
+        auth: Arc::new(auth),
+    };
     let mut app = api::router(state);
     if let Some(t) = telemetry {
         app = app.route("/metrics", get(move || std::future::ready(t.render())));
@@ -63,5 +69,9 @@ pub async fn serve(cfg: &PlacementConfig, telemetry: Option<fabric::telemetry::T
         }
     });
     tracing::info!(%addr, "placement API listening");
-    Ok(Running { addr, placement, task })
+    Ok(Running {
+        addr,
+        placement,
+        task,
+    })
 }

@@ -25,7 +25,8 @@ pub fn record_request(method: &Method, status: StatusCode, elapsed: Duration) {
         Method::PATCH => "PATCH",
         _ => "OTHER",
     };
-    metrics::histogram!(REQUEST_SECONDS, "method" => method, "status" => class).record(elapsed.as_secs_f64());
+    metrics::histogram!(REQUEST_SECONDS, "method" => method, "status" => class)
+        .record(elapsed.as_secs_f64());
 }
 
 /// Counts one internal allocation retry.

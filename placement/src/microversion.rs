@@ -43,7 +43,9 @@ pub fn negotiate(header: Option<&str>) -> Result<Microversion, VersionError> {
     let entry = header.split(',').map(str::trim).find_map(|part| {
         let mut it = part.splitn(2, char::is_whitespace);
         let service = it.next()?;
-        service.eq_ignore_ascii_case("placement").then(|| it.next().unwrap_or("").trim())
+        service
+            .eq_ignore_ascii_case("placement")
+            .then(|| it.next().unwrap_or("").trim())
     });
     let Some(value) = entry else {
         return Ok(Microversion(MIN));
@@ -69,12 +71,27 @@ mod tests {
     fn negotiation_follows_upstream() {
         assert_eq!(negotiate(None), Ok(Microversion(0)));
         assert_eq!(negotiate(Some("placement 1.17")), Ok(Microversion(17)));
-        assert_eq!(negotiate(Some("compute 2.1, placement 1.3")), Ok(Microversion(3)));
+        assert_eq!(
+            negotiate(Some("compute 2.1, placement 1.3")),
+            Ok(Microversion(3))
+        );
         assert_eq!(negotiate(Some("compute 2.1")), Ok(Microversion(0)));
         assert_eq!(negotiate(Some("placement latest")), Ok(Microversion(MAX)));
-        assert_eq!(negotiate(Some("placement pony.horse")), Err(VersionError::Invalid("pony.horse".into())));
-        assert_eq!(negotiate(Some("placement 1.2.3")), Err(VersionError::Invalid("1.2.3".into())));
-        assert_eq!(negotiate(Some("placement 0.5")), Err(VersionError::Unacceptable("0.5".into())));
-        assert_eq!(negotiate(Some("placement 1.40")), Err(VersionError::Unacceptable("1.40".into())));
+        assert_eq!(
+            negotiate(Some("placement pony.horse")),
+            Err(VersionError::Invalid("pony.horse".into()))
+        );
+        assert_eq!(
+            negotiate(Some("placement 1.2.3")),
+            Err(VersionError::Invalid("1.2.3".into()))
+        );
+        assert_eq!(
+            negotiate(Some("placement 0.5")),
+            Err(VersionError::Unacceptable("0.5".into()))
+        );
+        assert_eq!(
+            negotiate(Some("placement 1.40")),
+            Err(VersionError::Unacceptable("1.40".into()))
+        );
     }
 }

@@ -38,9 +38,15 @@ impl Placement {
         let classes = db.class_ids().await?;
         let records = db.provider_records(None).await?;
         let index = Index::from_snapshot(records).map_err(|e| {
-            PlacementError::Db(sqlx::Error::Protocol(format!("cannot index the placement database: {e}")))
+            PlacementError::Db(sqlx::Error::Protocol(format!(
+                "cannot index the placement database: {e}"
+            )))
         })?;
-        Ok(Self { db, index: RwLock::new(index), classes: RwLock::new(classes) })
+        Ok(Self {
+            db,
+            index: RwLock::new(index),
+            classes: RwLock::new(classes),
+        })
     }
 
     /// Runs `f` on the index (read lock; never held across an await).
@@ -72,7 +78,9 @@ impl Placement {
     pub async fn refresh_all(&self) -> Result<()> {
         let records = self.db.provider_records(None).await?;
         let fresh = Index::from_snapshot(records).map_err(|e| {
-            PlacementError::Db(sqlx::Error::Protocol(format!("cannot index the placement database: {e}")))
+            PlacementError::Db(sqlx::Error::Protocol(format!(
+                "cannot index the placement database: {e}"
+            )))
         })?;
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         Ok(())
@@ -86,7 +94,11 @@ impl Placement {
         unknown: impl Fn(&str) -> String,
     ) -> Result<HashMap<String, i64>> {
         let lookup = |map: &HashMap<String, i64>| -> Option<HashMap<String, i64>> {
-            names.clone().into_iter().map(|n| map.get(n).map(|id| (n.clone(), *id))).collect()
+            names
+                .clone()
+                .into_iter()
+                .map(|n| map.get(n).map(|id| (n.clone(), *id)))
+                .collect()
         };
         if let Some(found) = lookup(&self.classes.read().unwrap_or_else(|p| p.into_inner())) {
             return Ok(found);
@@ -98,7 +110,11 @@ impl Placement {
         match found {
             Some(f) => Ok(f),
             None => {
-                let missing = names.into_iter().find(|n| !fresh.contains_key(*n)).cloned().unwrap_or_default();
+                let missing = names
+                    .into_iter()
+                    .find(|n| !fresh.contains_key(*n))
+                    .cloned()
+                    .unwrap_or_default();
                 Err(PlacementError::bad_request(unknown(&missing)))
             }
         }

@@ -158,11 +158,17 @@ async fn main() -> Result<()> {
     let placement_cfg = placement::PlacementConfig {
         listen: cfg.region.placement_listen.clone(),
         auth_strategy: "noauth2".to_owned(),
-        database: placement::config::DatabaseConfig { connection: sqlite_url(dir, "placement"), max_connections: 1 },
+        database: placement::config::DatabaseConfig {
+            connection: sqlite_url(dir, "placement"),
+            max_connections: 1,
+        },
         telemetry: cfg.telemetry.clone(),
     };
     let placement = placement::serve(&placement_cfg, Some(telemetry.clone())).await?;
-    println!("  placement http://{} (auth: noauth2 until identity exists)", placement.addr);
+    println!(
+        "  placement http://{} (auth: noauth2 until identity exists)",
+        placement.addr
+    );
     if !cfg.telemetry.metrics_listen.is_empty() {
         println!("  metrics  http://{}/metrics", cfg.telemetry.metrics_listen);
     }

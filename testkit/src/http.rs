@@ -20,7 +20,10 @@ pub struct Response {
 impl Response {
     /// The first header called `name` (lower case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -35,17 +38,27 @@ pub struct Client {
 impl Client {
     /// A client for `addr` (connects lazily).
     pub fn new(addr: SocketAddr) -> Self {
-        Self { addr, conn: None, default_headers: Vec::new() }
+        Self {
+            addr,
+            conn: None,
+            default_headers: Vec::new(),
+        }
     }
 
     /// Adds a header sent with every request.
     pub fn with_header(mut self, name: &str, value: &str) -> Self {
-        self.default_headers.push((name.to_owned(), value.to_owned()));
+        self.default_headers
+            .push((name.to_owned(), value.to_owned()));
         self
     }
 
     /// Sends one request; a JSON body when `body` is given.
-    pub fn request(&mut self, method: &str, path: &str, body: Option<&str>) -> std::io::Result<Response> {
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> std::io::Result<Response> {
         // One retry on a stale keep-alive connection.
         match self.try_request(method, path, body) {
             Ok(r) => Ok(r),
@@ -56,7 +69,12 @@ impl Client {
         }
     }
 
-    fn try_request(&mut self, method: &str, path: &str, body: Option<&str>) -> std::io::Result<Response> {
+    fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> std::io::Result<Response> {
         if self.conn.is_none() {
             let s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))?;
             s.set_nodelay(true)?;
@@ -69,19 +87,27 @@ impl Client {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         match body {
-            Some(b) => req.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n\r\n{b}", b.len())),
+            Some(b) => req.push_str(&format!(
+                "content-type: application/json\r\ncontent-length: {}\r\n\r\n{b}",
+                b.len()
+            )),
             None => req.push_str("content-length: 0\r\n\r\n"),
         }
         conn.get_mut().write_all(req.as_bytes())?;
         let mut status_line = String::new();
         if conn.read_line(&mut status_line)? == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed",
+            ));
         }
         let status: u16 = status_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, status_line.clone()))?;
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, status_line.clone())
+            })?;
         let mut headers = Vec::new();
         let mut len = 0usize;
         let mut close = false;
@@ -109,6 +135,10 @@ impl Client {
         if close {
             self.conn = None;
         }
-        Ok(Response { status, headers, body: String::from_utf8_lossy(&buf).into_owned() })
+        Ok(Response {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&buf).into_owned(),
+        })
     }
 }

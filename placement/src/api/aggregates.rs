@@ -23,7 +23,9 @@ fn gate(mv: Microversion) -> Result<()> {
     if mv.at_least(1) {
         Ok(())
     } else {
-        Err(PlacementError::not_found("The resource could not be found."))
+        Err(PlacementError::not_found(
+            "The resource could not be found.",
+        ))
     }
 }
 
@@ -81,10 +83,18 @@ async fn set(
     dedup.sort();
     dedup.dedup();
     if dedup.len() != normalized.len() {
-        return Err(PlacementError::bad_request("JSON does not validate: aggregates has non-unique elements"));
+        return Err(PlacementError::bad_request(
+            "JSON does not validate: aggregates has non-unique elements",
+        ));
     }
-    let generation = st.placement.db.set_provider_aggregates(&row, seen, &normalized).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    let generation = st
+        .placement
+        .db
+        .set_provider_aggregates(&row, seen, &normalized)
+        .await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     let aggs = st.placement.db.provider_aggregates(row.id).await?;
     Ok(Json(body_json(mv, aggs, generation)))
 }

@@ -26,7 +26,10 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/allocations", post(post_many))
         .route("/allocations/{consumer}", get(show).put(put).delete(delete))
-        .route("/resource_providers/{uuid}/allocations", get(provider_allocations))
+        .route(
+            "/resource_providers/{uuid}/allocations",
+            get(provider_allocations),
+        )
 }
 
 #[derive(Deserialize)]
@@ -76,14 +79,17 @@ struct ConsumerBody {
     mappings: Option<BTreeMap<String, Vec<String>>>,
 }
 
-fn double_option<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Option<i64>>, D::Error> {
+fn double_option<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<i64>>, D::Error> {
     Ok(Some(Option::<i64>::deserialize(d)?))
 }
 
 fn check_consumer_type(t: &str) -> Result<()> {
     let ok = !t.is_empty()
         && t.len() <= 255
-        && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        && t.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
     if ok {
         Ok(())
     } else {
@@ -96,7 +102,9 @@ fn check_consumer_type(t: &str) -> Result<()> {
 /// Validates one consumer's body at `mv` into a write.
 fn consumer_write(consumer: String, body: ConsumerBody, mv: Microversion) -> Result<ConsumerWrite> {
     if mv.at_least(28) && body.consumer_generation.is_none() {
-        return Err(PlacementError::bad_request("JSON does not validate: 'consumer_generation' is a required property"));
+        return Err(PlacementError::bad_request(
+            "JSON does not validate: 'consumer_generation' is a required property",
+        ));
     }
     if !mv.at_least(28) && body.consumer_generation.is_some() {
         return Err(PlacementError::bad_request(
@@ -104,7 +112,9 @@ fn consumer_write(consumer: String, body: ConsumerBody, mv: Microversion) -> Res
         ));
     }
     if mv.at_least(38) && body.consumer_type.is_none() {
-        return Err(PlacementError::bad_request("JSON does not validate: 'consumer_type' is a required property"));
+        return Err(PlacementError::bad_request(
+            "JSON does not validate: 'consumer_type' is a required property",
+        ));
     }
     if !mv.at_least(38) && body.consumer_type.is_some() {
         return Err(PlacementError::bad_request(
@@ -120,7 +130,9 @@ fn consumer_write(consumer: String, body: ConsumerBody, mv: Microversion) -> Res
         check_consumer_type(t)?;
     }
     if body.allocations.is_empty() && !mv.at_least(28) {
-        return Err(PlacementError::bad_request("JSON does not validate: {} does not have enough properties"));
+        return Err(PlacementError::bad_request(
+            "JSON does not validate: {} does not have enough properties",
+        ));
     }
     let mut allocations = BTreeMap::new();
     for (rp, r) in body.allocations {
@@ -131,7 +143,11 @@ fn consumer_write(consumer: String, body: ConsumerBody, mv: Microversion) -> Res
         allocations,
         project_id: body.project_id,
         user_id: body.user_id,
-        expected_generation: if mv.at_least(28) { body.consumer_generation } else { None },
+        expected_generation: if mv.at_least(28) {
+            body.consumer_generation
+        } else {
+            None
+        },
         consumer_type: body.consumer_type,
     })
 }
@@ -161,7 +177,9 @@ async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
     classes.dedup();
     let ids = st
         .placement
-        .class_ids_for(classes.iter(), |c| format!("Unable to allocate inventory: No such resource class {c}."))
+        .class_ids_for(classes.iter(), |c| {
+            format!("Unable to allocate inventory: No such resource class {c}.")
+        })
         .await?;
     let touched = st.placement.db.write_allocations(&writes, &ids).await?;
     st.placement.refresh(&touched).await
@@ -183,7 +201,9 @@ async fn put(
     } else {
         let body: LegacyBody = from_parts(&headers, &bytes)?.0;
         if body.allocations.is_empty() {
-            return Err(PlacementError::bad_request("JSON does not validate: [] is too short"));
+            return Err(PlacementError::bad_request(
+                "JSON does not validate: [] is too short",
+            ));
         }
         if mv.at_least(8) && (body.project_id.is_none() || body.user_id.is_none()) {
             return Err(PlacementError::bad_request(
@@ -198,8 +218,12 @@ async fn put(
         ConsumerWrite {
             consumer,
             allocations,
-            project_id: body.project_id.unwrap_or_else(|| INCOMPLETE_CONSUMER.to_owned()),
-            user_id: body.user_id.unwrap_or_else(|| INCOMPLETE_CONSUMER.to_owned()),
+            project_id: body
+                .project_id
+                .unwrap_or_else(|| INCOMPLETE_CONSUMER.to_owned()),
+            user_id: body
+                .user_id
+                .unwrap_or_else(|| INCOMPLETE_CONSUMER.to_owned()),
             expected_generation: None,
             consumer_type: None,
         }
@@ -247,7 +271,10 @@ async fn show(
         .map(|(rp, (generation, res))| (rp, json!({"generation": generation, "resources": res})))
         .collect();
     let mut v = json!({"allocations": allocs});
-    if let Some(c) = a.consumer.filter(|_| mv.at_least(12) && !a.allocations.is_empty()) {
+    if let Some(c) = a
+        .consumer
+        .filter(|_| mv.at_least(12) && !a.allocations.is_empty())
+    {
         v["project_id"] = json!(c.project_id);
         v["user_id"] = json!(c.user_id);
         if mv.at_least(28) {
@@ -268,7 +295,9 @@ async fn delete(
     caller.authorize("placement:allocations:delete")?;
     let a = st.placement.db.consumer_allocations(&consumer).await?;
     if a.allocations.is_empty() {
-        return Err(PlacementError::not_found(format!("No allocations for consumer '{consumer}'")));
+        return Err(PlacementError::not_found(format!(
+            "No allocations for consumer '{consumer}'"
+        )));
     }
     let c = a.consumer.unwrap_or(crate::db::allocations::ConsumerInfo {
         project_id: INCOMPLETE_CONSUMER.to_owned(),
@@ -284,7 +313,11 @@ async fn delete(
         expected_generation: None,
         consumer_type: None,
     };
-    let touched = st.placement.db.write_allocations(&[w], &Default::default()).await?;
+    let touched = st
+        .placement
+        .db
+        .write_allocations(&[w], &Default::default())
+        .await?;
     st.placement.refresh(&touched).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -297,6 +330,11 @@ async fn provider_allocations(
     caller.authorize("placement:resource_providers:allocations:list")?;
     let row = load_provider(&st, &uuid).await?;
     let allocs = st.placement.db.provider_allocations(row.id).await?;
-    let map: BTreeMap<&String, Value> = allocs.iter().map(|(c, r)| (c, json!({"resources": r}))).collect();
-    Ok(Json(json!({"allocations": map, "resource_provider_generation": row.generation})))
+    let map: BTreeMap<&String, Value> = allocs
+        .iter()
+        .map(|(c, r)| (c, json!({"resources": r})))
+        .collect();
+    Ok(Json(
+        json!({"allocations": map, "resource_provider_generation": row.generation}),
+    ))
 }

@@ -20,7 +20,10 @@ fn check_content_type(headers: &HeaderMap, body_len: usize) -> Result<(), Placem
             format!("The media type {media} is not supported, use application/json"),
         )
     };
-    match headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("")) {
+    match headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or(""))
+    {
         None if body_len > 0 => Err(PlacementError::bad_request("content-type header required")),
         None => Err(unsupported("None")),
         Some(ct) => {
@@ -36,9 +39,10 @@ fn check_content_type(headers: &HeaderMap, body_len: usize) -> Result<(), Placem
 
 /// Parses a JSON body already read.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, PlacementError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| PlacementError::bad_request(format!("Malformed JSON: {e}")))?;
-    serde_json::from_value(value).map_err(|e| PlacementError::bad_request(format!("JSON does not validate: {e}")))
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| PlacementError::bad_request(format!("Malformed JSON: {e}")))?;
+    serde_json::from_value(value)
+        .map_err(|e| PlacementError::bad_request(format!("JSON does not validate: {e}")))
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
@@ -55,7 +59,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 }
 
 /// As the extractor, for a handler that reads the body only at some microversions.
-pub fn from_parts<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> Result<JsonBody<T>, PlacementError> {
+pub fn from_parts<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<JsonBody<T>, PlacementError> {
     check_content_type(headers, bytes.len())?;
     parse_json(bytes).map(JsonBody)
 }

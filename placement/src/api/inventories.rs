@@ -89,9 +89,17 @@ impl InvFields {
                 self.allocation_ratio
             )));
         }
-        let too_much = if mv.at_least(26) { self.reserved > self.total } else { self.reserved >= self.total };
+        let too_much = if mv.at_least(26) {
+            self.reserved > self.total
+        } else {
+            self.reserved >= self.total
+        };
         if too_much {
-            let how = if mv.at_least(26) { "greater than" } else { "greater than or equal to" };
+            let how = if mv.at_least(26) {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
             return Err(PlacementError::bad_request(format!(
                 "Unable to update inventory for resource provider {uuid}: Invalid inventory for '{class}' on \
                  resource provider '{uuid}'. The reserved value is {how} total."
@@ -161,8 +169,14 @@ async fn replace(
     for (class, fields) in &body.inventories {
         new.insert(class.clone(), fields.validate(class, &uuid, mv)?);
     }
-    let generation = st.placement.db.replace_inventories(&row, body.resource_provider_generation, &new, &class_ids).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    let generation = st
+        .placement
+        .db
+        .replace_inventories(&row, body.resource_provider_generation, &new, &class_ids)
+        .await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     Ok(Json(all_json(&st, &row, generation).await?))
 }
 
@@ -189,17 +203,28 @@ async fn create(
     let class = body.resource_class;
     let ids = st
         .placement
-        .class_ids_for(std::iter::once(&class), |c| format!("No such resource class {c}."))
+        .class_ids_for(std::iter::once(&class), |c| {
+            format!("No such resource class {c}.")
+        })
         .await?;
     let inv = fields.validate(&class, &uuid, mv)?;
     let seen = body.resource_provider_generation.unwrap_or(row.generation);
-    let generation = st.placement.db.upsert_inventory(&row, seen, &class, ids[&class], &inv, Upsert::Create).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    let generation = st
+        .placement
+        .db
+        .upsert_inventory(&row, seen, &class, ids[&class], &inv, Upsert::Create)
+        .await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     let mut v = inv_json(&inv);
     v["resource_provider_generation"] = json!(generation);
     Ok((
         StatusCode::CREATED,
-        [(header::LOCATION, format!("/resource_providers/{uuid}/inventories/{class}"))],
+        [(
+            header::LOCATION,
+            format!("/resource_providers/{uuid}/inventories/{class}"),
+        )],
         Json(v),
     )
         .into_response())
@@ -213,9 +238,9 @@ async fn show(
     caller.authorize("placement:resource_providers:inventories:show")?;
     let row = load_provider(&st, &uuid).await?;
     let invs = st.placement.db.inventories(row.id).await?;
-    let inv = invs
-        .get(&class)
-        .ok_or_else(|| PlacementError::not_found(format!("No inventory of class {class} for {uuid}")))?;
+    let inv = invs.get(&class).ok_or_else(|| {
+        PlacementError::not_found(format!("No inventory of class {class} for {uuid}"))
+    })?;
     let mut v = inv_json(inv);
     v["resource_provider_generation"] = json!(row.generation);
     Ok(Json(v))
@@ -241,15 +266,26 @@ async fn update(
         .map_err(|e| PlacementError::bad_request(format!("JSON does not validate: {e}")))?;
     let ids = st
         .placement
-        .class_ids_for(std::iter::once(&class), |c| format!("No such resource class {c}."))
+        .class_ids_for(std::iter::once(&class), |c| {
+            format!("No such resource class {c}.")
+        })
         .await?;
     let inv = fields.validate(&class, &uuid, mv)?;
     let generation = st
         .placement
         .db
-        .upsert_inventory(&row, body.resource_provider_generation, &class, ids[&class], &inv, Upsert::Update)
+        .upsert_inventory(
+            &row,
+            body.resource_provider_generation,
+            &class,
+            ids[&class],
+            &inv,
+            Upsert::Update,
+        )
         .await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     let mut v = inv_json(&inv);
     v["resource_provider_generation"] = json!(generation);
     Ok(Json(v))
@@ -263,7 +299,9 @@ async fn delete_one(
     caller.authorize("placement:resource_providers:inventories:delete")?;
     let row = load_provider(&st, &uuid).await?;
     st.placement.db.delete_inventory(&row, None, &class).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -282,7 +320,12 @@ async fn delete_all(
     }
     caller.authorize("placement:resource_providers:inventories:delete")?;
     let row = load_provider(&st, &uuid).await?;
-    st.placement.db.replace_inventories(&row, row.generation, &BTreeMap::new(), &Default::default()).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    st.placement
+        .db
+        .replace_inventories(&row, row.generation, &BTreeMap::new(), &Default::default())
+        .await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

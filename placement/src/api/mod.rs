@@ -4,10 +4,10 @@
 //! they hold no SQL.
 
 mod aggregates;
-mod query;
 mod allocations;
 mod body;
 mod inventories;
+mod query;
 mod resource_classes;
 mod resource_providers;
 mod root;
@@ -69,7 +69,10 @@ impl IntoResponse for PlacementError {
             PlacementError::Client { code, detail, .. } => (*code, detail.clone()),
             other => {
                 tracing::error!(error = ?other, "placement request failed");
-                (ErrorCode::Undefined, "An internal error occurred.".to_owned())
+                (
+                    ErrorCode::Undefined,
+                    "An internal error occurred.".to_owned(),
+                )
             }
         };
         let mut resp = status.into_response();
@@ -90,7 +93,9 @@ fn accepts_json(headers: &HeaderMap) -> bool {
         let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
         let q_zero = parts.any(|p| {
             let p = p.trim();
-            p.strip_prefix("q=").and_then(|q| q.parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
         });
         !q_zero && matches!(media.as_str(), "application/json" | "application/*" | "*/*")
     })
@@ -100,22 +105,35 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let request_id = RequestId::generate();
-    let version_header = req.headers().get(microversion::HEADER).and_then(|v| v.to_str().ok());
+    let version_header = req
+        .headers()
+        .get(microversion::HEADER)
+        .and_then(|v| v.to_str().ok());
     let negotiated = microversion::negotiate(version_header);
-    let mv = negotiated.clone().unwrap_or(Microversion(microversion::MIN));
+    let mv = negotiated
+        .clone()
+        .unwrap_or(Microversion(microversion::MIN));
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
 
     let early: Option<(StatusCode, String)> = match negotiated {
-        Err(VersionError::Invalid(v)) => Some((StatusCode::BAD_REQUEST, format!("invalid version string: {v}"))),
-        Err(VersionError::Unacceptable(v)) => {
-            Some((StatusCode::NOT_ACCEPTABLE, format!("Unacceptable version header: {v}")))
-        }
+        Err(VersionError::Invalid(v)) => Some((
+            StatusCode::BAD_REQUEST,
+            format!("invalid version string: {v}"),
+        )),
+        Err(VersionError::Unacceptable(v)) => Some((
+            StatusCode::NOT_ACCEPTABLE,
+            format!("Unacceptable version header: {v}"),
+        )),
         Ok(_) => None,
     };
     let early = early.or_else(|| {
-        (!accepts_json(req.headers()))
-            .then(|| (StatusCode::NOT_ACCEPTABLE, "Only application/json is provided".to_owned()))
+        (!accepts_json(req.headers())).then(|| {
+            (
+                StatusCode::NOT_ACCEPTABLE,
+                "Only application/json is provided".to_owned(),
+            )
+        })
     });
     let early = early.or_else(|| {
         if path == "/" {
@@ -134,7 +152,10 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     let mut resp = match early {
         Some((status, detail)) => {
             let mut r = status.into_response();
-            r.extensions_mut().insert(ErrorMarker { code: ErrorCode::Undefined, detail });
+            r.extensions_mut().insert(ErrorMarker {
+                code: ErrorCode::Undefined,
+                detail,
+            });
             r
         }
         None => next.run(req).await,
@@ -144,9 +165,10 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     let marker = resp.extensions_mut().remove::<ErrorMarker>();
     let bare = !resp.headers().contains_key(header::CONTENT_TYPE);
     let marker = marker.or_else(|| match status {
-        StatusCode::NOT_FOUND if bare => {
-            Some(ErrorMarker { code: ErrorCode::Undefined, detail: String::new() })
-        }
+        StatusCode::NOT_FOUND if bare => Some(ErrorMarker {
+            code: ErrorCode::Undefined,
+            detail: String::new(),
+        }),
         StatusCode::METHOD_NOT_ALLOWED if bare => Some(ErrorMarker {
             code: ErrorCode::Undefined,
             detail: format!("The method {method} is not allowed for this resource."),
@@ -154,7 +176,13 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         _ => None,
     });
     if let Some(m) = marker {
-        let body = error_body(status, m.code, &m.detail, request_id.as_str(), mv.at_least(23));
+        let body = error_body(
+            status,
+            m.code,
+            &m.detail,
+            request_id.as_str(),
+            mv.at_least(23),
+        );
         let headers = std::mem::take(resp.headers_mut());
         resp = (status, body).into_response();
         for (k, v) in headers.iter() {
@@ -162,7 +190,10 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
                 resp.headers_mut().insert(k.clone(), v.clone());
             }
         }
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if status.is_server_error() {
             tracing::error!(%request_id, %method, %path, "internal error");
         } else if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
@@ -170,14 +201,25 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         }
     }
     let h = resp.headers_mut();
-    h.insert("x-openstack-request-id", HeaderValue::from_str(request_id.as_str()).expect("ascii"));
-    h.insert(microversion::HEADER, HeaderValue::from_str(&mv.header_value()).expect("ascii"));
+    h.insert(
+        "x-openstack-request-id",
+        HeaderValue::from_str(request_id.as_str()).expect("ascii"),
+    );
+    h.insert(
+        microversion::HEADER,
+        HeaderValue::from_str(&mv.header_value()).expect("ascii"),
+    );
     h.insert(header::VARY, HeaderValue::from_static(microversion::HEADER));
     if method == Method::GET && status == StatusCode::OK && mv.at_least(15) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         if !h.contains_key(header::LAST_MODIFIED) {
-            let now = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-            h.insert(header::LAST_MODIFIED, HeaderValue::from_str(&now).expect("ascii"));
+            let now = chrono::Utc::now()
+                .format("%a, %d %b %Y %H:%M:%S GMT")
+                .to_string();
+            h.insert(
+                header::LAST_MODIFIED,
+                HeaderValue::from_str(&now).expect("ascii"),
+            );
         }
     }
     crate::metrics::record_request(&method, status, started.elapsed());

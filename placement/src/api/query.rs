@@ -27,7 +27,11 @@ impl Query {
         if bad.is_empty() {
             return Ok(());
         }
-        let list = bad.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
+        let list = bad
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let verb = if bad.len() == 1 { "was" } else { "were" };
         Err(PlacementError::bad_request(format!(
             "Invalid query string parameters: Additional properties are not allowed ({list} {verb} unexpected)"
@@ -50,7 +54,11 @@ impl Query {
 
     /// Every value of `key`.
     pub fn all(&self, key: &str) -> Vec<&str> {
-        self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| v.as_str()).collect()
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 }
 

@@ -17,14 +17,19 @@ use crate::microversion::Microversion;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/resource_classes", get(list).post(create))
-        .route("/resource_classes/{name}", get(show).put(put).delete(delete))
+        .route(
+            "/resource_classes/{name}",
+            get(show).put(put).delete(delete),
+        )
 }
 
 fn gate(mv: Microversion) -> Result<()> {
     if mv.at_least(2) {
         Ok(())
     } else {
-        Err(PlacementError::not_found("The resource could not be found."))
+        Err(PlacementError::not_found(
+            "The resource could not be found.",
+        ))
     }
 }
 
@@ -32,7 +37,9 @@ fn is_custom(name: &str) -> bool {
     name.len() > 7
         && name.len() <= 255
         && name.starts_with("CUSTOM_")
-        && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 fn check_custom(name: &str) -> Result<()> {
@@ -63,7 +70,9 @@ async fn list(
     gate(mv)?;
     caller.authorize("placement:resource_classes:list")?;
     let classes = st.placement.db.list_classes().await?;
-    Ok(Json(json!({"resource_classes": classes.iter().map(|c| class_json(&c.name)).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"resource_classes": classes.iter().map(|c| class_json(&c.name)).collect::<Vec<_>>()}),
+    ))
 }
 
 async fn create(
@@ -82,7 +91,11 @@ async fn create(
         ));
     }
     st.placement.reload_classes().await?;
-    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/resource_classes/{}", body.name))]).into_response())
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/resource_classes/{}", body.name))],
+    )
+        .into_response())
 }
 
 async fn show(
@@ -97,7 +110,9 @@ async fn show(
     if classes.iter().any(|c| c.name == name) {
         Ok(Json(class_json(&name)))
     } else {
-        Err(PlacementError::not_found(format!("No such resource class {name}.")))
+        Err(PlacementError::not_found(format!(
+            "No such resource class {name}."
+        )))
     }
 }
 
@@ -120,16 +135,24 @@ async fn put(
         }
         st.placement.db.create_class(&name).await?;
         st.placement.reload_classes().await?;
-        return Ok((StatusCode::CREATED, [(header::LOCATION, format!("/resource_classes/{name}"))]).into_response());
+        return Ok((
+            StatusCode::CREATED,
+            [(header::LOCATION, format!("/resource_classes/{name}"))],
+        )
+            .into_response());
     }
     // 1.2–1.6: rename a custom class.
     let JsonBody(body): JsonBody<NameBody> = super::body::from_parts(&headers, &body)?;
     check_custom(&body.name)?;
     let Some(existing) = existing else {
-        return Err(PlacementError::not_found(format!("No such resource class {name}.")));
+        return Err(PlacementError::not_found(format!(
+            "No such resource class {name}."
+        )));
     };
     if existing.id < FIRST_CUSTOM_ID {
-        return Err(PlacementError::bad_request(format!("Cannot update standard resource class {name}")));
+        return Err(PlacementError::bad_request(format!(
+            "Cannot update standard resource class {name}"
+        )));
     }
     if classes.iter().any(|c| c.name == body.name) {
         return Err(PlacementError::conflict(
@@ -152,9 +175,15 @@ async fn delete(
     caller.authorize("placement:resource_classes:delete")?;
     let classes = st.placement.db.list_classes().await?;
     match classes.iter().find(|c| c.name == name) {
-        None => return Err(PlacementError::not_found(format!("No such resource class {name}."))),
+        None => {
+            return Err(PlacementError::not_found(format!(
+                "No such resource class {name}."
+            )))
+        }
         Some(c) if c.id < FIRST_CUSTOM_ID => {
-            return Err(PlacementError::bad_request(format!("Cannot delete standard resource class {name}")))
+            return Err(PlacementError::bad_request(format!(
+                "Cannot delete standard resource class {name}"
+            )))
         }
         Some(_) => {}
     }
@@ -163,7 +192,9 @@ async fn delete(
             st.placement.reload_classes().await?;
             Ok(StatusCode::NO_CONTENT)
         }
-        DeleteOutcome::NotFound => Err(PlacementError::not_found(format!("No such resource class {name}."))),
+        DeleteOutcome::NotFound => Err(PlacementError::not_found(format!(
+            "No such resource class {name}."
+        ))),
         DeleteOutcome::InUse => Err(PlacementError::conflict(
             crate::error::ErrorCode::Undefined,
             format!("Unable to delete resource class {name}. Class is in use in inventory."),

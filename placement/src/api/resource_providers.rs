@@ -20,7 +20,10 @@ use crate::microversion::Microversion;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/resource_providers", get(list).post(create))
-        .route("/resource_providers/{uuid}", get(show).put(update).delete(delete))
+        .route(
+            "/resource_providers/{uuid}",
+            get(show).put(update).delete(delete),
+        )
 }
 
 /// Loads a provider or answers 404.
@@ -59,12 +62,17 @@ pub fn provider_json(row: &ProviderRow, mv: Microversion) -> Value {
 }
 
 fn bad_uuid(field: &str, value: &str) -> PlacementError {
-    PlacementError::bad_request(format!("JSON does not validate: '{value}' is not a 'uuid' ({field})"))
+    PlacementError::bad_request(format!(
+        "JSON does not validate: '{value}' is not a 'uuid' ({field})"
+    ))
 }
 
 /// Normalises a UUID the way upstream stores it (lower-case, hyphenated).
 pub fn normalize_uuid(value: &str, field: &str) -> Result<String> {
-    value.parse::<ProviderUuid>().map(|u| u.to_string()).map_err(|_| bad_uuid(field, value))
+    value
+        .parse::<ProviderUuid>()
+        .map(|u| u.to_string())
+        .map_err(|_| bad_uuid(field, value))
 }
 
 async fn list(
@@ -93,7 +101,9 @@ async fn list(
     let mut indexed = false;
     if let Some(u) = q.one("uuid")? {
         filter.uuid = Some(u.parse().map_err(|_| {
-            PlacementError::bad_request(format!("Invalid query string parameters: '{u}' is not a 'uuid'"))
+            PlacementError::bad_request(format!(
+                "Invalid query string parameters: '{u}' is not a 'uuid'"
+            ))
         })?);
     }
     filter.name = q.one("name")?.map(str::to_owned);
@@ -108,7 +118,8 @@ async fn list(
                 member_of.join(",")
             )));
         }
-        let agg = parse_member_of(&member_of).map_err(|e| PlacementError::bad_request(e.to_string()))?;
+        let agg =
+            parse_member_of(&member_of).map_err(|e| PlacementError::bad_request(e.to_string()))?;
         filter.member_of = agg.member_of;
         filter.forbidden_aggregates = agg.forbidden;
         indexed = true;
@@ -117,7 +128,11 @@ async fn list(
         let wanted = parse_resources(r, "resources")?;
         let names: Vec<String> = wanted.iter().map(|(n, _)| n.clone()).collect();
         st.placement
-            .class_ids_for(names.iter(), |n| format!("Invalid resource class in resources parameter: No such resource class {n}."))
+            .class_ids_for(names.iter(), |n| {
+                format!(
+                    "Invalid resource class in resources parameter: No such resource class {n}."
+                )
+            })
             .await?;
         for (n, a) in wanted {
             if a < 1 {
@@ -131,7 +146,9 @@ async fn list(
     }
     if let Some(t) = q.one("in_tree")? {
         filter.in_tree = Some(t.parse().map_err(|_| {
-            PlacementError::bad_request(format!("Invalid query string parameters: '{t}' is not a 'uuid'"))
+            PlacementError::bad_request(format!(
+                "Invalid query string parameters: '{t}' is not a 'uuid'"
+            ))
         })?);
         indexed = true;
     }
@@ -140,7 +157,8 @@ async fn list(
         if !mv.at_least(39) && required.iter().any(|r| r.starts_with("in:")) {
             return Err(PlacementError::bad_request("Invalid query string parameters: 'in:' is not supported for 'required' before microversion 1.39"));
         }
-        let tf = parse_required(&required).map_err(|e| PlacementError::bad_request(e.to_string()))?;
+        let tf =
+            parse_required(&required).map_err(|e| PlacementError::bad_request(e.to_string()))?;
         if !mv.at_least(22) && !tf.forbidden.is_empty() {
             return Err(PlacementError::bad_request(format!(
                 "Invalid query string parameters: forbidden traits are not supported before microversion 1.22. Got: {}",
@@ -151,7 +169,9 @@ async fn list(
         names.extend(tf.forbidden.iter());
         for n in names {
             if !st.placement.db.trait_exists(n).await? {
-                return Err(PlacementError::bad_request(format!("No such trait(s): {n}")));
+                return Err(PlacementError::bad_request(format!(
+                    "No such trait(s): {n}"
+                )));
             }
         }
         filter.required = tf.required;
@@ -161,7 +181,13 @@ async fn list(
     let rows = if indexed {
         let uuids = st.placement.with_index(|ix| ix.list_providers(&filter))?;
         let uuids: Vec<String> = uuids.iter().map(ToString::to_string).collect();
-        st.placement.db.list_providers(&ProviderQuery { uuids: Some(uuids), ..Default::default() }).await?
+        st.placement
+            .db
+            .list_providers(&ProviderQuery {
+                uuids: Some(uuids),
+                ..Default::default()
+            })
+            .await?
     } else {
         st.placement
             .db
@@ -172,7 +198,9 @@ async fn list(
             })
             .await?
     };
-    Ok(Json(json!({"resource_providers": rows.iter().map(|r| provider_json(r, mv)).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"resource_providers": rows.iter().map(|r| provider_json(r, mv)).collect::<Vec<_>>()}),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -211,9 +239,19 @@ async fn create(
         Some(u) => normalize_uuid(u, "uuid")?,
         None => ProviderUuid::new_random().to_string(),
     };
-    let parent = body.parent_provider_uuid.as_deref().map(|p| normalize_uuid(p, "parent_provider_uuid")).transpose()?;
-    let row = st.placement.db.create_provider(&uuid, &body.name, parent.as_deref()).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    let parent = body
+        .parent_provider_uuid
+        .as_deref()
+        .map(|p| normalize_uuid(p, "parent_provider_uuid"))
+        .transpose()?;
+    let row = st
+        .placement
+        .db
+        .create_provider(&uuid, &body.name, parent.as_deref())
+        .await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     let location = [(header::LOCATION, format!("/resource_providers/{uuid}"))];
     if mv.at_least(20) {
         // 1.20: the new provider comes back in the body, with 200.
@@ -243,7 +281,9 @@ struct UpdateBody {
 }
 
 /// Distinguishes an absent field (`None`) from an explicit null (`Some(None)`).
-fn double_option<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Option<String>>, D::Error> {
+fn double_option<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<String>>, D::Error> {
     Ok(Some(Option::<String>::deserialize(d)?))
 }
 
@@ -264,7 +304,9 @@ async fn update(
     }
     let new_parent = match body.parent_provider_uuid {
         None => row.parent_uuid.clone(),
-        Some(p) => p.map(|p| normalize_uuid(&p, "parent_provider_uuid")).transpose()?,
+        Some(p) => p
+            .map(|p| normalize_uuid(&p, "parent_provider_uuid"))
+            .transpose()?,
     };
     if new_parent != row.parent_uuid && !mv.at_least(37) {
         if row.parent_uuid.is_some() {
@@ -278,7 +320,10 @@ async fn update(
             ));
         }
     }
-    st.placement.db.update_provider(&row, &body.name, new_parent.as_deref()).await?;
+    st.placement
+        .db
+        .update_provider(&row, &body.name, new_parent.as_deref())
+        .await?;
     // The whole old and new tree may have changed roots.
     st.placement.refresh_all().await?;
     let row = load_provider(&st, &uuid).await?;
@@ -293,6 +338,8 @@ async fn delete(
     caller.authorize("placement:resource_providers:delete")?;
     let row = load_provider(&st, &uuid).await?;
     st.placement.db.delete_provider(&row).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

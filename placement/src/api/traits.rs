@@ -24,7 +24,9 @@ pub fn routes() -> Router<AppState> {
         .route("/traits/{name}", get(show).put(put).delete(delete))
         .route(
             "/resource_providers/{uuid}/traits",
-            get(provider_traits).put(set_provider_traits).delete(delete_provider_traits),
+            get(provider_traits)
+                .put(set_provider_traits)
+                .delete(delete_provider_traits),
         )
 }
 
@@ -32,7 +34,9 @@ fn gate(mv: Microversion) -> Result<()> {
     if mv.at_least(6) {
         Ok(())
     } else {
-        Err(PlacementError::not_found("The resource could not be found."))
+        Err(PlacementError::not_found(
+            "The resource could not be found.",
+        ))
     }
 }
 
@@ -41,7 +45,9 @@ pub fn is_custom_trait(name: &str) -> bool {
     name.len() > 7
         && name.len() <= 255
         && name.starts_with("CUSTOM_")
-        && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 async fn list(
@@ -59,7 +65,12 @@ async fn list(
         if let Some(p) = name.strip_prefix("startswith:") {
             tq.prefix = Some(p.to_owned());
         } else if let Some(list) = name.strip_prefix("in:") {
-            tq.names = Some(list.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
+            tq.names = Some(
+                list.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+            );
         } else {
             return Err(PlacementError::bad_request(format!(
                 "Badly formatted name parameter. Expected name query string parameter in form: \
@@ -78,7 +89,9 @@ async fn list(
             }
         });
     }
-    Ok(Json(json!({"traits": st.placement.db.list_traits(&tq).await?})))
+    Ok(Json(
+        json!({"traits": st.placement.db.list_traits(&tq).await?}),
+    ))
 }
 
 async fn show(
@@ -92,7 +105,9 @@ async fn show(
     if st.placement.db.trait_exists(&name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(PlacementError::not_found(format!("No such trait(s): {name}")))
+        Err(PlacementError::not_found(format!(
+            "No such trait(s): {name}"
+        )))
     }
 }
 
@@ -111,9 +126,17 @@ async fn put(
         ));
     }
     if st.placement.db.create_trait(&name).await? {
-        Ok((StatusCode::CREATED, [(header::LOCATION, format!("/traits/{name}"))]).into_response())
+        Ok((
+            StatusCode::CREATED,
+            [(header::LOCATION, format!("/traits/{name}"))],
+        )
+            .into_response())
     } else {
-        Ok((StatusCode::NO_CONTENT, [(header::LOCATION, format!("/traits/{name}"))]).into_response())
+        Ok((
+            StatusCode::NO_CONTENT,
+            [(header::LOCATION, format!("/traits/{name}"))],
+        )
+            .into_response())
     }
 }
 
@@ -126,11 +149,15 @@ async fn delete(
     gate(mv)?;
     caller.authorize("placement:traits:delete")?;
     if is_standard_trait(&name) {
-        return Err(PlacementError::bad_request(format!("Cannot delete standard trait {name}.")));
+        return Err(PlacementError::bad_request(format!(
+            "Cannot delete standard trait {name}."
+        )));
     }
     match st.placement.db.delete_trait(&name).await? {
         DeleteOutcome::Deleted => Ok(StatusCode::NO_CONTENT),
-        DeleteOutcome::NotFound => Err(PlacementError::not_found(format!("No such trait(s): {name}"))),
+        DeleteOutcome::NotFound => Err(PlacementError::not_found(format!(
+            "No such trait(s): {name}"
+        ))),
         DeleteOutcome::InUse => Err(PlacementError::conflict(
             ErrorCode::Undefined,
             format!("The trait {name} is in use by a resource provider."),
@@ -148,7 +175,9 @@ async fn provider_traits(
     caller.authorize("placement:resource_providers:traits:list")?;
     let row = load_provider(&st, &uuid).await?;
     let traits = st.placement.db.provider_traits(row.id).await?;
-    Ok(Json(json!({"traits": traits, "resource_provider_generation": row.generation})))
+    Ok(Json(
+        json!({"traits": traits, "resource_provider_generation": row.generation}),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -169,16 +198,27 @@ async fn set_provider_traits(
     caller.authorize("placement:resource_providers:traits:update")?;
     let row = load_provider(&st, &uuid).await?;
     if let Some(bad) = body.traits.iter().find(|t| t.is_empty() || t.len() > 255) {
-        return Err(PlacementError::bad_request(format!("JSON does not validate: invalid trait name {bad:?}")));
+        return Err(PlacementError::bad_request(format!(
+            "JSON does not validate: invalid trait name {bad:?}"
+        )));
     }
     let generation = st
         .placement
         .db
-        .set_provider_traits(row.id, &row.uuid, body.resource_provider_generation, &body.traits)
+        .set_provider_traits(
+            row.id,
+            &row.uuid,
+            body.resource_provider_generation,
+            &body.traits,
+        )
         .await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     let traits = st.placement.db.provider_traits(row.id).await?;
-    Ok(Json(json!({"traits": traits, "resource_provider_generation": generation})))
+    Ok(Json(
+        json!({"traits": traits, "resource_provider_generation": generation}),
+    ))
 }
 
 async fn delete_provider_traits(
@@ -190,7 +230,12 @@ async fn delete_provider_traits(
     gate(mv)?;
     caller.authorize("placement:resource_providers:traits:delete")?;
     let row = load_provider(&st, &uuid).await?;
-    st.placement.db.set_provider_traits(row.id, &row.uuid, row.generation, &[]).await?;
-    st.placement.refresh(std::slice::from_ref(&row.uuid)).await?;
+    st.placement
+        .db
+        .set_provider_traits(row.id, &row.uuid, row.generation, &[])
+        .await?;
+    st.placement
+        .refresh(std::slice::from_ref(&row.uuid))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -28,7 +28,9 @@ async fn provider_usages(
     caller.authorize("placement:resource_providers:usages")?;
     let row = load_provider(&st, &uuid).await?;
     let usages = st.placement.db.provider_usages(row.id).await?;
-    Ok(Json(json!({"usages": usages, "resource_provider_generation": row.generation})))
+    Ok(Json(
+        json!({"usages": usages, "resource_provider_generation": row.generation}),
+    ))
 }
 
 async fn project_usages(
@@ -38,15 +40,23 @@ async fn project_usages(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>> {
     if !mv.at_least(9) {
-        return Err(PlacementError::not_found("The resource could not be found."));
+        return Err(PlacementError::not_found(
+            "The resource could not be found.",
+        ));
     }
     caller.authorize("placement:usages")?;
     let q = Query::parse(raw.as_deref())?;
-    let allowed: &[&str] = if mv.at_least(38) { &["project_id", "user_id", "consumer_type"] } else { &["project_id", "user_id"] };
+    let allowed: &[&str] = if mv.at_least(38) {
+        &["project_id", "user_id", "consumer_type"]
+    } else {
+        &["project_id", "user_id"]
+    };
     q.only(allowed)?;
-    let project = q
-        .one("project_id")?
-        .ok_or_else(|| PlacementError::bad_request("Invalid query string parameters: 'project_id' is a required property"))?;
+    let project = q.one("project_id")?.ok_or_else(|| {
+        PlacementError::bad_request(
+            "Invalid query string parameters: 'project_id' is a required property",
+        )
+    })?;
     let user = q.one("user_id")?;
     let wanted_type = q.one("consumer_type")?;
     let by_type = st.placement.db.project_usages(project, user).await?;

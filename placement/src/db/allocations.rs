@@ -368,7 +368,10 @@ impl Db {
     }
 
     /// The allocations against one provider: consumer → class → amount.
-    pub async fn provider_allocations(&self, provider_id: i64) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
+    pub async fn provider_allocations(
+        &self,
+        provider_id: i64,
+    ) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
         on_db!(self, pool => {
             let rows = sqlx::query(
                 "SELECT a.consumer_id, c.name, a.used FROM allocations a JOIN resource_classes c ON c.id = a.resource_class_id \
@@ -411,7 +414,11 @@ impl Db {
         project: &str,
         user: Option<&str>,
     ) -> Result<BTreeMap<Option<String>, (i64, BTreeMap<String, i64>)>> {
-        let user_filter = if user.is_some() { " AND u.external_id = $2" } else { "" };
+        let user_filter = if user.is_some() {
+            " AND u.external_id = $2"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT t.name AS ctype, c.name AS rc, CAST(SUM(a.used) AS BIGINT) AS used, COUNT(DISTINCT a.consumer_id) AS consumers \
              FROM allocations a JOIN consumers co ON co.uuid = a.consumer_id \

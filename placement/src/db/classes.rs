@@ -49,7 +49,12 @@ impl Db {
 
     /// Name → id of every class.
     pub async fn class_ids(&self) -> Result<HashMap<String, i64>> {
-        Ok(self.list_classes().await?.into_iter().map(|c| (c.name, c.id)).collect())
+        Ok(self
+            .list_classes()
+            .await?
+            .into_iter()
+            .map(|c| (c.name, c.id))
+            .collect())
     }
 
     /// Creates a custom class; `false` if it already existed.

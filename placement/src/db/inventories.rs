@@ -193,7 +193,12 @@ impl Db {
 
     /// Deletes one class's inventory unless it is allocated from. With
     /// `seen` the generation is compared; without it, the current one is used.
-    pub async fn delete_inventory(&self, row: &ProviderRow, seen: Option<i64>, class: &str) -> Result<i64> {
+    pub async fn delete_inventory(
+        &self,
+        row: &ProviderRow,
+        seen: Option<i64>,
+        class: &str,
+    ) -> Result<i64> {
         on_db!(self, pool => {
             let mut tx = pool.begin().await?;
             let generation = bump_generation!(tx, row.id, seen.unwrap_or(row.generation), &row.uuid);

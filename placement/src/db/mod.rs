@@ -49,7 +49,9 @@ pub(crate) use on_db;
 impl Db {
     /// Brings the database at `url` up to date and opens a pool on it.
     pub async fn open(url: &str, max_connections: u32) -> Result<Db> {
-        migrations::migrate(Kind::Placement, url).await.map_err(PlacementError::Migrate)?;
+        migrations::migrate(Kind::Placement, url)
+            .await
+            .map_err(PlacementError::Migrate)?;
         match Backend::from_url(url).map_err(PlacementError::Migrate)? {
             Backend::Postgres => {
                 let pool = PgPoolOptions::new()
@@ -68,7 +70,10 @@ impl Db {
                     .busy_timeout(Duration::from_secs(10));
                 // One connection: SQLite has one writer anyway, and a single
                 // connection never meets "database is locked".
-                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(opts)
+                    .await?;
                 Ok(Db::Sqlite(pool))
             }
         }
@@ -90,7 +95,10 @@ pub fn now() -> DateTime<Utc> {
 
 /// `$first, $first+1, …` placeholders for an `IN (…)` list of `n` values.
 pub fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Bumps a provider's generation if it is still `seen`; a stale generation

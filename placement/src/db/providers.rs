@@ -70,7 +70,12 @@ pub struct ProviderQuery {
 impl Db {
     /// Creates a provider (a root, or a child of `parent`). Duplicate UUID or
     /// name is a 409; an unknown parent a 400.
-    pub async fn create_provider(&self, uuid: &str, name: &str, parent: Option<&str>) -> Result<ProviderRow> {
+    pub async fn create_provider(
+        &self,
+        uuid: &str,
+        name: &str,
+        parent: Option<&str>,
+    ) -> Result<ProviderRow> {
         on_db!(self, pool => {
             let mut tx = pool.begin().await?;
             let (parent_id, root_id) = match parent {
@@ -126,9 +131,9 @@ impl Db {
 
     /// One provider by UUID, or 404.
     pub async fn provider_or_404(&self, uuid: &str) -> Result<ProviderRow> {
-        self.get_provider(uuid)
-            .await?
-            .ok_or_else(|| PlacementError::not_found(format!("No resource provider with uuid {uuid} found")))
+        self.get_provider(uuid).await?.ok_or_else(|| {
+            PlacementError::not_found(format!("No resource provider with uuid {uuid} found"))
+        })
     }
 
     /// Providers matching `q`, by id.
@@ -149,7 +154,10 @@ impl Db {
             }
             let first = binds.len() + 1;
             binds.extend(us.iter().cloned());
-            sql.push_str(&format!(" AND p.uuid IN ({})", placeholders(first, us.len())));
+            sql.push_str(&format!(
+                " AND p.uuid IN ({})",
+                placeholders(first, us.len())
+            ));
         }
         sql.push_str(" ORDER BY p.id");
         on_db!(self, pool => {
@@ -164,7 +172,12 @@ impl Db {
     /// Renames and/or re-parents a provider. Re-parenting rules (which
     /// changes are allowed at which microversion) are the caller's; here a
     /// new parent must exist and must not be in the provider's own subtree.
-    pub async fn update_provider(&self, row: &ProviderRow, name: &str, parent: Option<&str>) -> Result<()> {
+    pub async fn update_provider(
+        &self,
+        row: &ProviderRow,
+        name: &str,
+        parent: Option<&str>,
+    ) -> Result<()> {
         on_db!(self, pool => {
             let mut tx = pool.begin().await?;
             let (parent_id, root_id) = match parent {
@@ -274,7 +287,12 @@ impl Db {
     /// Replaces a provider's aggregates. With `seen` (1.19+) the generation
     /// is compared and bumped; without it (older microversions) it is bumped
     /// unconditionally. Returns the new generation.
-    pub async fn set_provider_aggregates(&self, row: &ProviderRow, seen: Option<i64>, aggs: &[String]) -> Result<i64> {
+    pub async fn set_provider_aggregates(
+        &self,
+        row: &ProviderRow,
+        seen: Option<i64>,
+        aggs: &[String],
+    ) -> Result<i64> {
         on_db!(self, pool => {
             let mut tx = pool.begin().await?;
             let generation = bump_generation!(tx, row.id, seen.unwrap_or(row.generation), &row.uuid);
@@ -315,7 +333,9 @@ impl Db {
             Some(u) => format!(" WHERE p.uuid IN ({})", placeholders(1, u.len())),
             None => String::new(),
         };
-        let bind_all = |sql: String| -> (String, Vec<String>) { (sql, uuids.map(<[String]>::to_vec).unwrap_or_default()) };
+        let bind_all = |sql: String| -> (String, Vec<String>) {
+            (sql, uuids.map(<[String]>::to_vec).unwrap_or_default())
+        };
         let (prov_sql, binds) = bind_all(format!(
             "SELECT p.id, p.uuid, p.name, p.generation, pp.uuid AS parent_uuid FROM resource_providers p \
              LEFT JOIN resource_providers pp ON pp.id = p.parent_provider_id{filter} ORDER BY p.id"

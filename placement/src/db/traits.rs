@@ -43,13 +43,21 @@ impl Db {
         let mut sql = String::from("SELECT t.name FROM traits t WHERE 1 = 1");
         let mut binds: Vec<String> = Vec::new();
         if let Some(p) = &q.prefix {
-            binds.push(format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+            binds.push(format!(
+                "{}%",
+                p.replace('\\', "\\\\")
+                    .replace('%', "\\%")
+                    .replace('_', "\\_")
+            ));
             sql.push_str(&format!(" AND t.name LIKE ${} ESCAPE '\\'", binds.len()));
         }
         if let Some(names) = &q.names {
             let first = binds.len() + 1;
             binds.extend(names.iter().cloned());
-            sql.push_str(&format!(" AND t.name IN ({})", placeholders(first, names.len())));
+            sql.push_str(&format!(
+                " AND t.name IN ({})",
+                placeholders(first, names.len())
+            ));
         }
         match q.associated {
             Some(true) => sql.push_str(" AND EXISTS (SELECT 1 FROM resource_provider_traits r WHERE r.trait_id = t.id)"),
@@ -128,7 +136,13 @@ impl Db {
 
     /// Replaces a provider's traits if its generation is still `seen`;
     /// returns the new generation. Unknown traits are a 400 and nothing is written.
-    pub async fn set_provider_traits(&self, provider_id: i64, uuid: &str, seen: i64, names: &[String]) -> Result<i64> {
+    pub async fn set_provider_traits(
+        &self,
+        provider_id: i64,
+        uuid: &str,
+        seen: i64,
+        names: &[String],
+    ) -> Result<i64> {
         on_db!(self, pool => {
             let mut tx = pool.begin().await?;
             let mut ids = Vec::with_capacity(names.len());

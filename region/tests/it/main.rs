@@ -85,8 +85,14 @@ fn region_serves_placement_until_stopped() {
     let addr = addr.expect("region printed the placement address");
     let request = |path: &str, token: Option<&str>| -> String {
         let mut s = std::net::TcpStream::connect(&addr).expect("connect placement");
-        let auth = token.map(|t| format!("x-auth-token: {t}\r\n")).unwrap_or_default();
-        write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n").unwrap();
+        let auth = token
+            .map(|t| format!("x-auth-token: {t}\r\n"))
+            .unwrap_or_default();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut buf = String::new();
         s.read_to_string(&mut buf).unwrap();
         buf
