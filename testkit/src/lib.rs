@@ -141,17 +141,20 @@ pub fn rabbitmq(test_name: &str) -> Option<String> {
         skip_or_panic("RabbitMQ", "nothing listens on 127.0.0.1:5672");
         return None;
     }
-    let _ = Command::new("rabbitmqctl")
-        .args(["-q", "delete_vhost", &vhost])
-        .output();
-    let ok = Command::new("rabbitmqctl")
-        .args(["-q", "add_vhost", &vhost])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    let perms = ok
-        && Command::new("rabbitmqctl")
-            .args([
+    // rabbitmqctl calls from parallel test processes occasionally fail;
+    // retry a few times before giving up.
+    let run = |args: &[&str]| {
+        Command::new("rabbitmqctl")
+            .args(args)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    let mut perms = false;
+    for attempt in 0..5u64 {
+        run(&["-q", "delete_vhost", &vhost]);
+        perms = run(&["-q", "add_vhost", &vhost])
+            && run(&[
                 "-q",
                 "set_permissions",
                 "-p",
@@ -160,10 +163,12 @@ pub fn rabbitmq(test_name: &str) -> Option<String> {
                 ".*",
                 ".*",
                 ".*",
-            ])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
+            ]);
+        if perms {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300 * (attempt + 1)));
+    }
     if !perms {
         skip_or_panic("RabbitMQ", "rabbitmqctl could not create the test vhost");
         return None;

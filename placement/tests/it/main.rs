@@ -1,5 +1,6 @@
 //! Integration tests of the placement crate (one binary, see CONVENTIONS.md).
 
+mod concurrency;
 mod engine_candidates;
 mod engine_granular;
 mod engine_index;

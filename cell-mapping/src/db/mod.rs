@@ -1,0 +1,171 @@
+//! Database access. ALL the SQL of this crate lives below: [`api`] holds
+//! every statement on the API database's `cell_mappings`, `host_mappings`
+//! and `instance_mappings`; [`cell`] holds the few reads and writes on a cell
+//! database that discovery, instance mapping and cell/host deletion need.
+//!
+//! One [`Pool`] enum (PostgreSQL or SQLite) and plain `query`/`query_as`
+//! with `$N` binds, which both backends accept; the [`with_pool!`] macro
+//! expands one statement for both pool types, so each statement is written
+//! once. Timestamps are bound from Rust (`chrono::Utc::now()`), so
+//! `updated_at` has sub-second precision on both backends (the cache's
+//! change marker relies on it).
+
+pub mod api;
+pub mod cell;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use migrations::Backend;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool, SqlitePool};
+
+use crate::url::{mask, validate_database_url};
+use crate::Error;
+
+/// A connection pool on either backend.
+#[derive(Debug, Clone)]
+pub enum Pool {
+    /// PostgreSQL.
+    Postgres(PgPool),
+    /// SQLite.
+    Sqlite(SqlitePool),
+}
+
+/// Expands `$body` once per backend with `$p` bound to the concrete pool.
+macro_rules! with_pool {
+    ($pool:expr, $p:ident => $body:expr) => {
+        match $pool {
+            $crate::db::Pool::Postgres($p) => $body,
+            $crate::db::Pool::Sqlite($p) => $body,
+        }
+    };
+}
+pub(crate) use with_pool;
+
+/// `$start, $start+1, …` (n placeholders), for `IN (…)` lists.
+pub(crate) fn placeholders(start: usize, n: usize) -> String {
+    (start..start + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Largest number of values bound in one statement's `IN`/`VALUES` list.
+pub(crate) const CHUNK: usize = 200;
+
+impl Pool {
+    /// Opens a pool on `url`. `role` names the database in errors ("API",
+    /// "cell1", …). The first connection is made eagerly, so an unreachable
+    /// database is reported here.
+    pub async fn connect(role: &'static str, url: &str) -> Result<Pool, Error> {
+        let backend = validate_database_url(url)?;
+        let connect = |source| Error::Connect {
+            role,
+            url: mask(url),
+            source,
+        };
+        Ok(match backend {
+            Backend::Postgres => {
+                let opts = PgConnectOptions::from_str(url).map_err(connect)?;
+                // One direct attempt first: its error names the cause
+                // (refused, unknown database, auth), where a pool would
+                // retry until its timeout and report only that.
+                let probe = tokio::time::timeout(Duration::from_secs(10), opts.connect())
+                    .await
+                    .map_err(|_| connect(sqlx::Error::PoolTimedOut))?
+                    .map_err(connect)?;
+                let _ = probe.close().await;
+                let pool = PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_lazy_with(opts);
+                Pool::Postgres(pool)
+            }
+            Backend::Sqlite => {
+                let opts = SqliteConnectOptions::from_str(url)
+                    .map_err(connect)?
+                    .busy_timeout(Duration::from_secs(30));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_with(opts)
+                    .await
+                    .map_err(connect)?;
+                Pool::Sqlite(pool)
+            }
+        })
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        with_pool!(self, p => p.close().await)
+    }
+}
+
+/// The API database.
+#[derive(Debug, Clone)]
+pub struct ApiDb {
+    pool: Pool,
+    url: String,
+}
+
+impl ApiDb {
+    /// Opens the API database at `url`; fails with [`Error::ApiNotMigrated`]
+    /// when it has no schema yet.
+    pub async fn open(url: &str) -> Result<ApiDb, Error> {
+        let pool = Pool::connect("API", url).await?;
+        let db = ApiDb {
+            pool,
+            url: url.to_owned(),
+        };
+        if !db.has_schema().await? {
+            db.pool.close().await;
+            return Err(Error::ApiNotMigrated { url: mask(url) });
+        }
+        Ok(db)
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The URL (with its password: never print it, use [`mask`]).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await
+    }
+}
+
+/// One cell's database, opened for a short task.
+#[derive(Debug, Clone)]
+pub struct CellDb {
+    pool: Pool,
+}
+
+impl CellDb {
+    /// Opens the cell database at `url`.
+    pub async fn open(url: &str) -> Result<CellDb, Error> {
+        Ok(CellDb {
+            pool: Pool::connect("cell", url).await?,
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await
+    }
+}
+
+pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
