@@ -25,7 +25,14 @@ impl Drop for Server {
 
 fn start(db: &str) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_placement"))
-        .args(["--database", db, "--listen", "127.0.0.1:0", "--auth-strategy", "noauth2"])
+        .args([
+            "--database",
+            db,
+            "--listen",
+            "127.0.0.1:0",
+            "--auth-strategy",
+            "noauth2",
+        ])
         .env("PLACEMENT__TELEMETRY__LOG_FILTER", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -33,7 +40,9 @@ fn start(db: &str) -> Server {
         .expect("start placement");
     let out = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).expect("read address");
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("read address");
     let addr = line
         .trim()
         .strip_prefix("placement listening on http://")
@@ -66,7 +75,11 @@ fn two_processes_never_over_allocate() {
     let rp = uuid();
     let mut ca = client(a.addr);
     let r = ca
-        .request("POST", "/resource_providers", Some(&format!(r#"{{"name": "cn1", "uuid": "{rp}"}}"#)))
+        .request(
+            "POST",
+            "/resource_providers",
+            Some(&format!(r#"{{"name": "cn1", "uuid": "{rp}"}}"#)),
+        )
         .unwrap();
     // At 1.20+ the new provider comes back with 200.
     assert_eq!(r.status, 200, "{}", r.body);
@@ -92,7 +105,11 @@ fn two_processes_never_over_allocate() {
         )
         .unwrap();
     assert_eq!(r.status, 409, "{}", r.body);
-    assert!(r.body.contains("placement.concurrent_update") || r.body.contains("generation conflict"), "{}", r.body);
+    assert!(
+        r.body.contains("placement.concurrent_update") || r.body.contains("generation conflict"),
+        "{}",
+        r.body
+    );
 
     let successes = Arc::new(AtomicUsize::new(0));
     let capacity_refusals = Arc::new(AtomicUsize::new(0));
@@ -139,12 +156,23 @@ fn two_processes_never_over_allocate() {
     assert_eq!(successes.load(Ordering::SeqCst), CAPACITY);
     assert_eq!(capacity_refusals.load(Ordering::SeqCst), 16);
     for c in [&mut ca, &mut cb] {
-        let u = c.request("GET", &format!("/resource_providers/{rp}/usages"), None).unwrap();
+        let u = c
+            .request("GET", &format!("/resource_providers/{rp}/usages"), None)
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&u.body).unwrap();
         assert_eq!(v["usages"]["VCPU"], CAPACITY);
-        let allocs = c.request("GET", &format!("/resource_providers/{rp}/allocations"), None).unwrap();
+        let allocs = c
+            .request(
+                "GET",
+                &format!("/resource_providers/{rp}/allocations"),
+                None,
+            )
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&allocs.body).unwrap();
         assert_eq!(v["allocations"].as_object().unwrap().len(), CAPACITY);
     }
-    eprintln!("retries after concurrent updates: {}", retries.load(Ordering::SeqCst));
+    eprintln!(
+        "retries after concurrent updates: {}",
+        retries.load(Ordering::SeqCst)
+    );
 }
