@@ -11,7 +11,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::body::from_parts;
+use super::body::{from_parts, schema_error};
 use super::resource_providers::{load_provider, normalize_uuid};
 use super::AppState;
 use crate::auth::Caller;
@@ -99,8 +99,37 @@ fn check_consumer_type(t: &str) -> Result<()> {
     }
 }
 
+/// Upstream's schema for `project_id` and `user_id`: 1 to 255 characters.
+fn check_ids(project_id: Option<&str>, user_id: Option<&str>) -> Result<()> {
+    for (name, v) in [("project_id", project_id), ("user_id", user_id)] {
+        let Some(v) = v else { continue };
+        let n = v.chars().count();
+        if n < 1 {
+            return Err(schema_error(
+                format!("'{v}' is too short"),
+                "minLength",
+                &[name],
+            ));
+        }
+        if n > 255 {
+            return Err(schema_error(
+                format!("'{v}' is too long"),
+                "maxLength",
+                &[name],
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Validates one consumer's body at `mv` into a write.
-fn consumer_write(consumer: String, body: ConsumerBody, mv: Microversion) -> Result<ConsumerWrite> {
+fn consumer_write(
+    consumer: String,
+    body: ConsumerBody,
+    mv: Microversion,
+    empty_ok: bool,
+) -> Result<ConsumerWrite> {
+    check_ids(Some(&body.project_id), Some(&body.user_id))?;
     if mv.at_least(28) && body.consumer_generation.is_none() {
         return Err(PlacementError::bad_request(
             "JSON does not validate: 'consumer_generation' is a required property",
@@ -129,14 +158,23 @@ fn consumer_write(consumer: String, body: ConsumerBody, mv: Microversion) -> Res
     if let Some(t) = &body.consumer_type {
         check_consumer_type(t)?;
     }
-    if body.allocations.is_empty() && !mv.at_least(28) {
-        return Err(PlacementError::bad_request(
-            "JSON does not validate: {} does not have enough properties",
+    if body.allocations.is_empty() && !mv.at_least(28) && !empty_ok {
+        return Err(schema_error(
+            "{} does not have enough properties",
+            "minProperties",
+            &["allocations"],
         ));
     }
     let mut allocations = BTreeMap::new();
     for (rp, r) in body.allocations {
-        allocations.insert(normalize_uuid(&rp, "allocations")?, r.resources);
+        let uuid = normalize_uuid(&rp, "allocations").map_err(|_| {
+            schema_error(
+                format!("'{rp}' does not match any of the regexes: '^[0-9a-fA-F-]{{36}}$'"),
+                "additionalProperties",
+                &["allocations"],
+            )
+        })?;
+        allocations.insert(uuid, r.resources);
     }
     Ok(ConsumerWrite {
         consumer,
@@ -164,10 +202,23 @@ async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
                 )));
             }
             for (rc, amount) in res {
+                let rc_ok = !rc.is_empty()
+                    && rc
+                        .bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+                if !rc_ok {
+                    return Err(schema_error(
+                        format!("'{rc}' does not match any of the regexes: '^[A-Z0-9_]+$'"),
+                        "additionalProperties",
+                        &["resources"],
+                    ));
+                }
                 if *amount < 1 {
-                    return Err(PlacementError::bad_request(format!(
-                        "JSON does not validate: {amount} is less than the minimum of 1 ({rc})"
-                    )));
+                    return Err(schema_error(
+                        format!("{amount} is less than the minimum of 1"),
+                        "minimum",
+                        &[],
+                    ));
                 }
                 classes.push(rc.clone());
             }
@@ -178,7 +229,7 @@ async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
     let ids = st
         .placement
         .class_ids_for(classes.iter(), |c| {
-            format!("Unable to allocate inventory: No such resource class {c}.")
+            format!("Unable to allocate inventory for consumer: No such resource class {c}.")
         })
         .await?;
     let touched = st.placement.db.write_allocations(&writes, &ids).await?;
@@ -194,22 +245,32 @@ async fn put(
     bytes: Bytes,
 ) -> Result<StatusCode> {
     caller.authorize("placement:allocations:update")?;
-    let consumer = normalize_uuid(&consumer, "consumer_uuid")?;
+    let consumer = normalize_uuid(&consumer, "consumer_uuid")
+        .map_err(|_| PlacementError::bad_request(format!("Malformed consumer_uuid: {consumer}")))?;
     let w = if mv.at_least(12) {
         let body: ConsumerBody = from_parts(&headers, &bytes)?.0;
-        consumer_write(consumer, body, mv)?
+        consumer_write(consumer, body, mv, false)?
     } else {
         let body: LegacyBody = from_parts(&headers, &bytes)?.0;
         if body.allocations.is_empty() {
-            return Err(PlacementError::bad_request(
-                "JSON does not validate: [] is too short",
+            return Err(schema_error(
+                "[] is too short",
+                "minItems",
+                &["allocations"],
             ));
         }
-        if mv.at_least(8) && (body.project_id.is_none() || body.user_id.is_none()) {
-            return Err(PlacementError::bad_request(
-                "JSON does not validate: 'project_id' and 'user_id' are required properties",
-            ));
+        if mv.at_least(8) {
+            for (name, v) in [("project_id", &body.project_id), ("user_id", &body.user_id)] {
+                if v.is_none() {
+                    return Err(schema_error(
+                        format!("'{name}' is a required property"),
+                        "required",
+                        &[],
+                    ));
+                }
+            }
         }
+        check_ids(body.project_id.as_deref(), body.user_id.as_deref())?;
         let mut allocations: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
         for a in body.allocations {
             let rp = normalize_uuid(&a.resource_provider.uuid, "resource_provider")?;
@@ -240,18 +301,18 @@ async fn post_many(
     bytes: Bytes,
 ) -> Result<StatusCode> {
     if !mv.at_least(13) {
-        return Err(PlacementError::client(
-            StatusCode::METHOD_NOT_ALLOWED,
-            crate::error::ErrorCode::Undefined,
-            "The method POST is not allowed for this resource.",
+        return Err(PlacementError::not_found(
+            "The resource could not be found.",
         ));
     }
     caller.authorize("placement:allocations:manage")?;
     let body: BTreeMap<String, ConsumerBody> = from_parts(&headers, &bytes)?.0;
     let mut writes = Vec::with_capacity(body.len());
     for (consumer, b) in body {
-        let consumer = normalize_uuid(&consumer, "consumer_uuid")?;
-        writes.push(consumer_write(consumer, b, mv)?);
+        let consumer = normalize_uuid(&consumer, "consumer_uuid").map_err(|_| {
+            PlacementError::bad_request(format!("Malformed consumer_uuid: {consumer}"))
+        })?;
+        writes.push(consumer_write(consumer, b, mv, true)?);
     }
     write(&st, writes).await?;
     Ok(StatusCode::NO_CONTENT)

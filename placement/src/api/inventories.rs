@@ -10,6 +10,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::body::schema_error;
 use super::resource_providers::load_provider;
 use super::{AppState, JsonBody};
 use crate::auth::Caller;
@@ -21,6 +22,8 @@ use crate::microversion::Microversion;
 
 /// Upstream's largest integer for inventory fields.
 pub const MAX_INT: i64 = 0x7FFF_FFFF;
+/// Upstream's largest allocation ratio (a single-precision float).
+const MAX_RATIO: f64 = 3.40282e38;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -64,17 +67,27 @@ struct InvFields {
 }
 
 impl InvFields {
-    fn validate(&self, class: &str, uuid: &str, mv: Microversion) -> Result<Inventory> {
+    fn validate(
+        &self,
+        class: &str,
+        uuid: &str,
+        mv: Microversion,
+        action: &str,
+    ) -> Result<Inventory> {
         let range = |name: &str, v: i64, min: i64| -> Result<()> {
             if v < min {
-                return Err(PlacementError::bad_request(format!(
-                    "JSON does not validate: {v} is less than the minimum of {min} ({name})"
-                )));
+                return Err(schema_error(
+                    format!("{v} is less than the minimum of {min}"),
+                    "minimum",
+                    &[name],
+                ));
             }
             if v > MAX_INT {
-                return Err(PlacementError::bad_request(format!(
-                    "JSON does not validate: {v} is greater than the maximum of {MAX_INT} ({name})"
-                )));
+                return Err(schema_error(
+                    format!("{v} is greater than the maximum of {MAX_INT}"),
+                    "maximum",
+                    &[name],
+                ));
             }
             Ok(())
         };
@@ -83,7 +96,17 @@ impl InvFields {
         range("min_unit", self.min_unit, 1)?;
         range("max_unit", self.max_unit, 1)?;
         range("step_size", self.step_size, 1)?;
-        if !(self.allocation_ratio >= 0.0001 && self.allocation_ratio <= 3.4028e38) {
+        if self.allocation_ratio > MAX_RATIO {
+            return Err(schema_error(
+                format!(
+                    "{} is greater than the maximum of {MAX_RATIO}",
+                    self.allocation_ratio
+                ),
+                "maximum",
+                &["allocation_ratio"],
+            ));
+        }
+        if self.allocation_ratio.is_nan() || self.allocation_ratio < 0.0001 {
             return Err(PlacementError::bad_request(format!(
                 "JSON does not validate: {} is not a valid allocation_ratio",
                 self.allocation_ratio
@@ -101,7 +124,7 @@ impl InvFields {
                 "greater than or equal to"
             };
             return Err(PlacementError::bad_request(format!(
-                "Unable to update inventory for resource provider {uuid}: Invalid inventory for '{class}' on \
+                "Unable to {action} inventory for resource provider {uuid}: Invalid inventory for '{class}' on \
                  resource provider '{uuid}'. The reserved value is {how} total."
             )));
         }
@@ -167,7 +190,7 @@ async fn replace(
         .await?;
     let mut new = BTreeMap::new();
     for (class, fields) in &body.inventories {
-        new.insert(class.clone(), fields.validate(class, &uuid, mv)?);
+        new.insert(class.clone(), fields.validate(class, &uuid, mv, "update")?);
     }
     let generation = st
         .placement
@@ -198,8 +221,7 @@ async fn create(
 ) -> Result<Response> {
     caller.authorize("placement:resource_providers:inventories:create")?;
     let row = load_provider(&st, &uuid).await?;
-    let fields: InvFields = serde_json::from_value(Value::Object(body.fields))
-        .map_err(|e| PlacementError::bad_request(format!("JSON does not validate: {e}")))?;
+    let fields: InvFields = super::body::from_value(Value::Object(body.fields))?;
     let class = body.resource_class;
     let ids = st
         .placement
@@ -207,7 +229,7 @@ async fn create(
             format!("No such resource class {c}.")
         })
         .await?;
-    let inv = fields.validate(&class, &uuid, mv)?;
+    let inv = fields.validate(&class, &uuid, mv, "create")?;
     let seen = body.resource_provider_generation.unwrap_or(row.generation);
     let generation = st
         .placement
@@ -262,15 +284,14 @@ async fn update(
 ) -> Result<Json<Value>> {
     caller.authorize("placement:resource_providers:inventories:update")?;
     let row = load_provider(&st, &uuid).await?;
-    let fields: InvFields = serde_json::from_value(Value::Object(body.fields))
-        .map_err(|e| PlacementError::bad_request(format!("JSON does not validate: {e}")))?;
+    let fields: InvFields = super::body::from_value(Value::Object(body.fields))?;
     let ids = st
         .placement
         .class_ids_for(std::iter::once(&class), |c| {
             format!("No such resource class {c}.")
         })
         .await?;
-    let inv = fields.validate(&class, &uuid, mv)?;
+    let inv = fields.validate(&class, &uuid, mv, "update")?;
     let generation = st
         .placement
         .db

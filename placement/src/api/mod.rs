@@ -42,7 +42,7 @@ pub struct AppState {
 
 /// Builds the placement REST API.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/", get(root::versions))
         .merge(resource_classes::routes())
         .merge(traits::routes())
@@ -52,7 +52,19 @@ pub fn router(state: AppState) -> Router {
         .merge(allocations::routes())
         .merge(usages::routes())
         .layer(axum::middleware::from_fn_with_state(state.clone(), frame))
-        .with_state(state)
+        .with_state(state);
+    // axum adds `Allow` to a 405 outside the route's layers: wrap the whole
+    // router to give it upstream's form.
+    Router::new()
+        .fallback_service(api)
+        .layer(axum::middleware::map_response(allow_without_head))
+}
+
+async fn allow_without_head(mut resp: Response) -> Response {
+    if resp.status() == StatusCode::METHOD_NOT_ALLOWED {
+        normalize_allow(resp.headers_mut());
+    }
+    resp
 }
 
 /// Marker a handler's error leaves on its response for [`frame`] to render.
@@ -127,14 +139,16 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         )),
         Ok(_) => None,
     };
-    let early = early.or_else(|| {
-        (!accepts_json(req.headers())).then(|| {
-            (
-                StatusCode::NOT_ACCEPTABLE,
-                "Only application/json is provided".to_owned(),
-            )
-        })
-    });
+    // Upstream checks `Accept` only in its GET handlers (`check_accept`), after
+    // routing: an unknown route is a 404 whatever is acceptable, and an error
+    // is rendered in the media type asked for.
+    let json_ok = accepts_json(req.headers());
+    let error_media = error_media_type(req.headers(), json_ok);
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let early = early.or_else(|| {
         if path == "/" {
             return None;
@@ -161,9 +175,22 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         None => next.run(req).await,
     };
 
+    let bare = !resp.headers().contains_key(header::CONTENT_TYPE)
+        && resp.extensions().get::<ErrorMarker>().is_none();
+    let routed = !(bare
+        && matches!(
+            resp.status(),
+            StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
+        ));
+    if method == Method::GET && !json_ok && routed && !resp.status().is_client_error() {
+        resp = StatusCode::NOT_ACCEPTABLE.into_response();
+        resp.extensions_mut().insert(ErrorMarker {
+            code: ErrorCode::Undefined,
+            detail: "Only application/json is provided".to_owned(),
+        });
+    }
     let status = resp.status();
     let marker = resp.extensions_mut().remove::<ErrorMarker>();
-    let bare = !resp.headers().contains_key(header::CONTENT_TYPE);
     let marker = marker.or_else(|| match status {
         StatusCode::NOT_FOUND if bare => Some(ErrorMarker {
             code: ErrorCode::Undefined,
@@ -176,13 +203,17 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         _ => None,
     });
     if let Some(m) = marker {
-        let body = error_body(
-            status,
-            m.code,
-            &m.detail,
-            request_id.as_str(),
-            mv.at_least(23),
-        );
+        let body = match error_media {
+            ErrorMedia::Json => error_body(
+                status,
+                m.code,
+                &m.detail,
+                request_id.as_str(),
+                mv.at_least(23),
+            ),
+            ErrorMedia::Html => error_html(status, &m.detail),
+            ErrorMedia::Text => error_text(status, &m.detail),
+        };
         let headers = std::mem::take(resp.headers_mut());
         resp = (status, body).into_response();
         for (k, v) in headers.iter() {
@@ -192,7 +223,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         }
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
+            HeaderValue::from_static(error_media.content_type()),
         );
         if status.is_server_error() {
             tracing::error!(%request_id, %method, %path, "internal error");
@@ -210,18 +241,121 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         HeaderValue::from_str(&mv.header_value()).expect("ascii"),
     );
     h.insert(header::VARY, HeaderValue::from_static(microversion::HEADER));
-    if method == Method::GET && status == StatusCode::OK && mv.at_least(15) {
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        if !h.contains_key(header::LAST_MODIFIED) {
-            let now = chrono::Utc::now()
-                .format("%a, %d %b %Y %H:%M:%S GMT")
-                .to_string();
-            h.insert(
-                header::LAST_MODIFIED,
-                HeaderValue::from_str(&now).expect("ascii"),
-            );
-        }
+    absolute_location(h, host.as_deref());
+    // Upstream sends the cache headers (1.15+) with GET answers and with
+    // PUT/POST answers that carry a body (handlers add them to others).
+    let cacheable = match method {
+        Method::GET => status.is_success(),
+        Method::PUT | Method::POST => status.is_success() && h.contains_key(header::CONTENT_TYPE),
+        _ => false,
+    };
+    if cacheable && mv.at_least(15) {
+        add_cache_headers(h);
     }
     crate::metrics::record_request(&method, status, started.elapsed());
     resp
+}
+
+/// The media type an error body is rendered in (webob's choice upstream).
+#[derive(Clone, Copy)]
+enum ErrorMedia {
+    Json,
+    Html,
+    Text,
+}
+
+impl ErrorMedia {
+    fn content_type(self) -> &'static str {
+        match self {
+            Self::Json => "application/json",
+            Self::Html => "text/html; charset=UTF-8",
+            Self::Text => "text/plain; charset=UTF-8",
+        }
+    }
+}
+
+fn error_media_type(headers: &HeaderMap, json_ok: bool) -> ErrorMedia {
+    if json_ok {
+        return ErrorMedia::Json;
+    }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.contains("text/html") {
+        ErrorMedia::Html
+    } else if accept.contains("text/plain") {
+        ErrorMedia::Text
+    } else {
+        ErrorMedia::Json
+    }
+}
+
+fn error_html(status: StatusCode, detail: &str) -> String {
+    let title = format!(
+        "{} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("Error")
+    );
+    let detail = detail
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let explanation = crate::error::explanation(status);
+    format!(
+        "<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  \
+         {explanation}<br /><br />\n{detail}\n\n\n </body>\n</html>"
+    )
+}
+
+fn error_text(status: StatusCode, detail: &str) -> String {
+    format!(
+        "{} {}\n\n{}\n\n {detail}  ",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("Error"),
+        crate::error::explanation(status)
+    )
+}
+
+/// Upstream lists the allowed methods as `GET, POST`, without `HEAD`.
+fn normalize_allow(headers: &mut HeaderMap) {
+    let Some(allow) = headers.get(header::ALLOW).and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    let methods: Vec<&str> = allow
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty() && *m != "HEAD")
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&methods.join(", ")) {
+        headers.insert(header::ALLOW, v);
+    }
+}
+
+/// Upstream's `Location` headers are absolute URLs (webob makes them so).
+fn absolute_location(headers: &mut HeaderMap, host: Option<&str>) {
+    let Some(host) = host else { return };
+    let Some(loc) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    if loc.starts_with('/') {
+        if let Ok(v) = HeaderValue::from_str(&format!("http://{host}{loc}")) {
+            headers.insert(header::LOCATION, v);
+        }
+    }
+}
+
+/// Upstream's cache headers (1.15+): `no-cache` and a `Last-Modified`
+/// (now, unless the handler knows better).
+pub(crate) fn add_cache_headers(h: &mut HeaderMap) {
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if !h.contains_key(header::LAST_MODIFIED) {
+        let now = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        h.insert(
+            header::LAST_MODIFIED,
+            HeaderValue::from_str(&now).expect("ascii"),
+        );
+    }
 }

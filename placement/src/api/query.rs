@@ -62,21 +62,33 @@ impl Query {
     }
 }
 
-/// Parses `resources=CLASS:N,CLASS:N`.
+/// Parses `resources=CLASS:N,CLASS:N` with upstream's messages.
 pub fn parse_resources(value: &str, param: &str) -> Result<Vec<(String, i64)>> {
+    let badly_formed = |got: &str| {
+        PlacementError::bad_request(format!(
+            "Badly formed {param} parameter. Expected {param} query string parameter in form: \
+             {param}=VCPU:2,MEMORY_MB:1024. Got: {got}."
+        ))
+    };
+    if value.is_empty() {
+        return Err(badly_formed("empty string"));
+    }
     let mut out: Vec<(String, i64)> = Vec::new();
     for part in value.split(',') {
-        let bad = || {
-            PlacementError::bad_request(format!(
-                "Badly formed {param} parameter. Expected {param} query string parameter in form: \
-                 {param}=VCPU:2,MEMORY_MB:1024. Got: {value}."
-            ))
-        };
-        let (rc, amount) = part.split_once(':').ok_or_else(bad)?;
-        let amount: i64 = amount.trim().parse().map_err(|_| bad())?;
+        let (rc, amount) = part.split_once(':').ok_or_else(|| badly_formed(part))?;
         let rc = rc.trim();
         if rc.is_empty() {
-            return Err(bad());
+            return Err(badly_formed(part));
+        }
+        let amount: i64 = amount.trim().parse().map_err(|_| {
+            PlacementError::bad_request(format!(
+                "Requested resource {rc} expected positive integer amount. Got: {amount}."
+            ))
+        })?;
+        if amount < 1 {
+            return Err(PlacementError::bad_request(format!(
+                "Requested resource {rc} requires amount >= 1. Got: {amount}."
+            )));
         }
         if out.iter().any(|(r, _)| r == rc) {
             return Err(PlacementError::bad_request(format!(

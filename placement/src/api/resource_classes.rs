@@ -8,6 +8,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::body::schema_error;
 use super::{AppState, JsonBody};
 use crate::auth::Caller;
 use crate::db::classes::{DeleteOutcome, FIRST_CUSTOM_ID};
@@ -45,10 +46,18 @@ fn is_custom(name: &str) -> bool {
 fn check_custom(name: &str) -> Result<()> {
     if is_custom(name) {
         Ok(())
+    } else if name.len() > 255 {
+        Err(schema_error(
+            format!("'{name}' is too long"),
+            "maxLength",
+            &["name"],
+        ))
     } else {
-        Err(PlacementError::bad_request(format!(
-            "JSON does not validate: '{name}' does not match '^CUSTOM\\_[A-Z0-9_]+$'"
-        )))
+        Err(schema_error(
+            format!("'{name}' does not match '^CUSTOM\\_[A-Z0-9_]+$'"),
+            "pattern",
+            &["name"],
+        ))
     }
 }
 
@@ -79,10 +88,12 @@ async fn create(
     State(st): State<AppState>,
     Extension(mv): Extension<Microversion>,
     Extension(caller): Extension<Caller>,
-    JsonBody(body): JsonBody<NameBody>,
+    headers: axum::http::HeaderMap,
+    bytes: axum::body::Bytes,
 ) -> Result<Response> {
     gate(mv)?;
     caller.authorize("placement:resource_classes:create")?;
+    let JsonBody(body): JsonBody<NameBody> = super::body::from_parts(&headers, &bytes)?;
     check_custom(&body.name)?;
     if !st.placement.db.create_class(&body.name).await? {
         return Err(PlacementError::conflict(
@@ -131,7 +142,11 @@ async fn put(
     if mv.at_least(7) {
         check_custom(&name)?;
         if existing.is_some() {
-            return Ok(StatusCode::NO_CONTENT.into_response());
+            return Ok((
+                StatusCode::NO_CONTENT,
+                [(header::LOCATION, format!("/resource_classes/{name}"))],
+            )
+                .into_response());
         }
         st.placement.db.create_class(&name).await?;
         st.placement.reload_classes().await?;
@@ -197,7 +212,10 @@ async fn delete(
         ))),
         DeleteOutcome::InUse => Err(PlacementError::conflict(
             crate::error::ErrorCode::Undefined,
-            format!("Unable to delete resource class {name}. Class is in use in inventory."),
+            format!(
+                "Error in delete resource class '{name}': Unable to delete resource class {name}. \
+                 Class is in use in inventory."
+            ),
         )),
     }
 }

@@ -62,9 +62,7 @@ pub fn provider_json(row: &ProviderRow, mv: Microversion) -> Value {
 }
 
 fn bad_uuid(field: &str, value: &str) -> PlacementError {
-    PlacementError::bad_request(format!(
-        "JSON does not validate: '{value}' is not a 'uuid' ({field})"
-    ))
+    super::body::schema_error(format!("'{value}' is not a 'uuid'"), "format", &[field])
 }
 
 /// Normalises a UUID the way upstream stores it (lower-case, hyphenated).
@@ -110,16 +108,21 @@ async fn list(
     let member_of = q.all("member_of");
     if !member_of.is_empty() {
         if !mv.at_least(24) && member_of.len() > 1 {
-            q.one("member_of")?;
+            return Err(PlacementError::bad_request(
+                "Multiple member_of parameters are not supported until microversion 1.24.",
+            ));
         }
         if !mv.at_least(32) && member_of.iter().any(|m| m.starts_with('!')) {
-            return Err(PlacementError::bad_request(format!(
-                "Invalid query string parameters: Expected 'member_of' parameter to contain valid UUID(s). Got: {}",
-                member_of.join(",")
-            )));
+            return Err(PlacementError::bad_request(
+                "Forbidden member_of parameters are not supported in the specified microversion",
+            ));
         }
-        let agg =
-            parse_member_of(&member_of).map_err(|e| PlacementError::bad_request(e.to_string()))?;
+        let agg = parse_member_of(&member_of).map_err(|_| {
+            PlacementError::bad_request(format!(
+                "Invalid query string parameters: Expected 'member_of' parameter to contain valid UUID(s). Got: {}",
+                member_of.join("&member_of=")
+            ))
+        })?;
         filter.member_of = agg.member_of;
         filter.forbidden_aggregates = agg.forbidden;
         indexed = true;
@@ -154,23 +157,41 @@ async fn list(
     }
     let required = q.all("required");
     if !required.is_empty() {
-        if !mv.at_least(39) && required.iter().any(|r| r.starts_with("in:")) {
-            return Err(PlacementError::bad_request("Invalid query string parameters: 'in:' is not supported for 'required' before microversion 1.39"));
-        }
-        let tf =
-            parse_required(&required).map_err(|e| PlacementError::bad_request(e.to_string()))?;
-        if !mv.at_least(22) && !tf.forbidden.is_empty() {
+        if let Some(r) = required
+            .iter()
+            .find(|r| r.starts_with("in:"))
+            .filter(|_| !mv.at_least(39))
+        {
             return Err(PlacementError::bad_request(format!(
-                "Invalid query string parameters: forbidden traits are not supported before microversion 1.22. Got: {}",
-                required.join(",")
+                "The format '{r}' only supported since microversion 1.39."
             )));
+        }
+        let form = if mv.at_least(22) {
+            "HW_CPU_X86_VMX,!CUSTOM_MAGIC"
+        } else {
+            "HW_CPU_X86_VMX,CUSTOM_MAGIC"
+        };
+        let bad_required = |got: &str| {
+            PlacementError::bad_request(format!(
+                "Invalid query string parameters: Expected 'required' parameter value of the form: {form}. Got: {got}"
+            ))
+        };
+        if let Some(r) = required
+            .iter()
+            .find(|r| r.is_empty() || r.split(',').any(|t| t.trim().is_empty() || t.trim() == "!"))
+        {
+            return Err(bad_required(r));
+        }
+        let tf = parse_required(&required).map_err(|_| bad_required(&required.join(",")))?;
+        if !mv.at_least(22) && !tf.forbidden.is_empty() {
+            return Err(bad_required(&required.join(",")));
         }
         let mut names: Vec<&String> = tf.required.iter().flatten().collect();
         names.extend(tf.forbidden.iter());
         for n in names {
             if !st.placement.db.trait_exists(n).await? {
                 return Err(PlacementError::bad_request(format!(
-                    "No such trait(s): {n}"
+                    "No such trait(s): {n}."
                 )));
             }
         }
@@ -214,10 +235,19 @@ struct CreateBody {
 }
 
 fn check_name(name: &str) -> Result<()> {
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(PlacementError::bad_request(format!(
-            "JSON does not validate: {name:?} is not a valid name (1 to 200 characters)"
-        )));
+    if name.is_empty() {
+        return Err(super::body::schema_error(
+            format!("'{name}' is too short"),
+            "minLength",
+            &["name"],
+        ));
+    }
+    if name.chars().count() > 200 {
+        return Err(super::body::schema_error(
+            format!("'{name}' is too long"),
+            "maxLength",
+            &["name"],
+        ));
     }
     Ok(())
 }
@@ -244,6 +274,13 @@ async fn create(
         .as_deref()
         .map(|p| normalize_uuid(p, "parent_provider_uuid"))
         .transpose()?;
+    if parent.as_deref() == Some(uuid.as_str()) {
+        return Err(PlacementError::bad_request(format!(
+            "Unable to create resource provider \"{}\", {uuid}: parent provider UUID cannot be same as UUID. \
+             Please choose a different parent provider UUID.",
+            body.name
+        )));
+    }
     let row = st
         .placement
         .db
@@ -309,14 +346,14 @@ async fn update(
             .transpose()?,
     };
     if new_parent != row.parent_uuid && !mv.at_least(37) {
-        if row.parent_uuid.is_some() {
-            return Err(PlacementError::bad_request(
-                "Unable to save resource provider: re-parenting a provider is not currently allowed.",
-            ));
-        }
         if new_parent.is_none() {
             return Err(PlacementError::bad_request(
                 "Unable to save resource provider: un-parenting a provider is not currently allowed.",
+            ));
+        }
+        if row.parent_uuid.is_some() {
+            return Err(PlacementError::bad_request(
+                "Unable to save resource provider: re-parenting a provider is not currently allowed.",
             ));
         }
     }
@@ -336,7 +373,11 @@ async fn delete(
     Path(uuid): Path<String>,
 ) -> Result<StatusCode> {
     caller.authorize("placement:resource_providers:delete")?;
-    let row = load_provider(&st, &uuid).await?;
+    let row = st.placement.db.get_provider(&uuid).await?.ok_or_else(|| {
+        PlacementError::not_found(format!(
+            "No resource provider with uuid {uuid} found for delete"
+        ))
+    })?;
     st.placement.db.delete_provider(&row).await?;
     st.placement
         .refresh(std::slice::from_ref(&row.uuid))

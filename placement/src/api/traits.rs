@@ -125,19 +125,16 @@ async fn put(
              \"CUSTOM_\" and use following characters: \"A\"-\"Z\", \"0\"-\"9\" and \"_\"",
         ));
     }
-    if st.placement.db.create_trait(&name).await? {
-        Ok((
-            StatusCode::CREATED,
-            [(header::LOCATION, format!("/traits/{name}"))],
-        )
-            .into_response())
+    let status = if st.placement.db.create_trait(&name).await? {
+        StatusCode::CREATED
     } else {
-        Ok((
-            StatusCode::NO_CONTENT,
-            [(header::LOCATION, format!("/traits/{name}"))],
-        )
-            .into_response())
+        StatusCode::NO_CONTENT
+    };
+    let mut resp = (status, [(header::LOCATION, format!("/traits/{name}"))]).into_response();
+    if mv.at_least(15) {
+        super::add_cache_headers(resp.headers_mut());
     }
+    Ok(resp)
 }
 
 async fn delete(
@@ -192,10 +189,12 @@ async fn set_provider_traits(
     Extension(mv): Extension<Microversion>,
     Extension(caller): Extension<Caller>,
     Path(uuid): Path<String>,
-    JsonBody(body): JsonBody<SetTraits>,
+    headers: axum::http::HeaderMap,
+    bytes: axum::body::Bytes,
 ) -> Result<Json<Value>> {
     gate(mv)?;
     caller.authorize("placement:resource_providers:traits:update")?;
+    let JsonBody(body): JsonBody<SetTraits> = super::body::from_parts(&headers, &bytes)?;
     let row = load_provider(&st, &uuid).await?;
     if let Some(bad) = body.traits.iter().find(|t| t.is_empty() || t.len() > 255) {
         return Err(PlacementError::bad_request(format!(

@@ -58,6 +58,19 @@ async fn project_usages(
         )
     })?;
     let user = q.one("user_id")?;
+    for (name, v) in [("project_id", Some(project)), ("user_id", user)] {
+        let Some(v) = v else { continue };
+        if v.is_empty() {
+            return Err(PlacementError::bad_request(format!(
+                "Invalid query string parameters: '{v}' is too short\n\nFailed validating 'minLength' in schema['properties']['{name}']"
+            )));
+        }
+        if v.chars().count() > 255 {
+            return Err(PlacementError::bad_request(format!(
+                "Invalid query string parameters: '{v}' is too long\n\nFailed validating 'maxLength' in schema['properties']['{name}']"
+            )));
+        }
+    }
     let wanted_type = q.one("consumer_type")?;
     let by_type = st.placement.db.project_usages(project, user).await?;
     if !mv.at_least(38) {

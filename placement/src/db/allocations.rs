@@ -147,7 +147,7 @@ impl Db {
                 }
                 if let Some(missing) = wanted.iter().find(|u| !providers.contains_key(**u)) {
                     return Err(PlacementError::bad_request(format!(
-                        "Unable to allocate inventory: resource provider {missing} could not be found"
+                        "Allocation for resource provider '{missing}' that does not exist."
                     )).into());
                 }
             }

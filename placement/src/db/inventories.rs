@@ -18,12 +18,17 @@ fn in_use(class: &str, uuid: &str) -> PlacementError {
     )
 }
 
+/// An inventory may not shrink below what is allocated from it. Upstream
+/// Placement only logs a warning and keeps the over-allocation; we refuse
+/// (409 `placement.inventory.inuse`), as the project requires, so that
+/// placement never holds more allocations than capacity. An operator who
+/// must shrink a host first moves or deletes the instances on it.
 fn below_usage(class: &str, uuid: &str, used: i64, capacity: u64) -> PlacementError {
     PlacementError::conflict(
         ErrorCode::InventoryInUse,
         format!(
-            "Unable to update inventory for resource provider {uuid}: the new capacity of '{class}' ({capacity}) \
-             is below what is allocated ({used})."
+            "Unable to update inventory for resource provider {uuid}: the new capacity of '{class}' \
+             ({capacity}) is below what is allocated ({used})."
         ),
     )
 }
@@ -82,21 +87,25 @@ impl Db {
             let generation = bump_generation!(tx, row.id, seen, &row.uuid);
             let usage = sqlx::query(
                 "SELECT c.name, CAST(SUM(a.used) AS BIGINT) AS used FROM allocations a JOIN resource_classes c ON c.id = a.resource_class_id \
-                 WHERE a.resource_provider_id = $1 GROUP BY c.name",
+                 WHERE a.resource_provider_id = $1 GROUP BY c.id, c.name ORDER BY c.id",
             )
             .bind(row.id)
             .fetch_all(&mut *tx)
             .await?;
+            let mut removed_in_use: Vec<String> = Vec::new();
             for u in &usage {
                 let class: String = u.try_get("name")?;
                 let used: i64 = u.try_get("used")?;
                 match new.get(&class) {
-                    None if used > 0 => return Err(in_use(&class, &row.uuid)),
+                    None if used > 0 => removed_in_use.push(class),
                     Some(inv) if (inv.capacity() as i64) < used => {
                         return Err(below_usage(&class, &row.uuid, used, inv.capacity()))
                     }
                     _ => {}
                 }
+            }
+            if !removed_in_use.is_empty() {
+                return Err(in_use(&removed_in_use.join(", "), &row.uuid));
             }
             sqlx::query("DELETE FROM inventories WHERE resource_provider_id = $1")
                 .bind(row.id)

@@ -116,8 +116,8 @@ macro_rules! bump_generation {
         .await?;
         if res.rows_affected() != 1 {
             return Err($crate::error::PlacementError::generation_conflict(format!(
-                "resource provider generation conflict: resource provider {} was changed by another request; \
-                 reload it and try again",
+                "resource provider generation conflict: resource provider {} was changed by another request. \
+                 Resource provider's generation already changed. Please update the generation and try again.",
                 $uuid
             )));
         }

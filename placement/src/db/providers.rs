@@ -187,7 +187,7 @@ impl Db {
                         .bind(p)
                         .fetch_optional(&mut *tx)
                         .await?
-                        .ok_or_else(|| PlacementError::bad_request(format!("parent provider UUID cannot be found: {p}")))?;
+                        .ok_or_else(|| PlacementError::bad_request(format!("parent provider UUID does not exist: {p}")))?;
                     let pid: i64 = r.try_get("id")?;
                     // Walk up from the new parent: meeting ourselves is a loop.
                     let mut cur = Some(pid);

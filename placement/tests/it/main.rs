@@ -1,8 +1,10 @@
 //! Integration tests of the placement crate (one binary, see CONVENTIONS.md).
 
 mod concurrency;
+mod conformance;
 mod engine_candidates;
 mod engine_granular;
 mod engine_index;
 mod engine_nested;
 mod fixtures;
+mod inventory_rules;
