@@ -1,12 +1,29 @@
 //! `compute`: the per-host agent.
 //!
-//! A hypervisor driver trait with a `fake` driver (hundreds per process) and a
-//! `libvirt` driver behind a cargo feature; resource reporting to placement;
-//! heartbeats. Every database write it needs goes to its cell conductor over
-//! the broker.
+//! - [`driver`]: the hypervisor [`driver::Driver`] trait, the
+//!   [`driver::fake`] driver (hundreds of hosts per process; automatic and
+//!   explicit modes; per-host knobs to fail or delay spawns) and a stub
+//!   libvirt driver behind the `libvirt` cargo feature (not compiled by
+//!   default).
+//! - [`agent`]: one task per host: registration, heartbeats, inventory
+//!   reporting, `build_and_run_instance` and `terminate_instance`
+//!   ([`agent::start_host`]).
+//! - [`conductor`]: typed calls to the cell conductor, the only writer of
+//!   the cell database: compute never opens a database.
+//! - [`placement`]: inventory reporting ([`placement::Placement`] trait, HTTP
+//!   implementation with `X-Auth-Token`, in-memory one for tests).
 //!
-//! May depend on: `fabric` only (plus an HTTP client for placement). Must never
+//! May depend on: `fabric` and an HTTP client for placement. Must never
 //! depend on sqlx or on axum's server side: compute holds no database
 //! credentials.
-//!
-//! Status: not built yet.
+
+pub mod agent;
+pub mod conductor;
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod metrics;
+pub mod placement;
+
+pub use agent::{start_host, HostConfig, HostHandle, HostResources, HostState};
+pub use error::ComputeError;

@@ -17,5 +17,6 @@
 pub mod bus;
 pub mod config;
 pub mod ids;
+pub mod rpc;
 pub mod telemetry;
 pub mod wire;

@@ -1,0 +1,89 @@
+//! The `cell-conductor` binary's configuration (prefix `CELL_CONDUCTOR`;
+//! see docs/CONFIG.md).
+
+use fabric::config::TelemetryConfig;
+use serde::{Deserialize, Serialize};
+
+/// `[conductor]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConductorSection {
+    /// This conductor's host name (its `nova-conductor` service row).
+    pub host: String,
+    /// Requests handled at once.
+    pub concurrency: usize,
+    /// Seconds between reports of the conductor's own service.
+    pub report_interval_secs: u64,
+}
+
+impl Default for ConductorSection {
+    fn default() -> Self {
+        Self {
+            host: "cell-conductor".to_owned(),
+            concurrency: 64,
+            report_interval_secs: 10,
+        }
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSection {
+    /// The cell database: `postgres://…` or `sqlite://path?mode=rwc`.
+    pub connection: String,
+    /// Pool size (PostgreSQL; SQLite uses one connection).
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseSection {
+    fn default() -> Self {
+        Self {
+            connection: "sqlite://cell1.sqlite?mode=rwc".to_owned(),
+            max_connections: 8,
+        }
+    }
+}
+
+/// `[bus]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusSection {
+    /// The cell's broker: `amqp://user:pass@host:5672/<vhost>` or `inproc://<name>`.
+    pub transport_url: String,
+}
+
+impl Default for BusSection {
+    fn default() -> Self {
+        Self {
+            transport_url: "amqp://guest:guest@127.0.0.1:5672/cell1".to_owned(),
+        }
+    }
+}
+
+/// `[placement]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlacementSection {
+    /// Base URL of the placement API; empty: no placement (reschedules end
+    /// in ERROR, deletes remove no allocations).
+    pub endpoint: String,
+    /// `X-Auth-Token` sent to placement.
+    pub token: String,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConductorConfig {
+    /// The conductor.
+    pub conductor: ConductorSection,
+    /// The cell database.
+    pub database: DatabaseSection,
+    /// The cell's bus.
+    pub bus: BusSection,
+    /// Placement.
+    pub placement: PlacementSection,
+    /// Logging and metrics.
+    pub telemetry: TelemetryConfig,
+}

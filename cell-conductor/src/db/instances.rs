@@ -1,0 +1,300 @@
+//! `instances`: updates with task-state checks, ERROR with a fault, soft
+//! delete; and the create used by the API layer's conductor-free path (and
+//! the tests).
+
+use chrono::{DateTime, Utc};
+use fabric::ids::InstanceUuid;
+use fabric::rpc::{self, task_state as ts, vm_state as vs, FlavorResources};
+
+use super::actions::{insert_fault, record_event};
+use super::{now, on_db, CellDb};
+use crate::error::{db, ConductorError, Result};
+use crate::metrics::measured;
+use crate::model::{transition_allowed, Event, Fault, InstanceChange};
+
+/// An instance row (the columns the boot flow touches).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct InstanceRow {
+    /// `uuid`.
+    pub uuid: String,
+    /// `project_id`.
+    pub project_id: String,
+    /// `user_id`.
+    pub user_id: String,
+    /// `vm_state`.
+    pub vm_state: Option<String>,
+    /// `task_state`.
+    pub task_state: Option<String>,
+    /// `power_state`.
+    pub power_state: Option<i64>,
+    /// `host`.
+    pub host: Option<String>,
+    /// `node`.
+    pub node: Option<String>,
+    /// `launched_at`.
+    pub launched_at: Option<DateTime<Utc>>,
+    /// `deleted`.
+    pub deleted: bool,
+    /// `vcpus`.
+    pub vcpus: Option<i64>,
+    /// `memory_mb`.
+    pub memory_mb: Option<i64>,
+    /// `root_gb`.
+    pub root_gb: Option<i64>,
+    /// `ephemeral_gb`.
+    pub ephemeral_gb: Option<i64>,
+}
+
+impl InstanceRow {
+    /// The wire form.
+    pub fn to_record(&self) -> rpc::InstanceRecord {
+        rpc::InstanceRecord {
+            instance_uuid: self.uuid.clone(),
+            vm_state: self.vm_state.clone().unwrap_or_default(),
+            task_state: self.task_state.clone(),
+            power_state: self.power_state.unwrap_or(0) as i32,
+            host: self.host.clone(),
+            node: self.node.clone(),
+            deleted: self.deleted,
+        }
+    }
+}
+
+const COLUMNS: &str = "uuid, project_id, user_id, vm_state, task_state, power_state, host, node, \
+    launched_at, deleted, vcpus, memory_mb, root_gb, ephemeral_gb";
+
+/// A new instance row (what the API layer writes before casting the build).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewInstance {
+    /// The instance.
+    pub uuid: InstanceUuid,
+    /// Project.
+    pub project_id: String,
+    /// User.
+    pub user_id: String,
+    /// Display name.
+    pub display_name: Option<String>,
+    /// Flavor resources.
+    pub flavor: FlavorResources,
+    /// Image.
+    pub image_ref: String,
+    /// Host chosen by the scheduler (may be unset).
+    pub host: Option<String>,
+    /// Node chosen by the scheduler.
+    pub node: Option<String>,
+    /// Request ids of the `create` action, written with the row when given.
+    pub request_id: Option<(String, String)>,
+}
+
+impl CellDb {
+    /// Creates an instance in `building` / `scheduling` (and its `create`
+    /// action when a request id is given).
+    pub async fn create_instance(&self, n: &NewInstance) -> Result<InstanceRow> {
+        let sql = format!(
+            "INSERT INTO instances (uuid, project_id, user_id, display_name, vm_state, task_state, \
+             power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, host, node, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING {COLUMNS}"
+        );
+        let uuid = n.uuid.to_string();
+        let t = now();
+        Ok(on_db!(self, p => {
+            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let row: InstanceRow = measured("instance_insert", sqlx::query_as(&sql)
+                .bind(&uuid).bind(&n.project_id).bind(&n.user_id).bind(&n.display_name)
+                .bind(vs::BUILDING).bind(ts::SCHEDULING).bind(rpc::power_state::NOSTATE as i64)
+                .bind(n.flavor.vcpus).bind(n.flavor.memory_mb).bind(n.flavor.root_gb)
+                .bind(n.flavor.ephemeral_gb).bind(&n.image_ref).bind(&n.host).bind(&n.node).bind(t)
+                .fetch_one(&mut *tx)).await.map_err(db("instance_insert"))?;
+            if let Some((rid, grid)) = &n.request_id {
+                measured("action_create", sqlx::query(
+                    "INSERT INTO instance_actions (instance_uuid, action, request_id, global_request_id, \
+                     user_id, project_id, start_time, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)")
+                    .bind(&uuid).bind(rpc::action::CREATE).bind(rid).bind(grid)
+                    .bind(&n.user_id).bind(&n.project_id).bind(t)
+                    .execute(&mut *tx)).await.map_err(db("action_create"))?;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+            row
+        }))
+    }
+
+    /// The instance, deleted or not.
+    pub async fn instance(&self, uuid: InstanceUuid) -> Result<Option<InstanceRow>> {
+        let sql = format!("SELECT {COLUMNS} FROM instances WHERE uuid = $1");
+        Ok(on_db!(self, p => measured("instance_get",
+            sqlx::query_as(&sql).bind(uuid.to_string()).fetch_optional(p)).await
+            .map_err(db("instance_get"))?))
+    }
+
+    /// Applies `change` to a live instance, checking the expected task
+    /// states and the task-state machine; records its events in the same
+    /// transaction.
+    pub async fn update_instance(
+        &self,
+        uuid: InstanceUuid,
+        change: &InstanceChange,
+    ) -> Result<InstanceRow> {
+        let select = format!("SELECT {COLUMNS} FROM instances WHERE uuid = $1");
+        let update = format!(
+            "UPDATE instances SET \
+             vm_state = CASE WHEN $1 THEN $2 ELSE vm_state END, \
+             task_state = CASE WHEN $3 THEN $4 ELSE task_state END, \
+             power_state = CASE WHEN $5 THEN $6 ELSE power_state END, \
+             host = CASE WHEN $7 THEN $8 ELSE host END, \
+             node = CASE WHEN $9 THEN $10 ELSE node END, \
+             launched_at = CASE WHEN $11 THEN $12 ELSE launched_at END, \
+             launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
+             progress = CASE WHEN $15 THEN $16 ELSE progress END, \
+             updated_at = $17 \
+             WHERE uuid = $18 AND NOT deleted AND COALESCE(task_state, '') = $19 \
+             RETURNING {COLUMNS}"
+        );
+        let key = uuid.to_string();
+        let c = change;
+        // Compare-and-set on the task state read; a concurrent change makes
+        // the UPDATE match nothing and the whole check runs again.
+        for _ in 0..5 {
+            let done: Option<InstanceRow> = on_db!(self, p => {
+                let mut tx = p.begin().await.map_err(db("begin"))?;
+                let cur: Option<InstanceRow> = measured("instance_get",
+                    sqlx::query_as(&select).bind(&key).fetch_optional(&mut *tx)).await
+                    .map_err(db("instance_get"))?;
+                let cur = match cur {
+                    Some(r) if !r.deleted => r,
+                    _ => return Err(ConductorError::InstanceNotFound(key)),
+                };
+                check(&key, &cur, c)?;
+                let seen = cur.task_state.clone().unwrap_or_default();
+                let row: Option<InstanceRow> = measured("instance_update", sqlx::query_as(&update)
+                    .bind(c.vm_state.is_some()).bind(&c.vm_state)
+                    .bind(c.task_state.is_some()).bind(c.task_state.clone().flatten())
+                    .bind(c.power_state.is_some()).bind(c.power_state)
+                    .bind(c.host.is_some()).bind(c.host.clone().flatten())
+                    .bind(c.node.is_some()).bind(c.node.clone().flatten())
+                    .bind(c.launched_at.is_some()).bind(c.launched_at)
+                    .bind(c.launched_on.is_some()).bind(&c.launched_on)
+                    .bind(c.progress.is_some()).bind(c.progress)
+                    .bind(now()).bind(&key).bind(&seen)
+                    .fetch_optional(&mut *tx)).await.map_err(db("instance_update"))?;
+                match row {
+                    Some(row) => {
+                        for ev in &c.events {
+                            record_event!(tx, ev);
+                        }
+                        tx.commit().await.map_err(db("commit"))?;
+                        Some(row)
+                    }
+                    None => None,
+                }
+            });
+            if let Some(row) = done {
+                return Ok(row);
+            }
+        }
+        Err(ConductorError::InvalidTransition {
+            instance: key,
+            from: None,
+            to: change.task_state.clone().flatten(),
+        })
+    }
+
+    /// Sets a live instance to ERROR (task state NULL) with `fault`, and
+    /// records `events`, in one transaction.
+    pub async fn set_error(
+        &self,
+        uuid: InstanceUuid,
+        fault: &Fault,
+        events: &[Event],
+    ) -> Result<InstanceRow> {
+        let sql = format!(
+            "UPDATE instances SET vm_state = $1, task_state = NULL, updated_at = $2 \
+             WHERE uuid = $3 AND NOT deleted RETURNING {COLUMNS}"
+        );
+        let key = uuid.to_string();
+        Ok(on_db!(self, p => {
+            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let row: Option<InstanceRow> = measured("instance_set_error", sqlx::query_as(&sql)
+                .bind(vs::ERROR).bind(now()).bind(&key)
+                .fetch_optional(&mut *tx)).await.map_err(db("instance_set_error"))?;
+            let Some(row) = row else {
+                return Err(ConductorError::InstanceNotFound(key));
+            };
+            insert_fault!(tx, &key, fault);
+            for ev in events {
+                record_event!(tx, ev);
+            }
+            tx.commit().await.map_err(db("commit"))?;
+            row
+        }))
+    }
+
+    /// Marks an instance (and its block device mappings) deleted and
+    /// records `events`. Idempotent: an already deleted instance is
+    /// answered as it is.
+    pub async fn mark_deleted(&self, uuid: InstanceUuid, events: &[Event]) -> Result<InstanceRow> {
+        let sql = format!(
+            "UPDATE instances SET deleted = TRUE, deleted_at = $1, terminated_at = $1, updated_at = $1, \
+             vm_state = $2, task_state = NULL, power_state = $3 \
+             WHERE uuid = $4 AND NOT deleted RETURNING {COLUMNS}"
+        );
+        let key = uuid.to_string();
+        let t = now();
+        let row: Option<InstanceRow> = on_db!(self, p => {
+            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let row: Option<InstanceRow> = measured("instance_delete", sqlx::query_as(&sql)
+                .bind(t).bind(vs::DELETED).bind(rpc::power_state::NOSTATE as i64).bind(&key)
+                .fetch_optional(&mut *tx)).await.map_err(db("instance_delete"))?;
+            if row.is_some() {
+                measured("bdm_delete", sqlx::query(
+                    "UPDATE block_device_mapping SET deleted = TRUE, deleted_at = $1, updated_at = $1 \
+                     WHERE instance_uuid = $2 AND NOT deleted")
+                    .bind(t).bind(&key).execute(&mut *tx)).await.map_err(db("bdm_delete"))?;
+                for ev in events {
+                    record_event!(tx, ev);
+                }
+            }
+            tx.commit().await.map_err(db("commit"))?;
+            row
+        });
+        match row {
+            Some(r) => Ok(r),
+            None => self
+                .instance(uuid)
+                .await?
+                .ok_or(ConductorError::InstanceNotFound(key)),
+        }
+    }
+}
+
+/// The expected-state and state-machine checks of an update.
+fn check(key: &str, cur: &InstanceRow, c: &InstanceChange) -> Result<()> {
+    let from = cur.task_state.as_deref();
+    if !c.expected.is_empty() && !c.expected.iter().any(|e| e.as_deref() == from) {
+        return Err(ConductorError::UnexpectedTaskState {
+            instance: key.to_owned(),
+            expected: c
+                .expected
+                .iter()
+                .map(|e| e.clone().unwrap_or_else(|| "NULL".into()))
+                .collect(),
+            actual: cur.task_state.clone(),
+        });
+    }
+    if let Some(to) = &c.task_state {
+        if !transition_allowed(from, to.as_deref()) {
+            if from == Some(ts::DELETING) {
+                return Err(ConductorError::UnexpectedTaskState {
+                    instance: key.to_owned(),
+                    expected: vec![],
+                    actual: cur.task_state.clone(),
+                });
+            }
+            return Err(ConductorError::InvalidTransition {
+                instance: key.to_owned(),
+                from: cur.task_state.clone(),
+                to: to.clone(),
+            });
+        }
+    }
+    Ok(())
+}

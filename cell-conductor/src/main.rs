@@ -1,0 +1,59 @@
+//! The `cell-conductor` binary: one conductor of one cell.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cell_conductor::config::ConductorConfig;
+use cell_conductor::{ConductorOptions, HttpPlacement, NoPlacement, PlacementClient};
+use clap::Parser;
+use fabric::config;
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(name = "cell-conductor", about = "Run the conductor of one cell")]
+struct Cli {
+    /// TOML configuration file (CELL_CONDUCTOR_CONFIG also names one).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let cfg: ConductorConfig = config::load("CELL_CONDUCTOR", cli.config.as_deref())?;
+    if cli.print_config {
+        print!("{}", config::render(&cfg));
+        return Ok(());
+    }
+    fabric::telemetry::init("cell-conductor", &cfg.telemetry)?;
+    let bus = fabric::bus::connect(&cfg.bus.transport_url)
+        .await
+        .context("connect to the cell's bus")?;
+    let placement: Arc<dyn PlacementClient> = if cfg.placement.endpoint.is_empty() {
+        tracing::warn!("no placement endpoint: reschedules cannot move claims");
+        Arc::new(NoPlacement)
+    } else {
+        Arc::new(HttpPlacement::new(
+            &cfg.placement.endpoint,
+            &cfg.placement.token,
+        )?)
+    };
+    let mut opts = ConductorOptions::new(&cfg.database.connection, bus.clone());
+    opts.placement = placement;
+    opts.host = cfg.conductor.host.clone();
+    opts.concurrency = cfg.conductor.concurrency;
+    opts.max_connections = cfg.database.max_connections;
+    opts.report_interval = Duration::from_secs(cfg.conductor.report_interval_secs.max(1));
+    let handle = cell_conductor::run_with(opts)
+        .await
+        .context("start the cell conductor")?;
+    tokio::signal::ctrl_c().await?;
+    handle.shutdown().await;
+    bus.close().await;
+    Ok(())
+}

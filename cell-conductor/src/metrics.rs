@@ -1,0 +1,66 @@
+//! Metric names of the cell conductor (labels from small enums only: never
+//! a UUID or a host name).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use fabric::rpc::method;
+
+/// Requests handled, by method and outcome (`ok`, `client_error`, `error`).
+pub const REQUESTS: &str = "conductor_requests_total";
+/// Request handling time, seconds, by method.
+pub const REQUEST_SECONDS: &str = "conductor_request_seconds";
+/// Database statement time, seconds, by named operation.
+pub const DB_SECONDS: &str = "conductor_db_seconds";
+/// Database statement failures, by named operation.
+pub const DB_ERRORS: &str = "conductor_db_errors_total";
+/// Reschedule decisions, by outcome (`rescheduled`, `failed`).
+pub const RESCHEDULES: &str = "conductor_reschedules_total";
+/// Requests being handled right now.
+pub const IN_FLIGHT: &str = "conductor_requests_in_flight";
+
+/// A method name as a label: one of the known names, or `unknown`.
+pub fn method_label(m: &str) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        method::SERVICE_REGISTER,
+        method::COMPUTE_NODE_UPDATE,
+        method::SERVICE_HEARTBEAT,
+        method::INSTANCE_UPDATE,
+        method::ACTION_EVENT_START,
+        method::ACTION_EVENT_FINISH,
+        method::INSTANCE_FAULT,
+        method::INSTANCE_DESTROYED,
+        method::RESCHEDULE,
+    ];
+    KNOWN.into_iter().find(|k| *k == m).unwrap_or("unknown")
+}
+
+/// Records one handled request.
+pub fn request(method: &'static str, outcome: &'static str, elapsed: Duration) {
+    metrics::counter!(REQUESTS, "method" => method, "outcome" => outcome).increment(1);
+    metrics::histogram!(REQUEST_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+/// Counts one reschedule decision.
+pub fn reschedule(outcome: &'static str) {
+    metrics::counter!(RESCHEDULES, "outcome" => outcome).increment(1);
+}
+
+/// Runs a database future, recording its latency and failure under `op`.
+pub async fn measured<T, E>(
+    op: &'static str,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let started = Instant::now();
+    let out = fut.await;
+    metrics::histogram!(DB_SECONDS, "op" => op).record(started.elapsed().as_secs_f64());
+    if out.is_err() {
+        metrics::counter!(DB_ERRORS, "op" => op).increment(1);
+    }
+    out
+}
+
+/// Sets the number of requests being handled.
+pub fn gauge_in_flight(n: usize) {
+    metrics::gauge!(IN_FLIGHT).set(n as f64);
+}

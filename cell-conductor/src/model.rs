@@ -1,0 +1,285 @@
+//! Validated domain types, converted from the wire messages once, on
+//! receipt (`TryFrom`), and the task-state machine of the boot and delete
+//! flows.
+
+use chrono::{DateTime, Utc};
+use fabric::ids::InstanceUuid;
+use fabric::rpc::{self, action, task_state as ts, vm_state as vs, EventPhase};
+
+use crate::error::ConductorError;
+
+fn bad(msg: impl Into<String>) -> ConductorError {
+    ConductorError::BadRequest(msg.into())
+}
+
+/// Parses an instance uuid field.
+pub fn instance_uuid(s: &str) -> Result<InstanceUuid, ConductorError> {
+    s.parse()
+        .map_err(|e: fabric::ids::InvalidId| bad(e.to_string()))
+}
+
+fn time(ms: u64) -> DateTime<Utc> {
+    if ms == 0 {
+        return Utc::now();
+    }
+    DateTime::from_timestamp_millis(ms as i64).unwrap_or_else(Utc::now)
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+const VM_STATES: [&str; 5] = [
+    vs::BUILDING,
+    vs::ACTIVE,
+    vs::STOPPED,
+    vs::ERROR,
+    vs::DELETED,
+];
+const TASK_STATES: [&str; 5] = [
+    ts::SCHEDULING,
+    ts::BLOCK_DEVICE_MAPPING,
+    ts::NETWORKING,
+    ts::SPAWNING,
+    ts::DELETING,
+];
+
+fn task_state(s: &str) -> Result<&'static str, ConductorError> {
+    TASK_STATES
+        .into_iter()
+        .find(|t| *t == s)
+        .ok_or_else(|| bad(format!("unknown task state {s:?}")))
+}
+
+/// Whether the task state may go from `from` to `to` (`None` = NULL).
+///
+/// The build walks `scheduling | NULL → block_device_mapping → networking →
+/// spawning → NULL`; a reschedule goes back to `scheduling` from any build
+/// step; anything may become `deleting`, and once `deleting` only a delete
+/// may finish it (the instance is marked deleted, not updated). Setting the
+/// current value again is allowed (redelivered messages).
+pub fn transition_allowed(from: Option<&str>, to: Option<&str>) -> bool {
+    if from == to {
+        return true;
+    }
+    match (from, to) {
+        (_, Some(ts::DELETING)) => true,
+        (Some(ts::DELETING), _) => false,
+        (None | Some(ts::SCHEDULING), Some(ts::BLOCK_DEVICE_MAPPING)) => true,
+        (Some(ts::BLOCK_DEVICE_MAPPING), Some(ts::NETWORKING)) => true,
+        (Some(ts::NETWORKING), Some(ts::SPAWNING)) => true,
+        (
+            None | Some(ts::BLOCK_DEVICE_MAPPING | ts::NETWORKING | ts::SPAWNING),
+            Some(ts::SCHEDULING),
+        ) => true,
+        (_, None) => true,
+        _ => false,
+    }
+}
+
+/// A validated request about one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Targeted<T> {
+    /// The instance.
+    pub instance: InstanceUuid,
+    /// What to do to it.
+    pub value: T,
+}
+
+/// Start or finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The event starts.
+    Start,
+    /// The event finishes.
+    Finish,
+}
+
+/// An instance action event to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The instance.
+    pub instance: InstanceUuid,
+    /// Action name used if the action must be created.
+    pub action: String,
+    /// Event name.
+    pub event: String,
+    /// Host.
+    pub host: Option<String>,
+    /// Request id of the action.
+    pub request_id: String,
+    /// Global request id.
+    pub global_request_id: Option<String>,
+    /// Start or finish.
+    pub phase: Phase,
+    /// `Success` / `Error` on finish.
+    pub result: Option<String>,
+    /// Error chain on a failed finish.
+    pub traceback: Option<String>,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+impl TryFrom<rpc::ActionEvent> for Event {
+    type Error = ConductorError;
+    fn try_from(e: rpc::ActionEvent) -> Result<Self, ConductorError> {
+        let instance = instance_uuid(&e.instance_uuid)?;
+        if e.event.is_empty() {
+            return Err(bad("action event without a name"));
+        }
+        if e.request_id.is_empty() {
+            return Err(bad("action event without a request id"));
+        }
+        let phase = match EventPhase::try_from(e.phase).unwrap_or(EventPhase::Unspecified) {
+            EventPhase::Finish => Phase::Finish,
+            EventPhase::Start | EventPhase::Unspecified => Phase::Start,
+        };
+        let result = non_empty(e.result);
+        if phase == Phase::Finish && result.is_none() {
+            return Err(bad("finished action event without a result"));
+        }
+        Ok(Event {
+            instance,
+            action: non_empty(e.action).unwrap_or_else(|| action::CREATE.to_owned()),
+            event: e.event,
+            host: non_empty(e.host),
+            request_id: e.request_id,
+            global_request_id: non_empty(e.global_request_id),
+            phase,
+            result,
+            traceback: non_empty(e.traceback),
+            at: time(e.at_unix_ms),
+        })
+    }
+}
+
+/// A validated instance update (`Some(None)` = set NULL).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InstanceChange {
+    /// New vm_state.
+    pub vm_state: Option<String>,
+    /// New task_state.
+    pub task_state: Option<Option<String>>,
+    /// Expected current task states (`None` entries = NULL); empty = no check.
+    pub expected: Vec<Option<String>>,
+    /// New power_state.
+    pub power_state: Option<i64>,
+    /// New host.
+    pub host: Option<Option<String>>,
+    /// New node.
+    pub node: Option<Option<String>>,
+    /// New launched_at.
+    pub launched_at: Option<DateTime<Utc>>,
+    /// New launched_on.
+    pub launched_on: Option<String>,
+    /// New progress.
+    pub progress: Option<i64>,
+    /// Events recorded in the same transaction.
+    pub events: Vec<Event>,
+}
+
+impl TryFrom<rpc::InstanceUpdate> for Targeted<InstanceChange> {
+    type Error = ConductorError;
+    fn try_from(u: rpc::InstanceUpdate) -> Result<Self, ConductorError> {
+        let instance = instance_uuid(&u.instance_uuid)?;
+        if let Some(v) = &u.vm_state {
+            if !VM_STATES.contains(&v.as_str()) || v == vs::DELETED {
+                return Err(bad(format!("vm_state {v:?} cannot be set by an update")));
+            }
+        }
+        let task = match u.task_state {
+            None => None,
+            Some(rpc::NullableString { value: None }) => Some(None),
+            Some(rpc::NullableString { value: Some(v) }) => Some(Some(task_state(&v)?.to_owned())),
+        };
+        let expected = u
+            .expected_task_states
+            .iter()
+            .map(|s| {
+                if s.is_empty() {
+                    Ok(None)
+                } else {
+                    task_state(s).map(|t| Some(t.to_owned()))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let events = u
+            .events
+            .into_iter()
+            .map(Event::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        if events.iter().any(|e| e.instance != instance) {
+            return Err(bad("an event of the update names another instance"));
+        }
+        Ok(Targeted {
+            instance,
+            value: InstanceChange {
+                vm_state: u.vm_state,
+                task_state: task,
+                expected,
+                power_state: u.power_state.map(i64::from),
+                host: u.host.map(|h| h.value),
+                node: u.node.map(|n| n.value),
+                launched_at: u.launched_at_unix_ms.map(time),
+                launched_on: u.launched_on,
+                progress: u.progress,
+                events,
+            },
+        })
+    }
+}
+
+/// A fault to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    /// Code (500 for host failures).
+    pub code: i64,
+    /// Message (≤ 255 characters).
+    pub message: String,
+    /// Details.
+    pub details: Option<String>,
+    /// Host.
+    pub host: Option<String>,
+}
+
+impl TryFrom<rpc::InstanceFault> for Targeted<Fault> {
+    type Error = ConductorError;
+    fn try_from(f: rpc::InstanceFault) -> Result<Self, ConductorError> {
+        Ok(Targeted {
+            instance: instance_uuid(&f.instance_uuid)?,
+            value: Fault {
+                code: if f.code == 0 { 500 } else { f.code },
+                message: crate::db::truncate(&f.message, 255),
+                details: non_empty(f.details),
+                host: non_empty(f.host),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_walk_is_allowed_and_shortcuts_are_not() {
+        let walk = [
+            Some(ts::SCHEDULING),
+            Some(ts::BLOCK_DEVICE_MAPPING),
+            Some(ts::NETWORKING),
+            Some(ts::SPAWNING),
+            None,
+        ];
+        for w in walk.windows(2) {
+            assert!(transition_allowed(w[0], w[1]), "{w:?}");
+        }
+        assert!(!transition_allowed(
+            Some(ts::SCHEDULING),
+            Some(ts::SPAWNING)
+        ));
+        assert!(!transition_allowed(Some(ts::DELETING), Some(ts::SPAWNING)));
+        assert!(!transition_allowed(Some(ts::DELETING), None));
+        assert!(transition_allowed(Some(ts::SPAWNING), Some(ts::SCHEDULING)));
+        assert!(transition_allowed(Some(ts::SPAWNING), Some(ts::DELETING)));
+    }
+}

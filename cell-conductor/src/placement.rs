@@ -1,0 +1,334 @@
+//! What the conductor asks of placement: move an instance's claim to an
+//! alternate provider (reschedule) and remove its allocations (delete,
+//! ERROR). A trait, with an HTTP implementation ([`HttpPlacement`]) and an
+//! in-memory one for tests and the embedded mode ([`InMemoryPlacement`]).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fabric::ids::{InstanceUuid, ProviderUuid};
+use futures_util::future::BoxFuture;
+use serde_json::json;
+
+/// The resources one instance claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resources {
+    /// VCPU.
+    pub vcpus: i64,
+    /// MEMORY_MB.
+    pub memory_mb: i64,
+    /// DISK_GB.
+    pub disk_gb: i64,
+}
+
+impl Resources {
+    fn as_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (rc, v) in [
+            ("VCPU", self.vcpus),
+            ("MEMORY_MB", self.memory_mb),
+            ("DISK_GB", self.disk_gb),
+        ] {
+            if v > 0 {
+                m.insert(rc.to_owned(), json!(v));
+            }
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+/// Why a placement request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// No placement endpoint is configured.
+    #[error("placement is not configured for this conductor")]
+    NotConfigured,
+    /// The HTTP request failed.
+    #[error("placement request failed")]
+    Http(#[source] reqwest::Error),
+    /// Placement answered an unexpected status.
+    #[error("placement answered {status} to {what}: {body}")]
+    Status {
+        /// What was asked.
+        what: &'static str,
+        /// The status.
+        status: u16,
+        /// The body (truncated).
+        body: String,
+    },
+}
+
+/// The placement operations the conductor needs.
+pub trait PlacementClient: Send + Sync + fmt::Debug {
+    /// Replaces the allocations of `consumer` with `resources` on `to`
+    /// (moving the claim in one request). `Ok(false)`: `to` lacks capacity.
+    fn move_claim<'a>(
+        &'a self,
+        consumer: InstanceUuid,
+        to: ProviderUuid,
+        resources: Resources,
+        project_id: &'a str,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>>;
+
+    /// Removes every allocation of `consumer` (absent is fine).
+    fn delete_allocations(
+        &self,
+        consumer: InstanceUuid,
+    ) -> BoxFuture<'_, Result<(), PlacementError>>;
+}
+
+/// No placement: every request fails with [`PlacementError::NotConfigured`].
+#[derive(Debug, Default)]
+pub struct NoPlacement;
+
+impl PlacementClient for NoPlacement {
+    fn move_claim<'a>(
+        &'a self,
+        _: InstanceUuid,
+        _: ProviderUuid,
+        _: Resources,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+        Box::pin(async { Err(PlacementError::NotConfigured) })
+    }
+    fn delete_allocations(&self, _: InstanceUuid) -> BoxFuture<'_, Result<(), PlacementError>> {
+        Box::pin(async { Err(PlacementError::NotConfigured) })
+    }
+}
+
+/// The placement REST API over HTTP (`X-Auth-Token`, microversion 1.28 for
+/// consumer generations).
+#[derive(Debug, Clone)]
+pub struct HttpPlacement {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+const MICROVERSION: &str = "placement 1.28";
+
+impl HttpPlacement {
+    /// A client of the placement API at `base` (e.g. `http://127.0.0.1:8778`).
+    pub fn new(base: &str, token: &str) -> Result<Self, PlacementError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(PlacementError::Http)?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+        })
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .header("X-Auth-Token", &self.token)
+            .header("OpenStack-API-Version", MICROVERSION)
+            .header("Accept", "application/json")
+    }
+
+    async fn try_move(
+        &self,
+        consumer: InstanceUuid,
+        to: ProviderUuid,
+        resources: Resources,
+        project_id: &str,
+        user_id: &str,
+    ) -> Result<Option<bool>, PlacementError> {
+        let path = format!("/allocations/{consumer}");
+        let resp = self
+            .req(reqwest::Method::GET, &path)
+            .send()
+            .await
+            .map_err(PlacementError::Http)?;
+        let status = resp.status().as_u16();
+        let current: serde_json::Value = resp.json().await.map_err(PlacementError::Http)?;
+        if status != 200 {
+            return Err(PlacementError::Status {
+                what: "GET /allocations",
+                status,
+                body: current.to_string().chars().take(500).collect(),
+            });
+        }
+        let generation = current
+            .get("consumer_generation")
+            .cloned()
+            .unwrap_or(json!(null));
+        let body = json!({
+            "allocations": { to.to_string(): { "resources": resources.as_json() } },
+            "consumer_generation": generation,
+            "project_id": project_id,
+            "user_id": user_id,
+        });
+        let resp = self
+            .req(reqwest::Method::PUT, &path)
+            .json(&body)
+            .send()
+            .await
+            .map_err(PlacementError::Http)?;
+        match resp.status().as_u16() {
+            204 | 200 => Ok(Some(true)),
+            409 => {
+                let text = resp.text().await.unwrap_or_default();
+                if text.contains("placement.concurrent_update") {
+                    Ok(None)
+                } else {
+                    Ok(Some(false))
+                }
+            }
+            status => Err(PlacementError::Status {
+                what: "PUT /allocations",
+                status,
+                body: resp
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .chars()
+                    .take(500)
+                    .collect(),
+            }),
+        }
+    }
+}
+
+impl PlacementClient for HttpPlacement {
+    fn move_claim<'a>(
+        &'a self,
+        consumer: InstanceUuid,
+        to: ProviderUuid,
+        resources: Resources,
+        project_id: &'a str,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+        Box::pin(async move {
+            // A concurrent change of the consumer: read it again and retry.
+            for _ in 0..3 {
+                if let Some(ok) = self
+                    .try_move(consumer, to, resources, project_id, user_id)
+                    .await?
+                {
+                    return Ok(ok);
+                }
+            }
+            Ok(false)
+        })
+    }
+
+    fn delete_allocations(
+        &self,
+        consumer: InstanceUuid,
+    ) -> BoxFuture<'_, Result<(), PlacementError>> {
+        Box::pin(async move {
+            let resp = self
+                .req(reqwest::Method::DELETE, &format!("/allocations/{consumer}"))
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                204 | 404 => Ok(()),
+                status => Err(PlacementError::Status {
+                    what: "DELETE /allocations",
+                    status,
+                    body: resp
+                        .text()
+                        .await
+                        .unwrap_or_default()
+                        .chars()
+                        .take(500)
+                        .collect(),
+                }),
+            }
+        })
+    }
+}
+
+/// An in-memory placement for tests: allocations per consumer, and an
+/// optional capacity per provider (a provider without one takes anything).
+#[derive(Debug, Default, Clone)]
+pub struct InMemoryPlacement {
+    inner: Arc<Mutex<InMemory>>,
+}
+
+#[derive(Debug, Default)]
+struct InMemory {
+    allocations: HashMap<InstanceUuid, (ProviderUuid, Resources)>,
+    capacity: HashMap<ProviderUuid, Resources>,
+}
+
+impl InMemoryPlacement {
+    /// An empty placement.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InMemory> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the capacity of `provider`.
+    pub fn set_capacity(&self, provider: ProviderUuid, capacity: Resources) {
+        self.lock().capacity.insert(provider, capacity);
+    }
+
+    /// Claims `resources` on `provider` for `consumer` (what the scheduler
+    /// does before the build is cast).
+    pub fn claim(&self, consumer: InstanceUuid, provider: ProviderUuid, resources: Resources) {
+        self.lock()
+            .allocations
+            .insert(consumer, (provider, resources));
+    }
+
+    /// Where `consumer`'s claim is.
+    pub fn allocation(&self, consumer: InstanceUuid) -> Option<(ProviderUuid, Resources)> {
+        self.lock().allocations.get(&consumer).copied()
+    }
+
+    fn fits(m: &InMemory, consumer: InstanceUuid, to: ProviderUuid, r: Resources) -> bool {
+        let Some(cap) = m.capacity.get(&to) else {
+            return true;
+        };
+        let mut used = Resources::default();
+        for (c, (p, res)) in &m.allocations {
+            if *p == to && *c != consumer {
+                used.vcpus += res.vcpus;
+                used.memory_mb += res.memory_mb;
+                used.disk_gb += res.disk_gb;
+            }
+        }
+        used.vcpus + r.vcpus <= cap.vcpus
+            && used.memory_mb + r.memory_mb <= cap.memory_mb
+            && used.disk_gb + r.disk_gb <= cap.disk_gb
+    }
+}
+
+impl PlacementClient for InMemoryPlacement {
+    fn move_claim<'a>(
+        &'a self,
+        consumer: InstanceUuid,
+        to: ProviderUuid,
+        resources: Resources,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+        let mut m = self.lock();
+        let ok = Self::fits(&m, consumer, to, resources);
+        if ok {
+            m.allocations.insert(consumer, (to, resources));
+        }
+        Box::pin(async move { Ok(ok) })
+    }
+
+    fn delete_allocations(
+        &self,
+        consumer: InstanceUuid,
+    ) -> BoxFuture<'_, Result<(), PlacementError>> {
+        self.lock().allocations.remove(&consumer);
+        Box::pin(async { Ok(()) })
+    }
+}

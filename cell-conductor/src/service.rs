@@ -1,0 +1,354 @@
+//! The conductor's methods: decode the request into domain types, change the
+//! cell database, answer. Dispatch by method name is in [`Conductor::dispatch`];
+//! every error becomes a reply in [`ConductorError::reply_to`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use fabric::bus::{Delivery, Transport};
+use fabric::ids::ProviderUuid;
+use fabric::rpc::{
+    self, action, method, task_state as ts, RequestIds, RescheduleOutcome, RescheduleResult,
+};
+use fabric::wire::Envelope;
+use prost::Message;
+use tracing::{info, instrument, warn};
+
+use crate::db::{truncate, CellDb};
+use crate::error::{chain, ConductorError, Result};
+use crate::metrics;
+use crate::model::{instance_uuid, Event, Fault, InstanceChange, Phase, Targeted};
+use crate::placement::{PlacementClient, PlacementError, Resources};
+
+/// The conductor's state: its cell database, its cell bus, placement.
+#[derive(Debug)]
+pub(crate) struct Conductor {
+    pub(crate) db: CellDb,
+    pub(crate) bus: Arc<dyn Transport>,
+    pub(crate) placement: Arc<dyn PlacementClient>,
+}
+
+fn decode<M: Message + Default>(env: &Envelope, method: &'static str) -> Result<M> {
+    env.decode_message()
+        .map_err(|source| ConductorError::Decode { method, source })
+}
+
+fn encode<M: Message>(m: &M) -> Bytes {
+    Bytes::from(m.encode_to_vec())
+}
+
+fn ids(env: &Envelope) -> RequestIds {
+    RequestIds {
+        request_id: env.request_id.clone(),
+        global_request_id: env.global_request_id.clone(),
+    }
+}
+
+impl Conductor {
+    /// Handles one delivery and settles it (reply for a call, ack for a cast).
+    #[instrument(skip_all, fields(method = %d.envelope().method, request_id = %d.envelope().request_id,
+        global_request_id = %d.envelope().global_request_id))]
+    pub(crate) async fn handle(&self, d: Delivery) {
+        let started = Instant::now();
+        let env = d.envelope().clone();
+        let label = metrics::method_label(&env.method);
+        let (reply, outcome) = match self.dispatch(&env).await {
+            Ok(payload) => (env.reply(payload), "ok"),
+            Err(e) => {
+                let outcome = if e.is_client_error() {
+                    "client_error"
+                } else {
+                    "error"
+                };
+                (e.reply_to(&env), outcome)
+            }
+        };
+        metrics::request(label, outcome, started.elapsed());
+        if let Err(e) = d.reply(reply).await {
+            warn!(error = %chain(&e), "could not send the reply");
+        }
+    }
+
+    /// Runs the method named by the envelope.
+    pub(crate) async fn dispatch(&self, env: &Envelope) -> Result<Bytes> {
+        match env.method.as_str() {
+            method::SERVICE_REGISTER => {
+                let r: rpc::ServiceRegister = decode(env, method::SERVICE_REGISTER)?;
+                Ok(encode(&self.service_register(r).await?))
+            }
+            method::SERVICE_HEARTBEAT => {
+                let r: rpc::Heartbeat = decode(env, method::SERVICE_HEARTBEAT)?;
+                Ok(encode(&self.heartbeat(r).await?))
+            }
+            method::COMPUTE_NODE_UPDATE => {
+                let r: rpc::ComputeNodeUpdate = decode(env, method::COMPUTE_NODE_UPDATE)?;
+                Ok(encode(&self.compute_node_update(r).await?))
+            }
+            method::INSTANCE_UPDATE => {
+                let r: rpc::InstanceUpdate = decode(env, method::INSTANCE_UPDATE)?;
+                Ok(encode(&self.instance_update(r).await?))
+            }
+            method::ACTION_EVENT_START | method::ACTION_EVENT_FINISH => {
+                let mut r: rpc::ActionEvent = decode(env, method::ACTION_EVENT_START)?;
+                r.phase = if env.method == method::ACTION_EVENT_START {
+                    rpc::EventPhase::Start
+                } else {
+                    rpc::EventPhase::Finish
+                } as i32;
+                self.action_event(r).await?;
+                Ok(encode(&rpc::Ack {}))
+            }
+            method::INSTANCE_FAULT => {
+                let r: rpc::InstanceFault = decode(env, method::INSTANCE_FAULT)?;
+                self.instance_fault(r).await?;
+                Ok(encode(&rpc::Ack {}))
+            }
+            method::INSTANCE_DESTROYED => {
+                let r: rpc::InstanceDestroyed = decode(env, method::INSTANCE_DESTROYED)?;
+                Ok(encode(&self.instance_destroyed(r).await?))
+            }
+            method::RESCHEDULE => {
+                let r: rpc::Reschedule = decode(env, method::RESCHEDULE)?;
+                Ok(encode(&self.reschedule(r, ids(env)).await?))
+            }
+            other => Err(ConductorError::UnknownMethod(
+                other.chars().take(64).collect(),
+            )),
+        }
+    }
+
+    #[instrument(skip_all, fields(host = %r.host, binary = %r.binary))]
+    async fn service_register(&self, r: rpc::ServiceRegister) -> Result<rpc::ServiceRecord> {
+        if r.host.is_empty() || r.binary.is_empty() {
+            return Err(ConductorError::BadRequest(
+                "service needs host and binary".into(),
+            ));
+        }
+        let row = self
+            .db
+            .register_service(&r.host, &r.binary, &r.topic, r.version)
+            .await?;
+        info!(service_id = row.id, "service registered");
+        Ok(service_record(&row))
+    }
+
+    #[instrument(skip_all, fields(host = %r.host))]
+    async fn heartbeat(&self, r: rpc::Heartbeat) -> Result<rpc::ServiceRecord> {
+        let row = self.db.service_heartbeat(&r.host, &r.binary).await?;
+        Ok(service_record(&row))
+    }
+
+    #[instrument(skip_all, fields(host = %r.host, node = %r.hypervisor_hostname))]
+    async fn compute_node_update(
+        &self,
+        r: rpc::ComputeNodeUpdate,
+    ) -> Result<rpc::ComputeNodeRecord> {
+        let row = self.db.upsert_compute_node(&r).await?;
+        Ok(rpc::ComputeNodeRecord {
+            id: row.id,
+            uuid: row.uuid,
+            mapped: row.mapped,
+        })
+    }
+
+    #[instrument(skip_all, fields(instance = %r.instance_uuid))]
+    async fn instance_update(&self, r: rpc::InstanceUpdate) -> Result<rpc::InstanceRecord> {
+        let t: Targeted<InstanceChange> = r.try_into()?;
+        let row = self.db.update_instance(t.instance, &t.value).await?;
+        Ok(row.to_record())
+    }
+
+    #[instrument(skip_all, fields(instance = %r.instance_uuid, event = %r.event))]
+    async fn action_event(&self, r: rpc::ActionEvent) -> Result<()> {
+        let ev = Event::try_from(r)?;
+        self.db.record_event(&ev).await
+    }
+
+    #[instrument(skip_all, fields(instance = %r.instance_uuid))]
+    async fn instance_fault(&self, r: rpc::InstanceFault) -> Result<()> {
+        let t: Targeted<Fault> = r.try_into()?;
+        self.db.record_fault(t.instance, &t.value).await
+    }
+
+    /// The compute destroyed the guest: remove the allocations, then mark
+    /// the instance deleted (so a placement failure leaves the instance
+    /// `deleting`, visible, rather than leaking its claim).
+    #[instrument(skip_all, fields(instance = %r.instance_uuid, host = %r.host))]
+    async fn instance_destroyed(&self, r: rpc::InstanceDestroyed) -> Result<rpc::InstanceRecord> {
+        let uuid = instance_uuid(&r.instance_uuid)?;
+        match self.placement.delete_allocations(uuid).await {
+            Ok(()) | Err(PlacementError::NotConfigured) => {}
+            Err(e) => return Err(ConductorError::Placement(e)),
+        }
+        let mut events = Vec::new();
+        if !r.request_id.is_empty() {
+            events.push(Event {
+                instance: uuid,
+                action: action::DELETE.to_owned(),
+                event: action::EV_TERMINATE.to_owned(),
+                host: (!r.host.is_empty()).then(|| r.host.clone()),
+                request_id: r.request_id.clone(),
+                global_request_id: None,
+                phase: Phase::Finish,
+                result: Some(action::SUCCESS.to_owned()),
+                traceback: None,
+                at: chrono::Utc::now(),
+            });
+        }
+        let row = self.db.mark_deleted(uuid, &events).await?;
+        info!("instance deleted");
+        Ok(row.to_record())
+    }
+
+    /// A build failed on a host: move the claim to the first alternate that
+    /// takes it and cast the build there, or set ERROR with a fault naming
+    /// the host and the error (and remove the claim).
+    #[instrument(skip_all, fields(instance, failed_host = %r.failed_host))]
+    async fn reschedule(&self, r: rpc::Reschedule, ids: RequestIds) -> Result<RescheduleResult> {
+        let build = r
+            .build
+            .ok_or_else(|| ConductorError::BadRequest("reschedule without the build".into()))?;
+        let instance = instance_uuid(&build.instance_uuid)?;
+        tracing::Span::current().record("instance", build.instance_uuid.as_str());
+        let row = self
+            .db
+            .instance(instance)
+            .await?
+            .filter(|r| !r.deleted)
+            .ok_or_else(|| ConductorError::InstanceNotFound(build.instance_uuid.clone()))?;
+        if row.task_state.as_deref() == Some(ts::DELETING) {
+            return Err(ConductorError::UnexpectedTaskState {
+                instance: build.instance_uuid.clone(),
+                expected: vec![],
+                actual: row.task_state,
+            });
+        }
+        let flavor = build.flavor.clone().unwrap_or_default();
+        let resources = Resources {
+            vcpus: flavor.vcpus,
+            memory_mb: flavor.memory_mb,
+            disk_gb: flavor.disk_gb(),
+        };
+        let event = |host: &str, result: &str, traceback: Option<String>| Event {
+            instance,
+            action: action::CREATE.to_owned(),
+            event: action::EV_RESCHEDULE.to_owned(),
+            host: Some(host.to_owned()),
+            request_id: if build.request_id.is_empty() {
+                ids.request_id.clone()
+            } else {
+                build.request_id.clone()
+            },
+            global_request_id: (!build.global_request_id.is_empty())
+                .then(|| build.global_request_id.clone()),
+            phase: Phase::Finish,
+            result: Some(result.to_owned()),
+            traceback,
+            at: chrono::Utc::now(),
+        };
+        let mut tried = Vec::new();
+        for (i, alt) in build.alternates.iter().enumerate() {
+            if alt.host == r.failed_host {
+                continue;
+            }
+            let Ok(provider) = alt.provider_uuid.parse::<ProviderUuid>() else {
+                tried.push(format!(
+                    "{}: provider uuid {:?} is invalid",
+                    alt.host, alt.provider_uuid
+                ));
+                continue;
+            };
+            match self
+                .placement
+                .move_claim(instance, provider, resources, &row.project_id, &row.user_id)
+                .await
+            {
+                Ok(true) => {
+                    let change = InstanceChange {
+                        task_state: Some(Some(ts::SCHEDULING.to_owned())),
+                        host: Some(Some(alt.host.clone())),
+                        node: Some(Some(alt.node.clone())),
+                        events: vec![event(&alt.host, action::SUCCESS, None)],
+                        ..Default::default()
+                    };
+                    self.db.update_instance(instance, &change).await?;
+                    let mut next = build.clone();
+                    next.node = alt.node.clone();
+                    next.alternates = build.alternates[i + 1..].to_vec();
+                    next.attempt = build.attempt.max(1) + 1;
+                    rpc::cast(
+                        self.bus.as_ref(),
+                        &rpc::compute_queue(&alt.host),
+                        method::BUILD_AND_RUN_INSTANCE,
+                        &next,
+                        &ids,
+                    )
+                    .await
+                    .map_err(ConductorError::Bus)?;
+                    metrics::reschedule("rescheduled");
+                    info!(to = %alt.host, attempt = next.attempt, "build rescheduled");
+                    return Ok(RescheduleResult {
+                        outcome: RescheduleOutcome::Rescheduled as i32,
+                        host: alt.host.clone(),
+                    });
+                }
+                Ok(false) => tried.push(format!("{}: no capacity", alt.host)),
+                Err(e) => {
+                    warn!(alternate = %alt.host, error = %chain(&e), "could not move the claim");
+                    tried.push(format!("{}: {}", alt.host, chain(&e)));
+                }
+            }
+        }
+        // Exhausted: the claim goes, the instance goes to ERROR with a fault.
+        match self.placement.delete_allocations(instance).await {
+            Ok(()) | Err(PlacementError::NotConfigured) => {}
+            Err(e) => warn!(error = %chain(&e), "could not remove the allocations"),
+        }
+        let message = truncate(
+            &format!(
+                "Build of instance {instance} failed on host {}: {}",
+                r.failed_host, r.error
+            ),
+            255,
+        );
+        let details = format!(
+            "{}\nalternates tried: {}",
+            r.traceback,
+            if tried.is_empty() {
+                "none left".to_owned()
+            } else {
+                tried.join("; ")
+            }
+        );
+        let fault = Fault {
+            code: 500,
+            message: message.clone(),
+            details: Some(details.clone()),
+            host: Some(r.failed_host.clone()),
+        };
+        self.db
+            .set_error(
+                instance,
+                &fault,
+                &[event(&r.failed_host, action::ERROR, Some(details))],
+            )
+            .await?;
+        metrics::reschedule("failed");
+        info!(%message, "no alternate left: instance set to ERROR");
+        Ok(RescheduleResult {
+            outcome: RescheduleOutcome::Failed as i32,
+            host: String::new(),
+        })
+    }
+}
+
+fn service_record(row: &crate::db::services::ServiceRow) -> rpc::ServiceRecord {
+    rpc::ServiceRecord {
+        id: row.id,
+        uuid: row.uuid.clone(),
+        disabled: row.disabled,
+        forced_down: row.forced_down,
+        report_count: row.report_count,
+    }
+}

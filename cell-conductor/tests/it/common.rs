@@ -1,0 +1,211 @@
+//! A cell in a test: conductor, fake computes, in-memory placement.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cell_conductor::db::instances::{InstanceRow, NewInstance};
+use cell_conductor::placement::Resources;
+use cell_conductor::{CellDb, ConductorOptions, Handle, InMemoryPlacement};
+use compute::driver::fake::FakeHypervisor;
+use compute::placement::InMemoryPlacement as ComputePlacement;
+use compute::{HostConfig, HostHandle};
+use fabric::bus::Transport;
+use fabric::ids::{InstanceUuid, ProviderUuid, RequestId};
+use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
+
+/// One cell under test.
+pub struct Cell {
+    pub bus: Arc<dyn Transport>,
+    pub conductor: Handle,
+    pub db: CellDb,
+    pub placement: InMemoryPlacement,
+    pub inventory: ComputePlacement,
+    pub hv: FakeHypervisor,
+    pub hosts: Vec<(HostHandle, ProviderUuid)>,
+}
+
+pub fn flavor() -> FlavorResources {
+    FlavorResources {
+        name: "m1.small".into(),
+        vcpus: 1,
+        memory_mb: 512,
+        root_gb: 1,
+        ..Default::default()
+    }
+}
+
+pub fn resources() -> Resources {
+    let f = flavor();
+    Resources {
+        vcpus: f.vcpus,
+        memory_mb: f.memory_mb,
+        disk_gb: f.disk_gb(),
+    }
+}
+
+impl Cell {
+    /// A conductor on `db_url`/`bus`, and `hosts` fake computes `host1..`.
+    pub async fn start(
+        db_url: &str,
+        bus: Arc<dyn Transport>,
+        hv: FakeHypervisor,
+        hosts: usize,
+    ) -> Cell {
+        let placement = InMemoryPlacement::new();
+        let mut o = ConductorOptions::new(db_url, bus.clone());
+        o.placement = Arc::new(placement.clone());
+        o.report_interval = Duration::from_millis(200);
+        let conductor = cell_conductor::run_with(o).await.expect("conductor starts");
+        let db = conductor.db().clone();
+        let inventory = ComputePlacement::new();
+        let mut handles = Vec::new();
+        for i in 1..=hosts {
+            let mut cfg = HostConfig::new(&format!("host{i}"));
+            cfg.heartbeat_interval = Duration::from_millis(100);
+            cfg.call_timeout = Duration::from_secs(10);
+            let h = compute::start_host(
+                cfg,
+                bus.clone(),
+                hv.driver(&format!("host{i}")),
+                Arc::new(inventory.clone()),
+            );
+            handles.push(h);
+        }
+        let mut hosts = Vec::new();
+        for h in handles {
+            let node = tokio::time::timeout(Duration::from_secs(20), h.ready())
+                .await
+                .expect("host ready in time")
+                .expect("host ready");
+            hosts.push((h, node));
+        }
+        Cell {
+            bus,
+            conductor,
+            db,
+            placement,
+            inventory,
+            hv,
+            hosts,
+        }
+    }
+
+    pub fn provider(&self, host: &str) -> ProviderUuid {
+        self.hosts
+            .iter()
+            .find(|(h, _)| h.host() == host)
+            .map(|(_, p)| *p)
+            .expect("known host")
+    }
+
+    /// What the API layer does: instance row + claim + cast to `host`.
+    pub async fn boot(&self, host: &str, alternates: &[&str]) -> (InstanceUuid, RequestIds) {
+        let uuid = InstanceUuid::new_random();
+        let ids = RequestIds {
+            request_id: RequestId::generate().to_string(),
+            global_request_id: RequestId::generate().to_string(),
+        };
+        self.db
+            .create_instance(&NewInstance {
+                uuid,
+                project_id: "p1".into(),
+                user_id: "u1".into(),
+                display_name: Some("vm".into()),
+                flavor: flavor(),
+                image_ref: "cirros".into(),
+                host: None,
+                node: None,
+                request_id: Some((ids.request_id.clone(), ids.global_request_id.clone())),
+            })
+            .await
+            .expect("create instance");
+        self.placement.claim(uuid, self.provider(host), resources());
+        let build = BuildAndRunInstance {
+            instance_uuid: uuid.to_string(),
+            request_id: ids.request_id.clone(),
+            global_request_id: ids.global_request_id.clone(),
+            flavor: Some(flavor()),
+            image_ref: "cirros".into(),
+            node: host.into(),
+            alternates: alternates
+                .iter()
+                .map(|a| Alternate {
+                    host: (*a).into(),
+                    node: (*a).into(),
+                    provider_uuid: self.provider(a).to_string(),
+                })
+                .collect(),
+            project_id: "p1".into(),
+            user_id: "u1".into(),
+            attempt: 1,
+        };
+        rpc::cast(
+            self.bus.as_ref(),
+            &rpc::compute_queue(host),
+            method::BUILD_AND_RUN_INSTANCE,
+            &build,
+            &ids,
+        )
+        .await
+        .expect("cast build");
+        (uuid, ids)
+    }
+
+    pub async fn terminate(&self, uuid: InstanceUuid, host: &str) -> RequestIds {
+        let ids = RequestIds {
+            request_id: RequestId::generate().to_string(),
+            global_request_id: RequestId::generate().to_string(),
+        };
+        rpc::cast(
+            self.bus.as_ref(),
+            &rpc::compute_queue(host),
+            method::TERMINATE_INSTANCE,
+            &rpc::TerminateInstance {
+                instance_uuid: uuid.to_string(),
+                request_id: ids.request_id.clone(),
+                global_request_id: ids.global_request_id.clone(),
+            },
+            &ids,
+        )
+        .await
+        .expect("cast terminate");
+        ids
+    }
+
+    pub async fn instance(&self, uuid: InstanceUuid) -> InstanceRow {
+        self.db
+            .instance(uuid)
+            .await
+            .unwrap()
+            .expect("instance exists")
+    }
+
+    /// Polls the instance until `done`, at most 20 s.
+    pub async fn wait_for(
+        &self,
+        uuid: InstanceUuid,
+        what: &str,
+        done: impl Fn(&InstanceRow) -> bool,
+    ) -> InstanceRow {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let row = self.instance(uuid).await;
+            if done(&row) {
+                return row;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {row:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub async fn stop(self) {
+        for (h, _) in self.hosts {
+            h.shutdown().await;
+        }
+        self.conductor.shutdown().await;
+        self.bus.close().await;
+    }
+}

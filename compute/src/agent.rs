@@ -1,0 +1,735 @@
+//! The per-host agent: one tokio task per host.
+//!
+//! On start it consumes `compute.<host>`, registers its service and compute
+//! node through the conductor (retrying until the conductor answers), and
+//! reports the node's inventory to placement. Then it heartbeats every
+//! `heartbeat_interval` and runs the casts it receives, each build or
+//! terminate in a task of its own:
+//!
+//! - `build_and_run_instance`: task_state `block_device_mapping` →
+//!   `networking` → `spawning` → driver spawn → vm_state `active`, task_state
+//!   NULL, power_state running. Each step is one `instance_update` call that
+//!   also records the step's action events (request id of the build). On a
+//!   spawn failure the agent asks the conductor to reschedule with the
+//!   alternates that are left; the conductor decides (alternate, or ERROR
+//!   with a fault).
+//! - `terminate_instance`: task_state `deleting`, driver destroy, then
+//!   `instance_destroyed` (the conductor marks it deleted and removes the
+//!   allocations).
+//!
+//! A cast is acknowledged once handled; redeliveries are harmless because
+//! every step states the task state it expects.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fabric::bus::{Delivery, Subscription, Transport};
+use fabric::ids::{InstanceUuid, ProviderUuid};
+use fabric::rpc::{
+    self, action, code, method, task_state as ts, vm_state as vs, ActionEvent, EventPhase,
+    InstanceUpdate, NullableString, RequestIds,
+};
+use fabric::wire::now_unix_ms;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{debug, error, info, instrument, warn, Instrument};
+
+use crate::conductor::ConductorClient;
+use crate::driver::{Driver, SpawnSpec};
+use crate::error::{chain, ComputeError};
+use crate::metrics;
+use crate::placement::{Inventory, Placement};
+
+/// The resources a host offers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostResources {
+    /// Physical CPUs.
+    pub vcpus: i64,
+    /// Memory, MB.
+    pub memory_mb: i64,
+    /// Local disk, GB.
+    pub disk_gb: i64,
+    /// VCPU allocation ratio reported to placement.
+    pub cpu_allocation_ratio: f64,
+    /// MEMORY_MB allocation ratio.
+    pub ram_allocation_ratio: f64,
+    /// DISK_GB allocation ratio.
+    pub disk_allocation_ratio: f64,
+}
+
+impl Default for HostResources {
+    fn default() -> Self {
+        Self {
+            vcpus: 16,
+            memory_mb: 65536,
+            disk_gb: 1000,
+            cpu_allocation_ratio: 16.0,
+            ram_allocation_ratio: 1.5,
+            disk_allocation_ratio: 1.0,
+        }
+    }
+}
+
+/// One host's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    /// Service host name (`compute.<host>` is its queue).
+    pub host: String,
+    /// Hypervisor hostname (the node; the placement provider's name).
+    pub node: String,
+    /// What it offers.
+    pub resources: HostResources,
+    /// Time between heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Timeout of each conductor call.
+    pub call_timeout: Duration,
+    /// Wait before retrying a failed registration.
+    pub retry_interval: Duration,
+}
+
+impl HostConfig {
+    /// Defaults for `host` (node named like the host).
+    pub fn new(host: &str) -> Self {
+        Self {
+            host: host.to_owned(),
+            node: host.to_owned(),
+            resources: HostResources::default(),
+            heartbeat_interval: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(30),
+            retry_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Where an agent is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostState {
+    /// Registering.
+    Starting,
+    /// Registered: the compute node's uuid (= placement provider uuid).
+    Ready {
+        /// The compute node uuid.
+        node_uuid: ProviderUuid,
+    },
+    /// Stopped.
+    Stopped,
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct HostHandle {
+    host: String,
+    state: watch::Receiver<HostState>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl HostHandle {
+    /// The host name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Waits until the agent is registered; returns its compute node uuid.
+    pub async fn ready(&self) -> Result<ProviderUuid, ComputeError> {
+        let mut rx = self.state.clone();
+        let state = rx
+            .wait_for(|s| !matches!(s, HostState::Starting))
+            .await
+            .map_err(|_| ComputeError::Stopped(self.host.clone()))?
+            .clone();
+        match state {
+            HostState::Ready { node_uuid } => Ok(node_uuid),
+            _ => Err(ComputeError::Stopped(self.host.clone())),
+        }
+    }
+
+    /// Stops the agent (builds in flight are abandoned; their casts, not
+    /// acknowledged, go back to the queue).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// What every task of one host shares.
+#[derive(Debug)]
+struct Host {
+    cfg: HostConfig,
+    driver: Arc<dyn Driver>,
+    placement: Arc<dyn Placement>,
+    conductor: ConductorClient,
+}
+
+/// Starts the agent of one host on its cell's `bus`. Returns at once; see
+/// [`HostHandle::ready`].
+pub fn start_host(
+    cfg: HostConfig,
+    bus: Arc<dyn Transport>,
+    driver: Arc<dyn Driver>,
+    placement: Arc<dyn Placement>,
+) -> HostHandle {
+    let (state_tx, state) = watch::channel(HostState::Starting);
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let host = cfg.host.clone();
+    let conductor = ConductorClient::new(bus, cfg.call_timeout);
+    let h = Arc::new(Host {
+        cfg,
+        driver,
+        placement,
+        conductor,
+    });
+    let span = tracing::info_span!("compute", host = %host);
+    let task = tokio::spawn(run(h, state_tx, shutdown_rx).instrument(span));
+    HostHandle {
+        host,
+        state,
+        shutdown,
+        task,
+    }
+}
+
+async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch::Receiver<bool>) {
+    let queue = rpc::compute_queue(&h.cfg.host);
+    let started = tokio::select! {
+        r = register(&h, &queue) => Some(r),
+        _ = stopped(&mut shutdown) => None,
+    };
+    let Some((mut sub, node_uuid, mut reported)) = started else {
+        state.send_replace(HostState::Stopped);
+        return;
+    };
+    state.send_replace(HostState::Ready { node_uuid });
+    metrics::host_ready(1.0);
+    let mut beat = tokio::time::interval(h.cfg.heartbeat_interval);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.tick().await;
+    let mut work = JoinSet::new();
+    loop {
+        tokio::select! {
+            d = sub.recv() => match d {
+                Some(d) => {
+                    let h = h.clone();
+                    work.spawn(async move { h.handle(d).await });
+                }
+                None => break,
+            },
+            _ = beat.tick() => {
+                let ok = h.conductor.heartbeat(&rpc::Heartbeat {
+                    host: h.cfg.host.clone(),
+                    binary: rpc::COMPUTE_BINARY.to_owned(),
+                }).await;
+                if let Err(e) = &ok {
+                    warn!(error = %chain(e), "heartbeat failed");
+                }
+                metrics::heartbeat(ok.is_ok());
+                if !reported {
+                    reported = h.report_inventory(node_uuid).await;
+                }
+            }
+            Some(_) = work.join_next(), if !work.is_empty() => {}
+            _ = stopped(&mut shutdown) => break,
+        }
+    }
+    work.shutdown().await;
+    metrics::host_ready(-1.0);
+    state.send_replace(HostState::Stopped);
+}
+
+/// Consumes the host's queue, registers service and node (retrying until the
+/// conductor answers), reports inventory once (retried at heartbeats).
+async fn register(h: &Host, queue: &str) -> (Subscription, ProviderUuid, bool) {
+    let proposed = ProviderUuid::new_random();
+    loop {
+        match h.try_register(queue, proposed).await {
+            Ok((sub, node_uuid)) => {
+                let reported = h.report_inventory(node_uuid).await;
+                info!(node_uuid = %node_uuid, "compute registered");
+                return (sub, node_uuid, reported);
+            }
+            Err(e) => {
+                warn!(error = %chain(&e), "registration failed; retrying");
+                tokio::time::sleep(h.cfg.retry_interval).await;
+            }
+        }
+    }
+}
+
+fn event(
+    instance: &str,
+    action_name: &str,
+    event_name: &str,
+    host: &str,
+    ids: &RequestIds,
+    phase: EventPhase,
+    failure: Option<&str>,
+) -> ActionEvent {
+    ActionEvent {
+        instance_uuid: instance.to_owned(),
+        action: action_name.to_owned(),
+        event: event_name.to_owned(),
+        host: host.to_owned(),
+        request_id: ids.request_id.clone(),
+        global_request_id: ids.global_request_id.clone(),
+        phase: phase as i32,
+        result: match (phase, failure) {
+            (EventPhase::Finish, None) => action::SUCCESS.to_owned(),
+            (EventPhase::Finish, Some(_)) => action::ERROR.to_owned(),
+            _ => String::new(),
+        },
+        traceback: failure.unwrap_or_default().to_owned(),
+        at_unix_ms: now_unix_ms(),
+    }
+}
+
+/// Whether a conductor refusal means "this instance no longer wants it"
+/// (deleted, or its task state moved on): stop quietly.
+fn superseded(e: &ComputeError) -> bool {
+    matches!(
+        e.remote_code(),
+        Some(code::UNEXPECTED_TASK_STATE) | Some(code::NOT_FOUND)
+    )
+}
+
+impl Host {
+    async fn try_register(
+        &self,
+        queue: &str,
+        proposed: ProviderUuid,
+    ) -> Result<(Subscription, ProviderUuid), ComputeError> {
+        let sub = self.conductor.bus().consume(queue).await?;
+        self.conductor
+            .register_service(&rpc::ServiceRegister {
+                host: self.cfg.host.clone(),
+                binary: rpc::COMPUTE_BINARY.to_owned(),
+                topic: rpc::COMPUTE_TOPIC.to_owned(),
+                version: rpc::SERVICE_VERSION,
+            })
+            .await?;
+        let r = &self.cfg.resources;
+        let running = self.driver.list().len() as i64;
+        let node = self
+            .conductor
+            .update_compute_node(&rpc::ComputeNodeUpdate {
+                uuid: proposed.to_string(),
+                host: self.cfg.host.clone(),
+                hypervisor_hostname: self.cfg.node.clone(),
+                hypervisor_type: self.driver.hypervisor_type().to_owned(),
+                hypervisor_version: 1,
+                vcpus: r.vcpus,
+                memory_mb: r.memory_mb,
+                local_gb: r.disk_gb,
+                running_vms: running,
+                cpu_allocation_ratio: r.cpu_allocation_ratio,
+                ram_allocation_ratio: r.ram_allocation_ratio,
+                disk_allocation_ratio: r.disk_allocation_ratio,
+                ..Default::default()
+            })
+            .await?;
+        let node_uuid = node.uuid.parse().unwrap_or(proposed);
+        Ok((sub, node_uuid))
+    }
+
+    /// Reports the node's provider and inventory; false (logged) on failure.
+    async fn report_inventory(&self, node_uuid: ProviderUuid) -> bool {
+        let r = &self.cfg.resources;
+        let inv = Inventory {
+            vcpus: r.vcpus,
+            memory_mb: r.memory_mb,
+            disk_gb: r.disk_gb,
+            cpu_allocation_ratio: r.cpu_allocation_ratio,
+            ram_allocation_ratio: r.ram_allocation_ratio,
+            disk_allocation_ratio: r.disk_allocation_ratio,
+        };
+        let res = async {
+            self.placement
+                .ensure_provider(node_uuid, &self.cfg.node)
+                .await?;
+            self.placement.set_inventory(node_uuid, &inv).await
+        }
+        .await;
+        match res {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %chain(&e), "could not report inventory to placement; will retry");
+                false
+            }
+        }
+    }
+
+    async fn handle(&self, d: Delivery) {
+        let env = d.envelope().clone();
+        let outcome = match env.method.as_str() {
+            method::BUILD_AND_RUN_INSTANCE => {
+                match env.decode_message::<rpc::BuildAndRunInstance>() {
+                    Ok(mut b) => {
+                        if b.request_id.is_empty() {
+                            b.request_id = env.request_id.clone();
+                            b.global_request_id = env.global_request_id.clone();
+                        }
+                        self.build(b).await;
+                        Ok(())
+                    }
+                    Err(source) => Err(source),
+                }
+            }
+            method::TERMINATE_INSTANCE => match env.decode_message::<rpc::TerminateInstance>() {
+                Ok(mut t) => {
+                    if t.request_id.is_empty() {
+                        t.request_id = env.request_id.clone();
+                        t.global_request_id = env.global_request_id.clone();
+                    }
+                    self.terminate(t).await;
+                    Ok(())
+                }
+                Err(source) => Err(source),
+            },
+            other => {
+                warn!(method = %other.chars().take(64).collect::<String>(), "unknown method; dropped");
+                let _ = d.reject().await;
+                return;
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                if let Err(e) = d.ack().await {
+                    warn!(error = %chain(&e), "could not acknowledge");
+                }
+            }
+            Err(source) => {
+                let e = ComputeError::Decode {
+                    method: env.method.clone(),
+                    source,
+                };
+                error!(error = %chain(&e), "poison message dropped");
+                let _ = d.reject().await;
+            }
+        }
+    }
+
+    /// One step of the build: set `to` (expecting `from`), finishing and
+    /// starting the step events in the same call.
+    async fn step(
+        &self,
+        b: &rpc::BuildAndRunInstance,
+        ids: &RequestIds,
+        mut u: InstanceUpdate,
+        finish: Option<&str>,
+        start: &[&str],
+    ) -> Result<(), ComputeError> {
+        let host = &self.cfg.host;
+        u.instance_uuid = b.instance_uuid.clone();
+        if let Some(ev) = finish {
+            u.events.push(event(
+                &b.instance_uuid,
+                action::CREATE,
+                ev,
+                host,
+                ids,
+                EventPhase::Finish,
+                None,
+            ));
+        }
+        for ev in start {
+            u.events.push(event(
+                &b.instance_uuid,
+                action::CREATE,
+                ev,
+                host,
+                ids,
+                EventPhase::Start,
+                None,
+            ));
+        }
+        self.conductor.update_instance(&u, ids).await.map(|_| ())
+    }
+
+    #[instrument(skip_all, fields(instance = %b.instance_uuid, request_id = %b.request_id,
+        global_request_id = %b.global_request_id, attempt = b.attempt))]
+    async fn build(&self, b: rpc::BuildAndRunInstance) {
+        let ids = RequestIds {
+            request_id: b.request_id.clone(),
+            global_request_id: b.global_request_id.clone(),
+        };
+        let Ok(instance) = b.instance_uuid.parse::<InstanceUuid>() else {
+            error!("build for an invalid instance uuid dropped");
+            return;
+        };
+        let total = Instant::now();
+        let node = if b.node.is_empty() {
+            self.cfg.node.clone()
+        } else {
+            b.node.clone()
+        };
+        // 1. block_device_mapping (claims the instance for this host).
+        let t = Instant::now();
+        let first = InstanceUpdate {
+            vm_state: Some(vs::BUILDING.to_owned()),
+            task_state: NullableString::set(ts::BLOCK_DEVICE_MAPPING),
+            expected_task_states: vec![ts::SCHEDULING.to_owned(), String::new()],
+            host: NullableString::set(self.cfg.host.clone()),
+            node: NullableString::set(node),
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .step(
+                &b,
+                &ids,
+                first,
+                None,
+                &[action::EV_BUILD, action::EV_BLOCK_DEVICE_MAPPING],
+            )
+            .await
+        {
+            return self.abandon(&e, false, instance).await;
+        }
+        // (No volumes yet: block devices are the image's local disk.)
+        metrics::phase("block_device_mapping", t.elapsed());
+        // 2. networking.
+        let t = Instant::now();
+        let u = InstanceUpdate {
+            task_state: NullableString::set(ts::NETWORKING),
+            expected_task_states: vec![ts::BLOCK_DEVICE_MAPPING.to_owned()],
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .step(
+                &b,
+                &ids,
+                u,
+                Some(action::EV_BLOCK_DEVICE_MAPPING),
+                &[action::EV_NETWORKING],
+            )
+            .await
+        {
+            return self.abandon(&e, false, instance).await;
+        }
+        metrics::phase("networking", t.elapsed());
+        // 3. spawning.
+        let t = Instant::now();
+        let u = InstanceUpdate {
+            task_state: NullableString::set(ts::SPAWNING),
+            expected_task_states: vec![ts::NETWORKING.to_owned()],
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .step(
+                &b,
+                &ids,
+                u,
+                Some(action::EV_NETWORKING),
+                &[action::EV_SPAWN],
+            )
+            .await
+        {
+            return self.abandon(&e, false, instance).await;
+        }
+        let spec = SpawnSpec {
+            instance,
+            flavor: b.flavor.clone().unwrap_or_default(),
+            image_ref: b.image_ref.clone(),
+        };
+        if let Err(e) = self.driver.spawn(&spec).await {
+            metrics::phase("spawning", t.elapsed());
+            return self.spawn_failed(&b, &ids, instance, &e.into()).await;
+        }
+        metrics::phase("spawning", t.elapsed());
+        // 4. ACTIVE.
+        let u = InstanceUpdate {
+            vm_state: Some(vs::ACTIVE.to_owned()),
+            task_state: NullableString::null(),
+            expected_task_states: vec![ts::SPAWNING.to_owned()],
+            power_state: Some(self.driver.power_state(instance)),
+            launched_at_unix_ms: Some(now_unix_ms()),
+            launched_on: Some(self.cfg.host.clone()),
+            progress: Some(100),
+            ..Default::default()
+        };
+        let mut u = u;
+        u.events.push(event(
+            &b.instance_uuid,
+            action::CREATE,
+            action::EV_BUILD,
+            &self.cfg.host,
+            &ids,
+            EventPhase::Finish,
+            None,
+        ));
+        if let Err(e) = self.step(&b, &ids, u, Some(action::EV_SPAWN), &[]).await {
+            return self.abandon(&e, true, instance).await;
+        }
+        metrics::phase("total", total.elapsed());
+        metrics::build("active");
+        info!("instance active");
+    }
+
+    /// A build step was refused or could not be reported: stop (destroying
+    /// the guest if it was spawned).
+    async fn abandon(&self, e: &ComputeError, spawned: bool, instance: InstanceUuid) {
+        if spawned {
+            if let Err(d) = self.driver.destroy(instance).await {
+                warn!(error = %chain(&d), "could not destroy the abandoned guest");
+            }
+        }
+        if superseded(e) {
+            info!(error = %chain(e), "build superseded (deleted or moved on); stopped");
+            metrics::build("aborted");
+        } else {
+            error!(error = %chain(e), "build could not be reported; stopped");
+            metrics::build("failed");
+        }
+    }
+
+    /// The driver failed: clean up, record the failed events, and ask the
+    /// conductor to reschedule (it sets ERROR when no alternate is left).
+    async fn spawn_failed(
+        &self,
+        b: &rpc::BuildAndRunInstance,
+        ids: &RequestIds,
+        instance: InstanceUuid,
+        e: &ComputeError,
+    ) {
+        let why = chain(e);
+        warn!(error = %why, "spawn failed");
+        if let Err(d) = self.driver.destroy(instance).await {
+            warn!(error = %chain(&d), "could not clean up after the failed spawn");
+        }
+        let host = &self.cfg.host;
+        let u = InstanceUpdate {
+            instance_uuid: b.instance_uuid.clone(),
+            events: [action::EV_SPAWN, action::EV_BUILD]
+                .into_iter()
+                .map(|ev| {
+                    event(
+                        &b.instance_uuid,
+                        action::CREATE,
+                        ev,
+                        host,
+                        ids,
+                        EventPhase::Finish,
+                        Some(&why),
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        };
+        if let Err(e) = self.conductor.update_instance(&u, ids).await {
+            if superseded(&e) {
+                return self.abandon(&e, false, instance).await;
+            }
+            warn!(error = %chain(&e), "could not record the failed events");
+        }
+        let req = rpc::Reschedule {
+            build: Some(b.clone()),
+            failed_host: host.clone(),
+            failed_node: if b.node.is_empty() {
+                self.cfg.node.clone()
+            } else {
+                b.node.clone()
+            },
+            error: why.clone(),
+            traceback: why.clone(),
+        };
+        match self.conductor.reschedule(&req, ids).await {
+            Ok(r) if r.outcome == rpc::RescheduleOutcome::Rescheduled as i32 => {
+                info!(to = %r.host, "build rescheduled");
+                metrics::build("rescheduled");
+            }
+            Ok(_) => {
+                info!("no alternate left: the conductor set ERROR");
+                metrics::build("failed");
+            }
+            Err(e) if superseded(&e) => self.abandon(&e, false, instance).await,
+            Err(re) => {
+                // The conductor could not decide: put the instance in ERROR
+                // ourselves, with a fault naming this host and the error.
+                error!(error = %chain(&re), "reschedule failed; setting ERROR");
+                let fault = rpc::InstanceFault {
+                    instance_uuid: b.instance_uuid.clone(),
+                    code: 500,
+                    message: format!("Build of instance {instance} failed on host {host}: {why}"),
+                    details: format!("{why}\nreschedule failed: {}", chain(&re)),
+                    host: host.clone(),
+                };
+                let _ = self.conductor.fault(&fault, ids).await;
+                let u = InstanceUpdate {
+                    instance_uuid: b.instance_uuid.clone(),
+                    vm_state: Some(vs::ERROR.to_owned()),
+                    task_state: NullableString::null(),
+                    ..Default::default()
+                };
+                if let Err(e) = self.conductor.update_instance(&u, ids).await {
+                    error!(error = %chain(&e), "could not set ERROR");
+                }
+                metrics::build("failed");
+            }
+        }
+    }
+
+    #[instrument(skip_all, fields(instance = %t.instance_uuid, request_id = %t.request_id,
+        global_request_id = %t.global_request_id))]
+    async fn terminate(&self, t: rpc::TerminateInstance) {
+        let ids = RequestIds {
+            request_id: t.request_id.clone(),
+            global_request_id: t.global_request_id.clone(),
+        };
+        let Ok(instance) = t.instance_uuid.parse::<InstanceUuid>() else {
+            error!("terminate for an invalid instance uuid dropped");
+            return;
+        };
+        let mut u = InstanceUpdate {
+            instance_uuid: t.instance_uuid.clone(),
+            task_state: NullableString::set(ts::DELETING),
+            ..Default::default()
+        };
+        if !t.request_id.is_empty() {
+            u.events.push(event(
+                &t.instance_uuid,
+                action::DELETE,
+                action::EV_TERMINATE,
+                &self.cfg.host,
+                &ids,
+                EventPhase::Start,
+                None,
+            ));
+        }
+        match self.conductor.update_instance(&u, &ids).await {
+            Ok(_) => {}
+            Err(e) if e.remote_code() == Some(code::NOT_FOUND) => {
+                debug!("already deleted");
+                let _ = self.driver.destroy(instance).await;
+                return;
+            }
+            Err(e) => {
+                error!(error = %chain(&e), "could not set deleting");
+                metrics::terminate("failed");
+                return;
+            }
+        }
+        if let Err(e) = self.driver.destroy(instance).await {
+            error!(error = %chain(&e), "destroy failed");
+            metrics::terminate("failed");
+            return;
+        }
+        let d = rpc::InstanceDestroyed {
+            instance_uuid: t.instance_uuid.clone(),
+            host: self.cfg.host.clone(),
+            request_id: t.request_id.clone(),
+        };
+        match self.conductor.destroyed(&d, &ids).await {
+            Ok(_) => {
+                metrics::terminate("deleted");
+                info!("instance deleted");
+            }
+            Err(e) => {
+                error!(error = %chain(&e), "could not report the destroy");
+                metrics::terminate("failed");
+            }
+        }
+    }
+}
+
+/// Resolves once `rx` says stop (or its sender is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}

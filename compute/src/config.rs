@@ -1,0 +1,146 @@
+//! The `compute` binary's configuration (prefix `COMPUTE`; see
+//! docs/CONFIG.md).
+
+use std::time::Duration;
+
+use fabric::config::TelemetryConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{HostConfig, HostResources};
+
+/// `[compute]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComputeSection {
+    /// Host name. With `fake_hosts > 1`, hosts are `<host>-0001`, ...
+    pub host: String,
+    /// Number of fake hosts this process runs (fake driver only).
+    pub fake_hosts: u32,
+    /// `fake` (the only driver built by default).
+    pub driver: String,
+    /// Seconds between heartbeats.
+    pub heartbeat_interval_secs: u64,
+    /// Seconds a conductor call may take.
+    pub call_timeout_secs: u64,
+    /// Milliseconds a fake spawn takes.
+    pub fake_spawn_latency_ms: u64,
+}
+
+impl Default for ComputeSection {
+    fn default() -> Self {
+        Self {
+            host: "compute1".to_owned(),
+            fake_hosts: 1,
+            driver: "fake".to_owned(),
+            heartbeat_interval_secs: 10,
+            call_timeout_secs: 30,
+            fake_spawn_latency_ms: 100,
+        }
+    }
+}
+
+/// `[resources]`: what each host offers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourcesSection {
+    /// VCPU.
+    pub vcpus: i64,
+    /// MEMORY_MB.
+    pub memory_mb: i64,
+    /// DISK_GB.
+    pub disk_gb: i64,
+    /// VCPU allocation ratio.
+    pub cpu_allocation_ratio: f64,
+    /// MEMORY_MB allocation ratio.
+    pub ram_allocation_ratio: f64,
+    /// DISK_GB allocation ratio.
+    pub disk_allocation_ratio: f64,
+}
+
+impl Default for ResourcesSection {
+    fn default() -> Self {
+        let r = HostResources::default();
+        Self {
+            vcpus: r.vcpus,
+            memory_mb: r.memory_mb,
+            disk_gb: r.disk_gb,
+            cpu_allocation_ratio: r.cpu_allocation_ratio,
+            ram_allocation_ratio: r.ram_allocation_ratio,
+            disk_allocation_ratio: r.disk_allocation_ratio,
+        }
+    }
+}
+
+/// `[bus]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusSection {
+    /// The cell's broker: `amqp://…/<vhost>` or `inproc://<name>`.
+    pub transport_url: String,
+}
+
+impl Default for BusSection {
+    fn default() -> Self {
+        Self {
+            transport_url: "amqp://guest:guest@127.0.0.1:5672/cell1".to_owned(),
+        }
+    }
+}
+
+/// `[placement]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlacementSection {
+    /// Base URL of the placement API; empty: do not report inventory.
+    pub endpoint: String,
+    /// `X-Auth-Token` sent to placement.
+    pub token: String,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComputeConfig {
+    /// The agent.
+    pub compute: ComputeSection,
+    /// Resources of each host.
+    pub resources: ResourcesSection,
+    /// The cell's bus.
+    pub bus: BusSection,
+    /// Placement.
+    pub placement: PlacementSection,
+    /// Logging and metrics.
+    pub telemetry: TelemetryConfig,
+}
+
+impl ComputeConfig {
+    /// The settings of every host this process runs.
+    pub fn hosts(&self) -> Vec<HostConfig> {
+        let c = &self.compute;
+        let names: Vec<String> = if c.fake_hosts <= 1 {
+            vec![c.host.clone()]
+        } else {
+            (1..=c.fake_hosts)
+                .map(|i| format!("{}-{i:04}", c.host))
+                .collect()
+        };
+        let r = &self.resources;
+        names
+            .into_iter()
+            .map(|name| {
+                let mut h = HostConfig::new(&name);
+                h.resources = HostResources {
+                    vcpus: r.vcpus,
+                    memory_mb: r.memory_mb,
+                    disk_gb: r.disk_gb,
+                    cpu_allocation_ratio: r.cpu_allocation_ratio,
+                    ram_allocation_ratio: r.ram_allocation_ratio,
+                    disk_allocation_ratio: r.disk_allocation_ratio,
+                };
+                h.heartbeat_interval = Duration::from_secs(c.heartbeat_interval_secs.max(1));
+                h.call_timeout = Duration::from_secs(c.call_timeout_secs.max(1));
+                h
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,237 @@
+//! The fake driver: guests are entries in a map.
+//!
+//! One [`FakeHypervisor`] controls every fake host of a process (a test, the
+//! embedded region); [`FakeHypervisor::driver`] hands out the per-host
+//! [`Driver`]. Two modes:
+//!
+//! - **automatic**: a spawn succeeds after the configured latency;
+//! - **explicit**: a spawn waits until the test decides, per instance,
+//!   with [`FakeHypervisor::finish_spawn`] (see [`FakeHypervisor::spawn_requested`]).
+//!
+//! In both modes, per-host knobs make a host's spawns fail
+//! ([`FakeHypervisor::fail_spawns`]) or take longer ([`FakeHypervisor::delay_spawns`]).
+//! A per-host driver is two small fields (an `Arc` and the host name); the
+//! shared state holds the guests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use fabric::ids::InstanceUuid;
+use fabric::rpc::power_state;
+use futures_util::future::BoxFuture;
+use tokio::sync::{oneshot, watch};
+
+use super::{Driver, DriverError, SpawnSpec};
+
+/// How spawns end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Spawns succeed after the latency.
+    Automatic,
+    /// Spawns wait for [`FakeHypervisor::finish_spawn`].
+    Explicit,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Knobs {
+    fail: Option<String>,
+    delay: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct State {
+    mode: Mode,
+    latency: Duration,
+    knobs: HashMap<String, Knobs>,
+    guests: HashMap<String, HashMap<InstanceUuid, i32>>,
+    pending: HashMap<InstanceUuid, (String, oneshot::Sender<Result<(), String>>)>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Bumped whenever a spawn starts waiting (explicit mode).
+    changed: watch::Sender<u64>,
+}
+
+/// The controller of every fake host in the process.
+#[derive(Debug, Clone)]
+pub struct FakeHypervisor {
+    shared: Arc<Shared>,
+}
+
+impl FakeHypervisor {
+    /// A fake hypervisor in `mode`; automatic spawns take `latency`.
+    pub fn new(mode: Mode, latency: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    mode,
+                    latency,
+                    knobs: HashMap::new(),
+                    guests: HashMap::new(),
+                    pending: HashMap::new(),
+                }),
+                changed: watch::channel(0).0,
+            }),
+        }
+    }
+
+    /// Automatic mode with `latency`.
+    pub fn automatic(latency: Duration) -> Self {
+        Self::new(Mode::Automatic, latency)
+    }
+
+    /// Explicit mode.
+    pub fn explicit() -> Self {
+        Self::new(Mode::Explicit, Duration::ZERO)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The driver of fake host `host`.
+    pub fn driver(&self, host: &str) -> Arc<dyn Driver> {
+        Arc::new(FakeDriver {
+            hv: self.clone(),
+            host: host.to_owned(),
+        })
+    }
+
+    /// Switches the mode (spawns already waiting keep waiting).
+    pub fn set_mode(&self, mode: Mode) {
+        self.lock().mode = mode;
+    }
+
+    /// Makes every later spawn on `host` fail with `message`.
+    pub fn fail_spawns(&self, host: &str, message: &str) {
+        self.lock().knobs.entry(host.to_owned()).or_default().fail = Some(message.to_owned());
+    }
+
+    /// Makes every later spawn on `host` take `delay` longer.
+    pub fn delay_spawns(&self, host: &str, delay: Duration) {
+        self.lock().knobs.entry(host.to_owned()).or_default().delay = Some(delay);
+    }
+
+    /// Clears the knobs of `host`.
+    pub fn reset_host(&self, host: &str) {
+        self.lock().knobs.remove(host);
+    }
+
+    /// Waits until a spawn of `instance` waits for a decision (explicit
+    /// mode); returns the host it runs on.
+    pub async fn spawn_requested(&self, instance: InstanceUuid) -> String {
+        let mut rx = self.shared.changed.subscribe();
+        loop {
+            if let Some((host, _)) = self.lock().pending.get(&instance) {
+                return host.clone();
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Decides a waiting spawn: `Ok(())` succeeds, `Err(msg)` fails with
+    /// `msg`. Returns whether a spawn was waiting.
+    pub fn finish_spawn(&self, instance: InstanceUuid, result: Result<(), String>) -> bool {
+        match self.lock().pending.remove(&instance) {
+            Some((_, tx)) => tx.send(result).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The guests of `host`.
+    pub fn guests(&self, host: &str) -> Vec<InstanceUuid> {
+        let mut v: Vec<_> = self
+            .lock()
+            .guests
+            .get(host)
+            .map(|g| g.keys().copied().collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    async fn spawn(&self, host: &str, spec: &SpawnSpec) -> Result<(), DriverError> {
+        let (mode, latency, knobs) = {
+            let s = self.lock();
+            (
+                s.mode,
+                s.latency,
+                s.knobs.get(host).cloned().unwrap_or_default(),
+            )
+        };
+        if let Some(d) = knobs.delay {
+            tokio::time::sleep(d).await;
+        }
+        if let Some(msg) = knobs.fail {
+            return Err(DriverError::SpawnFailed(msg));
+        }
+        match mode {
+            Mode::Automatic => {
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+            }
+            Mode::Explicit => {
+                let (tx, rx) = oneshot::channel();
+                self.lock()
+                    .pending
+                    .insert(spec.instance, (host.to_owned(), tx));
+                self.shared.changed.send_modify(|n| *n += 1);
+                match rx.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(msg)) => return Err(DriverError::SpawnFailed(msg)),
+                    Err(_) => return Err(DriverError::SpawnFailed("spawn abandoned".into())),
+                }
+            }
+        }
+        self.lock()
+            .guests
+            .entry(host.to_owned())
+            .or_default()
+            .insert(spec.instance, power_state::RUNNING);
+        Ok(())
+    }
+}
+
+/// One fake host's driver.
+#[derive(Debug)]
+struct FakeDriver {
+    hv: FakeHypervisor,
+    host: String,
+}
+
+impl Driver for FakeDriver {
+    fn hypervisor_type(&self) -> &'static str {
+        "fake"
+    }
+
+    fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(self.hv.spawn(&self.host, spec))
+    }
+
+    fn destroy(&self, instance: InstanceUuid) -> BoxFuture<'_, Result<(), DriverError>> {
+        let mut s = self.hv.lock();
+        if let Some(g) = s.guests.get_mut(&self.host) {
+            g.remove(&instance);
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn power_state(&self, instance: InstanceUuid) -> i32 {
+        self.hv
+            .lock()
+            .guests
+            .get(&self.host)
+            .and_then(|g| g.get(&instance).copied())
+            .unwrap_or(power_state::NOSTATE)
+    }
+
+    fn list(&self) -> Vec<InstanceUuid> {
+        self.hv.guests(&self.host)
+    }
+}

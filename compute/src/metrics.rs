@@ -1,0 +1,41 @@
+//! Metric names of the compute agent (labels from small enums only: never
+//! a UUID or a host name).
+
+use std::time::Duration;
+
+/// Build phase duration, seconds, by phase (`block_device_mapping`,
+/// `networking`, `spawning`, `total`).
+pub const BUILD_PHASE_SECONDS: &str = "compute_build_phase_seconds";
+/// Builds finished, by outcome (`active`, `rescheduled`, `failed`, `aborted`).
+pub const BUILDS: &str = "compute_builds_total";
+/// Terminates finished, by outcome (`deleted`, `failed`).
+pub const TERMINATES: &str = "compute_terminates_total";
+/// Heartbeats, by outcome (`ok`, `error`).
+pub const HEARTBEATS: &str = "compute_heartbeats_total";
+/// Hosts whose agent runs in this process and is registered.
+pub const HOSTS_READY: &str = "compute_hosts_ready";
+
+/// Records one phase of a build.
+pub fn phase(phase: &'static str, d: Duration) {
+    metrics::histogram!(BUILD_PHASE_SECONDS, "phase" => phase).record(d.as_secs_f64());
+}
+
+/// Counts one finished build.
+pub fn build(outcome: &'static str) {
+    metrics::counter!(BUILDS, "outcome" => outcome).increment(1);
+}
+
+/// Counts one finished terminate.
+pub fn terminate(outcome: &'static str) {
+    metrics::counter!(TERMINATES, "outcome" => outcome).increment(1);
+}
+
+/// Counts one heartbeat.
+pub fn heartbeat(ok: bool) {
+    metrics::counter!(HEARTBEATS, "outcome" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+/// One more (or less) registered host.
+pub fn host_ready(delta: f64) {
+    metrics::gauge!(HOSTS_READY).increment(delta);
+}

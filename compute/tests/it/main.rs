@@ -1,0 +1,9 @@
+//! Integration tests of the compute agent without a database: the fake
+//! driver, inventory reporting to the real placement API, and a fleet of
+//! fake hosts against a stub conductor (the flows through the real
+//! conductor and cell database are tested in `cell-conductor`'s tests).
+
+mod fake_driver;
+mod fleet;
+mod placement_e2e;
+mod stub;

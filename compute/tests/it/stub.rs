@@ -1,0 +1,52 @@
+//! A stub conductor: answers registration, node updates and heartbeats on
+//! an in-process bus, counting heartbeats.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fabric::bus::Transport;
+use fabric::rpc::{self, method, CONDUCTOR_QUEUE};
+use prost::Message;
+
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub registrations: AtomicU64,
+    pub heartbeats: AtomicU64,
+}
+
+pub async fn stub_conductor(bus: Arc<dyn Transport>) -> Arc<Counts> {
+    let counts = Arc::new(Counts::default());
+    let mut sub = bus.consume(CONDUCTOR_QUEUE).await.unwrap();
+    let c = counts.clone();
+    tokio::spawn(async move {
+        while let Some(d) = sub.recv().await {
+            let env = d.envelope().clone();
+            let payload = match env.method.as_str() {
+                method::SERVICE_REGISTER => {
+                    c.registrations.fetch_add(1, Ordering::Relaxed);
+                    rpc::ServiceRecord {
+                        id: 1,
+                        ..Default::default()
+                    }
+                    .encode_to_vec()
+                }
+                method::COMPUTE_NODE_UPDATE => {
+                    let n: rpc::ComputeNodeUpdate = env.decode_message().unwrap();
+                    rpc::ComputeNodeRecord {
+                        id: 1,
+                        uuid: n.uuid,
+                        mapped: false,
+                    }
+                    .encode_to_vec()
+                }
+                method::SERVICE_HEARTBEAT => {
+                    c.heartbeats.fetch_add(1, Ordering::Relaxed);
+                    rpc::ServiceRecord::default().encode_to_vec()
+                }
+                _ => Vec::new(),
+            };
+            let _ = d.reply(env.reply(payload)).await;
+        }
+    });
+    counts
+}
