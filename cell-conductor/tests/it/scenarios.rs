@@ -1,6 +1,6 @@
 //! The scenarios, each run on both tiers (see `embedded` and `real`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use compute::driver::fake::FakeHypervisor;
