@@ -7,4 +7,10 @@
 //! May depend on: `fabric`, `migrations`, sqlx, axum. Must not depend on
 //! cell-conductor or compute (it talks to them over the broker).
 //!
-//! Status: not built yet.
+//! Status: identity is built ([`identity`]: tokens, catalog, admin subset,
+//! policy engine); the Compute API, images and the scheduler are not.
+
+pub mod http;
+pub mod identity;
+
+pub use identity::{serve_identity, IdentityConfig};

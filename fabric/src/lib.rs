@@ -19,4 +19,5 @@ pub mod config;
 pub mod ids;
 pub mod rpc;
 pub mod telemetry;
+pub mod token;
 pub mod wire;

@@ -1,0 +1,126 @@
+//! The identity service's options (the `[identity]` section; see
+//! docs/CONFIG.md).
+
+use serde::{Deserialize, Serialize};
+
+/// `[identity.database]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://…` or `sqlite://path?mode=rwc`.
+    pub connection: String,
+    /// Pool size (PostgreSQL; SQLite uses one connection).
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            connection: "sqlite://identity.sqlite?mode=rwc".to_owned(),
+            max_connections: 8,
+        }
+    }
+}
+
+/// `[identity.endpoints]`: the other services in the catalog.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EndpointsConfig {
+    /// Compute API.
+    pub compute: String,
+    /// Placement API.
+    pub placement: String,
+    /// Image API.
+    pub image: String,
+}
+
+impl Default for EndpointsConfig {
+    fn default() -> Self {
+        Self {
+            compute: "http://127.0.0.1:8774/v2.1".to_owned(),
+            placement: "http://127.0.0.1:8778".to_owned(),
+            image: "http://127.0.0.1:9292".to_owned(),
+        }
+    }
+}
+
+/// `[identity.token]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Token lifetime in seconds (Keystone's default: 3600).
+    pub expiration_secs: u64,
+    /// How often keys and revocations are re-read from the database (ms).
+    pub refresh_interval_ms: u64,
+}
+
+impl Default for TokenConfig {
+    fn default() -> Self {
+        Self {
+            expiration_secs: 3600,
+            refresh_interval_ms: 2000,
+        }
+    }
+}
+
+/// `[identity.rate_limit]`: slowing password guessing per (user, source).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Failures allowed before delays start.
+    pub free_attempts: u32,
+    /// First delay (ms); doubles with each further failure.
+    pub base_delay_ms: u64,
+    /// Longest delay (ms).
+    pub max_delay_ms: u64,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            free_attempts: 5,
+            base_delay_ms: 1000,
+            max_delay_ms: 60_000,
+        }
+    }
+}
+
+/// `[identity]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Address to serve the identity API on (port 0 picks one).
+    pub listen: String,
+    /// Public base URL of the identity API (empty: `http://<bound address>`).
+    pub public_url: String,
+    /// Region name in the catalog.
+    pub region: String,
+    /// The identity store.
+    pub database: DatabaseConfig,
+    /// The other services' endpoints.
+    pub endpoints: EndpointsConfig,
+    /// Tokens.
+    pub token: TokenConfig,
+    /// Password guessing.
+    pub rate_limit: RateLimitConfig,
+    /// A policy file (YAML or JSON) overriding default rules; empty for none.
+    pub policy_file: String,
+    /// Cost of new password hashes.
+    pub password_hash: super::password::Cost,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:5000".to_owned(),
+            public_url: String::new(),
+            region: "RegionOne".to_owned(),
+            database: DatabaseConfig::default(),
+            endpoints: EndpointsConfig::default(),
+            token: TokenConfig::default(),
+            rate_limit: RateLimitConfig::default(),
+            policy_file: String::new(),
+            password_hash: super::password::Cost::default(),
+        }
+    }
+}

@@ -1,0 +1,688 @@
+//! The policy engine: oslo.policy's rule language (the subset the default
+//! rules use), the default rules of Keystone (the identity subset), Nova and
+//! Placement, and overrides from a policy file.
+//!
+//! Rule language: `@` (always), `!` (never), `role:NAME`, `rule:NAME`,
+//! `is_admin:True`, `CRED:%(TARGET)s` (a credential equals a target value),
+//! `CRED:literal`, combined with `and`, `or`, `not` and parentheses.
+//! Credentials: `user_id`, `project_id`, `domain_id` (the project's domain),
+//! `token.project.domain.id`, `token.user.domain.id`, `system_scope` (never
+//! set: system scope is not supported).
+//!
+//! Roles are hierarchical through implied roles (admin ⇒ member ⇒ reader),
+//! expanded when the token is issued, so `role:reader` holds for a member.
+//!
+//! Policy file: YAML (`"rule name": "check string"` per line, as
+//! `oslo.policy` writes them) or JSON (a flat object), by extension.
+//! A rule in the file replaces the default of the same name.
+//!
+//! Every denial is logged at `warn` on the `audit` target with the user,
+//! project, action and request id. Never a token.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use fabric::token::Claims;
+
+/// Keystone's defaults for the identity APIs served here.
+pub const IDENTITY_DEFAULTS: &[(&str, &str)] = &[
+    ("admin_required", "role:admin"),
+    ("service_role", "role:service"),
+    (
+        "service_admin_or_token_subject",
+        "rule:admin_required or rule:service_role or user_id:%(target.token.user_id)s",
+    ),
+    ("identity:validate_token", "rule:service_admin_or_token_subject"),
+    ("identity:check_token", "rule:service_admin_or_token_subject"),
+    ("identity:revoke_token", "rule:service_admin_or_token_subject"),
+    (
+        "identity:get_domain",
+        "rule:admin_required or token.project.domain.id:%(target.domain.id)s or token.user.domain.id:%(target.domain.id)s",
+    ),
+    ("identity:list_domains", "rule:admin_required"),
+    (
+        "identity:get_project",
+        "rule:admin_required or project_id:%(target.project.id)s",
+    ),
+    ("identity:list_projects", "rule:admin_required"),
+    ("identity:create_project", "rule:admin_required"),
+    ("identity:delete_project", "rule:admin_required"),
+    (
+        "identity:list_user_projects",
+        "rule:admin_required or user_id:%(target.user.id)s",
+    ),
+    (
+        "identity:get_user",
+        "rule:admin_required or user_id:%(target.user.id)s",
+    ),
+    ("identity:list_users", "rule:admin_required"),
+    ("identity:create_user", "rule:admin_required"),
+    ("identity:delete_user", "rule:admin_required"),
+    ("identity:get_role", "rule:admin_required"),
+    ("identity:list_roles", "rule:admin_required"),
+    ("identity:create_role", "rule:admin_required"),
+    ("identity:check_grant", "rule:admin_required"),
+    ("identity:list_grants", "rule:admin_required"),
+    ("identity:create_grant", "rule:admin_required"),
+    ("identity:revoke_grant", "rule:admin_required"),
+    ("identity:list_role_assignments", "rule:admin_required"),
+];
+
+/// Nova's defaults (2023.1 "secure RBAC", project scope): readers read,
+/// members act on their own project, admins do everything.
+pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
+    ("context_is_admin", "role:admin"),
+    ("admin_api", "role:admin"),
+    (
+        "project_member_api",
+        "role:member and project_id:%(project_id)s",
+    ),
+    (
+        "project_reader_api",
+        "role:reader and project_id:%(project_id)s",
+    ),
+    (
+        "project_member_or_admin",
+        "rule:project_member_api or rule:context_is_admin",
+    ),
+    (
+        "project_reader_or_admin",
+        "rule:project_reader_api or rule:context_is_admin",
+    ),
+    (
+        "os_compute_api:servers:index",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:servers:detail",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:servers:index:get_all_tenants",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:servers:detail:get_all_tenants",
+        "rule:admin_api",
+    ),
+    ("os_compute_api:servers:allow_all_filters", "rule:admin_api"),
+    (
+        "os_compute_api:servers:show",
+        "rule:project_reader_or_admin",
+    ),
+    ("os_compute_api:servers:show:host_status", "rule:admin_api"),
+    (
+        "os_compute_api:servers:create",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:create:forced_host",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:servers:create:requested_destination",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:servers:delete",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:update",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:reboot",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:start",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:stop",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:resize",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:rebuild",
+        "rule:project_member_or_admin",
+    ),
+    ("os_compute_api:os-flavor-manage:create", "rule:admin_api"),
+    ("os_compute_api:os-flavor-manage:update", "rule:admin_api"),
+    ("os_compute_api:os-flavor-manage:delete", "rule:admin_api"),
+    ("os_compute_api:os-services:list", "rule:admin_api"),
+    ("os_compute_api:os-services:update", "rule:admin_api"),
+    ("os_compute_api:os-services:delete", "rule:admin_api"),
+    ("os_compute_api:os-hypervisors:list", "rule:admin_api"),
+    (
+        "os_compute_api:os-hypervisors:list-detail",
+        "rule:admin_api",
+    ),
+    ("os_compute_api:os-hypervisors:show", "rule:admin_api"),
+    ("os_compute_api:os-hypervisors:statistics", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:index", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:create", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:delete", "rule:admin_api"),
+    (
+        "os_compute_api:os-keypairs:index",
+        "rule:admin_api or user_id:%(user_id)s",
+    ),
+    (
+        "os_compute_api:os-keypairs:create",
+        "rule:admin_api or user_id:%(user_id)s",
+    ),
+    (
+        "os_compute_api:os-keypairs:delete",
+        "rule:admin_api or user_id:%(user_id)s",
+    ),
+    (
+        "os_compute_api:os-quota-sets:show",
+        "rule:project_reader_or_admin",
+    ),
+    ("os_compute_api:os-quota-sets:update", "rule:admin_api"),
+    (
+        "os_compute_api:os-instance-actions:list",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-instance-actions:show",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-instance-actions:events",
+        "rule:admin_api",
+    ),
+    ("os_compute_api:os-migrate-server:migrate", "rule:admin_api"),
+    (
+        "os_compute_api:os-migrate-server:migrate_live",
+        "rule:admin_api",
+    ),
+    ("os_compute_api:limits", "@"),
+    ("os_compute_api:os-availability-zone:list", "@"),
+    (
+        "os_compute_api:os-availability-zone:detail",
+        "rule:admin_api",
+    ),
+];
+
+/// Placement's defaults: project-scoped, every API but the version document
+/// is an administrator's.
+pub const PLACEMENT_DEFAULTS: &[(&str, &str)] = &[
+    ("placement:admin_api", "role:admin"),
+    (
+        "placement:resource_providers:list",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:create",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:show",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:update",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:delete",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_classes:list",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_classes:create",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_classes:show",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_classes:update",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_classes:delete",
+        "rule:placement:admin_api",
+    ),
+    ("placement:traits:list", "rule:placement:admin_api"),
+    ("placement:traits:show", "rule:placement:admin_api"),
+    ("placement:traits:update", "rule:placement:admin_api"),
+    ("placement:traits:delete", "rule:placement:admin_api"),
+    (
+        "placement:resource_providers:inventories:list",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:inventories:update",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:inventories:delete",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:aggregates:list",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:aggregates:update",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:traits:list",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:traits:update",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:resource_providers:usages",
+        "rule:placement:admin_api",
+    ),
+    ("placement:usages", "rule:placement:admin_api"),
+    ("placement:allocations:list", "rule:placement:admin_api"),
+    ("placement:allocations:manage", "rule:placement:admin_api"),
+    ("placement:allocations:update", "rule:placement:admin_api"),
+    ("placement:allocations:delete", "rule:placement:admin_api"),
+    (
+        "placement:resource_providers:allocations:list",
+        "rule:placement:admin_api",
+    ),
+    (
+        "placement:allocation_candidates:list",
+        "rule:placement:admin_api",
+    ),
+    ("placement:reshaper:reshape", "rule:placement:admin_api"),
+];
+
+/// A parsed rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expr {
+    Always,
+    Never,
+    Role(String),
+    Rule(String),
+    IsAdmin(bool),
+    /// credential key, target key
+    Match(String, String),
+    /// credential key, literal
+    Literal(String, String),
+    Not(Box<Expr>),
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
+}
+
+/// A rule that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("policy rule {name:?}: {message}")]
+pub struct PolicyError {
+    /// The rule.
+    pub name: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Splits a rule into words and parentheses; `%(key)s` stays in its word.
+fn tokenize(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in s.split_whitespace() {
+        let mut w = word;
+        while let Some(rest) = w.strip_prefix('(') {
+            out.push("(".to_owned());
+            w = rest;
+        }
+        let mut closing = 0;
+        while let Some(rest) = w.strip_suffix(')') {
+            closing += 1;
+            w = rest;
+        }
+        if !w.is_empty() {
+            out.push(w.to_owned());
+        }
+        out.extend(std::iter::repeat_n(")".to_owned(), closing));
+    }
+    out
+}
+
+struct Parser {
+    toks: Vec<String>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&str> {
+        self.toks.get(self.pos).map(String::as_str)
+    }
+    fn next(&mut self) -> Option<String> {
+        let t = self.toks.get(self.pos).cloned();
+        self.pos += 1;
+        t
+    }
+    fn or(&mut self) -> Result<Expr, String> {
+        let mut v = vec![self.and()?];
+        while self.peek() == Some("or") {
+            self.pos += 1;
+            v.push(self.and()?);
+        }
+        Ok(if v.len() == 1 {
+            v.remove(0)
+        } else {
+            Expr::Or(v)
+        })
+    }
+    fn and(&mut self) -> Result<Expr, String> {
+        let mut v = vec![self.not()?];
+        while self.peek() == Some("and") {
+            self.pos += 1;
+            v.push(self.not()?);
+        }
+        Ok(if v.len() == 1 {
+            v.remove(0)
+        } else {
+            Expr::And(v)
+        })
+    }
+    fn not(&mut self) -> Result<Expr, String> {
+        if self.peek() == Some("not") {
+            self.pos += 1;
+            return Ok(Expr::Not(Box::new(self.not()?)));
+        }
+        self.atom()
+    }
+    fn atom(&mut self) -> Result<Expr, String> {
+        let t = self.next().ok_or("unexpected end of rule")?;
+        if t == "(" {
+            let e = self.or()?;
+            if self.next().as_deref() != Some(")") {
+                return Err("missing )".into());
+            }
+            return Ok(e);
+        }
+        check(&t)
+    }
+}
+
+fn check(t: &str) -> Result<Expr, String> {
+    match t {
+        "@" => return Ok(Expr::Always),
+        "!" => return Ok(Expr::Never),
+        _ => {}
+    }
+    let (kind, value) = t
+        .split_once(':')
+        .ok_or_else(|| format!("{t:?} is not a check"))?;
+    Ok(match kind {
+        "role" => Expr::Role(value.to_ascii_lowercase()),
+        "rule" => Expr::Rule(value.to_owned()),
+        "is_admin" => Expr::IsAdmin(value.eq_ignore_ascii_case("true")),
+        _ => match value.strip_prefix("%(").and_then(|v| v.strip_suffix(")s")) {
+            Some(target) => Expr::Match(kind.to_owned(), target.to_owned()),
+            None => Expr::Literal(
+                kind.to_owned(),
+                value.trim_matches(|c| c == '\'' || c == '"').to_owned(),
+            ),
+        },
+    })
+}
+
+fn parse(name: &str, rule: &str) -> Result<Expr, PolicyError> {
+    let toks = tokenize(rule);
+    if toks.is_empty() {
+        // oslo.policy: an empty rule always passes.
+        return Ok(Expr::Always);
+    }
+    let mut p = Parser { toks, pos: 0 };
+    let e = p.or().map_err(|message| PolicyError {
+        name: name.to_owned(),
+        message,
+    })?;
+    if p.pos != p.toks.len() {
+        return Err(PolicyError {
+            name: name.to_owned(),
+            message: format!("unexpected {:?}", p.toks[p.pos]),
+        });
+    }
+    Ok(e)
+}
+
+/// Values of the target of an action (`project_id`, `target.user.id`, ...).
+pub type Target<'a> = &'a [(&'a str, &'a str)];
+
+/// A set of rules.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    rules: HashMap<String, Expr>,
+}
+
+impl Policy {
+    /// The defaults of Keystone (identity subset), Nova and Placement.
+    pub fn defaults() -> Self {
+        let mut rules = HashMap::new();
+        for (name, rule) in IDENTITY_DEFAULTS
+            .iter()
+            .chain(NOVA_DEFAULTS)
+            .chain(PLACEMENT_DEFAULTS)
+        {
+            rules.insert(
+                (*name).to_owned(),
+                parse(name, rule).expect("default rules parse"),
+            );
+        }
+        Self { rules }
+    }
+
+    /// Replaces rules by those given (name, check string).
+    pub fn with_overrides<'a>(
+        mut self,
+        overrides: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, PolicyError> {
+        for (name, rule) in overrides {
+            self.rules.insert(name.to_owned(), parse(name, rule)?);
+        }
+        Ok(self)
+    }
+
+    /// The defaults with the overrides of a policy file (YAML or JSON).
+    pub fn from_file(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
+            name: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let pairs = if path.extension().is_some_and(|e| e == "json") {
+            let map: HashMap<String, String> =
+                serde_json::from_str(&text).map_err(|e| PolicyError {
+                    name: path.display().to_string(),
+                    message: e.to_string(),
+                })?;
+            map.into_iter().collect::<Vec<_>>()
+        } else {
+            parse_yaml(&text).map_err(|message| PolicyError {
+                name: path.display().to_string(),
+                message,
+            })?
+        };
+        Self::defaults().with_overrides(pairs.iter().map(|(a, b)| (a.as_str(), b.as_str())))
+    }
+
+    /// Whether `claims` may perform `action` on `target`.
+    pub fn allows(&self, action: &str, claims: &Claims, target: Target<'_>) -> bool {
+        match self.rules.get(action) {
+            Some(e) => self.eval(e, claims, target, 0),
+            None => {
+                tracing::error!(action, "no policy rule; denying");
+                false
+            }
+        }
+    }
+
+    /// [`Policy::allows`], logging a denial on the `audit` target.
+    pub fn enforce(
+        &self,
+        action: &str,
+        claims: &Claims,
+        target: Target<'_>,
+        request_id: &str,
+    ) -> bool {
+        let ok = self.allows(action, claims, target);
+        if !ok {
+            tracing::warn!(
+                target: "audit",
+                user_id = %claims.user.id,
+                user = %claims.user.name,
+                project_id = claims.project_id().unwrap_or("-"),
+                action,
+                request_id,
+                "policy denied"
+            );
+        }
+        ok
+    }
+
+    fn eval(&self, e: &Expr, c: &Claims, target: Target<'_>, depth: u32) -> bool {
+        if depth > 32 {
+            return false;
+        }
+        match e {
+            Expr::Always => true,
+            Expr::Never => false,
+            Expr::Role(r) => c.roles.iter().any(|x| x.name.eq_ignore_ascii_case(r)),
+            Expr::Rule(name) => self
+                .rules
+                .get(name)
+                .is_some_and(|r| self.eval(r, c, target, depth + 1)),
+            Expr::IsAdmin(want) => c.has_role("admin") == *want,
+            Expr::Match(cred, key) => {
+                let have = credential(c, cred);
+                let want = target.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
+                matches!((have, want), (Some(h), Some(w)) if h == w)
+            }
+            Expr::Literal(cred, value) => credential(c, cred).is_some_and(|h| h == value),
+            Expr::Not(inner) => !self.eval(inner, c, target, depth + 1),
+            Expr::And(v) => v.iter().all(|x| self.eval(x, c, target, depth + 1)),
+            Expr::Or(v) => v.iter().any(|x| self.eval(x, c, target, depth + 1)),
+        }
+    }
+}
+
+fn credential<'c>(c: &'c Claims, key: &str) -> Option<&'c str> {
+    match key {
+        "user_id" | "token.user_id" | "token.user.id" => Some(&c.user.id),
+        "project_id" | "token.project.id" => c.project_id(),
+        "domain_id" | "project_domain_id" | "token.project.domain.id" => {
+            c.project.as_ref().map(|p| p.domain.id.as_str())
+        }
+        "user_domain_id" | "token.user.domain.id" => Some(&c.user_domain.id),
+        _ => None,
+    }
+}
+
+/// Reads oslo.policy's YAML: one `"name": "rule"` mapping per line,
+/// comments with `#`.
+fn parse_yaml(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line == "---" {
+            continue;
+        }
+        let (key, rest) = if let Some(q) = line.chars().next().filter(|c| *c == '"' || *c == '\'') {
+            let end = line[1..]
+                .find(q)
+                .ok_or_else(|| format!("line {}: unterminated quote", n + 1))?;
+            (line[1..1 + end].to_owned(), line[end + 2..].trim_start())
+        } else {
+            let i = line
+                .find(": ")
+                .ok_or_else(|| format!("line {}: expected \"name\": \"rule\"", n + 1))?;
+            (line[..i].to_owned(), &line[i..])
+        };
+        let value = rest
+            .strip_prefix(':')
+            .ok_or_else(|| format!("line {}: expected ':'", n + 1))?
+            .trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(value);
+        out.push((key, value.to_owned()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabric::token::{Named, ProjectScope};
+
+    fn claims(roles: &[&str], project: &str) -> Claims {
+        let n = |s: &str| Named {
+            id: s.into(),
+            name: s.into(),
+        };
+        Claims {
+            user: n("u1"),
+            user_domain: n("default"),
+            project: Some(ProjectScope {
+                project: n(project),
+                domain: n("default"),
+            }),
+            roles: roles.iter().map(|r| n(r)).collect(),
+            methods: vec!["password".into()],
+            issued_at_ms: 0,
+            expires_at_ms: i64::MAX,
+            audit_id: "a".into(),
+            parent_audit_id: None,
+        }
+    }
+
+    #[test]
+    fn nova_defaults_isolate_projects_and_rank_roles() {
+        let p = Policy::defaults();
+        let own: Target<'_> = &[("project_id", "p1")];
+        let other: Target<'_> = &[("project_id", "p2")];
+        let reader = claims(&["reader"], "p1");
+        let member = claims(&["member", "reader"], "p1");
+        let admin = claims(&["admin", "member", "reader"], "p1");
+        assert!(p.allows("os_compute_api:servers:show", &reader, own));
+        assert!(!p.allows("os_compute_api:servers:create", &reader, own));
+        assert!(p.allows("os_compute_api:servers:create", &member, own));
+        assert!(!p.allows("os_compute_api:servers:show", &member, other));
+        assert!(p.allows("os_compute_api:servers:show", &admin, other));
+        assert!(!p.allows("os_compute_api:servers:create:forced_host", &member, own));
+        assert!(p.allows("os_compute_api:servers:detail:get_all_tenants", &admin, own));
+        assert!(!p.allows("placement:resource_providers:list", &member, own));
+        assert!(p.allows("placement:allocations:manage", &admin, own));
+        assert!(!p.allows("no:such:rule", &admin, own));
+    }
+
+    #[test]
+    fn overrides_from_yaml_and_grammar() {
+        let dir = std::env::temp_dir().join(format!("policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("policy.yaml");
+        std::fs::write(
+            &f,
+            "# ours\n\"os_compute_api:os-services:list\": \"role:reader\"\n'x': 'not (role:a or role:b) and @'\n",
+        )
+        .unwrap();
+        let p = Policy::from_file(&f).unwrap();
+        let reader = claims(&["reader"], "p1");
+        assert!(p.allows("os_compute_api:os-services:list", &reader, &[]));
+        assert!(p.allows("x", &reader, &[]));
+        assert!(!p.allows("x", &claims(&["b"], "p1"), &[]));
+        assert!(parse("bad", "role:a and (").is_err());
+        assert!(parse("bad", "role:a role:b").is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,7 @@
+//! api-super's integration tests (one binary, modules by concern).
+
+mod cli;
+mod common;
+mod matrix;
+mod ratelimit;
+mod tokens;
