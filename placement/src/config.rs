@@ -28,8 +28,11 @@ impl Default for DatabaseConfig {
 pub struct PlacementConfig {
     /// Address to serve the API on.
     pub listen: String,
-    /// `noauth2` (development and conformance runs) or `keystone` (not built yet).
+    /// `noauth2` (development and conformance runs) or `keystone` (the
+    /// region's identity tokens, validated locally).
     pub auth_strategy: String,
+    /// The identity service (for `keystone`), e.g. `http://127.0.0.1:5000`.
+    pub identity_url: String,
     /// The database.
     pub database: DatabaseConfig,
     /// Logging and metrics.
@@ -41,6 +44,7 @@ impl Default for PlacementConfig {
         Self {
             listen: "127.0.0.1:8778".to_owned(),
             auth_strategy: "noauth2".to_owned(),
+            identity_url: String::new(),
             database: DatabaseConfig::default(),
             telemetry: TelemetryConfig::default(),
         }

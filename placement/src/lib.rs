@@ -47,7 +47,19 @@ pub async fn serve(
     cfg: &PlacementConfig,
     telemetry: Option<fabric::telemetry::Telemetry>,
 ) -> anyhow::Result<Running> {
-    let auth = auth::AuthStrategy::from_name(&cfg.auth_strategy).map_err(anyhow::Error::msg)?;
+    let auth = auth::AuthStrategy::from_config(&cfg.auth_strategy, &cfg.identity_url)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    serve_with(cfg, auth, telemetry).await
+}
+
+/// As [`serve`], with the authentication strategy given (the all-in-one
+/// region shares its identity service's token validator this way).
+pub async fn serve_with(
+    cfg: &PlacementConfig,
+    auth: auth::AuthStrategy,
+    telemetry: Option<fabric::telemetry::Telemetry>,
+) -> anyhow::Result<Running> {
     let placement = Arc::new(
         Placement::open(&cfg.database.connection, cfg.database.max_connections)
             .await

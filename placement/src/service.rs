@@ -74,6 +74,37 @@ impl Placement {
         Ok(())
     }
 
+    /// After an allocation write: re-reads only generation and usage of the
+    /// touched providers (one query) into the index. A provider the index
+    /// does not hold yet (created by another process) is read in full.
+    pub async fn refresh_usages(&self, uuids: &[String]) -> Result<()> {
+        let states = self.db.usage_states(uuids).await?;
+        let mut missing = Vec::new();
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            for st in states {
+                let Ok(uuid) = st.uuid.parse::<ProviderUuid>() else {
+                    continue;
+                };
+                match index.provider(&uuid) {
+                    Some(mut rec) => {
+                        rec.usages = st.usages;
+                        rec.generation = u32::try_from(st.generation).unwrap_or(u32::MAX);
+                        if let Err(e) = index.upsert_provider(rec) {
+                            tracing::warn!(error = %e, "index usage refresh failed");
+                        }
+                    }
+                    None => missing.push(st.uuid),
+                }
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            self.refresh(&missing).await
+        }
+    }
+
     /// Rebuilds the whole index from the database.
     pub async fn refresh_all(&self) -> Result<()> {
         let records = self.db.provider_records(None).await?;

@@ -158,6 +158,7 @@ async fn main() -> Result<()> {
     let placement_cfg = placement::PlacementConfig {
         listen: cfg.region.placement_listen.clone(),
         auth_strategy: "noauth2".to_owned(),
+        identity_url: String::new(),
         database: placement::config::DatabaseConfig {
             connection: sqlite_url(dir, "placement"),
             max_connections: 1,

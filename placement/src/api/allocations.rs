@@ -233,7 +233,7 @@ async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
         })
         .await?;
     let touched = st.placement.db.write_allocations(&writes, &ids).await?;
-    st.placement.refresh(&touched).await
+    st.placement.refresh_usages(&touched).await
 }
 
 async fn put(
@@ -379,7 +379,7 @@ async fn delete(
         .db
         .write_allocations(&[w], &Default::default())
         .await?;
-    st.placement.refresh(&touched).await?;
+    st.placement.refresh_usages(&touched).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

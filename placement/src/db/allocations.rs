@@ -85,6 +85,34 @@ impl From<PlacementError> for WriteError {
     }
 }
 
+/// Creates the project and user rows of a consumer if they are missing.
+async fn ensure_owners<'c, DB>(
+    tx: &mut sqlx::Transaction<'c, DB>,
+    project: &str,
+    user: &str,
+    ts: chrono::DateTime<chrono::Utc>,
+) -> std::result::Result<(), sqlx::Error>
+where
+    DB: sqlx::Database,
+    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    chrono::DateTime<chrono::Utc>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for table in ["projects", "users"] {
+        let value = if table == "projects" { project } else { user };
+        let sql = format!(
+            "INSERT INTO {table} (external_id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+        );
+        sqlx::query::<DB>(&sql)
+            .bind(value)
+            .bind(ts)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 fn capacity_error(class: &str, uuid: &str, why: &str) -> PlacementError {
     PlacementError::conflict(
         ErrorCode::Undefined,
@@ -194,10 +222,6 @@ impl Db {
                     }
                     continue;
                 }
-                for (table, value) in [("projects", &w.project_id), ("users", &w.user_id)] {
-                    let sql = format!("INSERT INTO {table} (external_id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING");
-                    sqlx::query(&sql).bind(value).bind(ts).execute(&mut *tx).await?;
-                }
                 let type_id: Option<i64> = match &w.consumer_type {
                     Some(t) => {
                         sqlx::query("INSERT INTO consumer_types (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
@@ -211,19 +235,29 @@ impl Db {
                 };
                 match current {
                     None => {
-                        sqlx::query(
-                            "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
-                             SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5",
-                        )
-                        .bind(&w.consumer)
-                        .bind(type_id)
-                        .bind(ts)
-                        .bind(&w.project_id)
-                        .bind(&w.user_id)
-                        .execute(&mut *tx)
-                        .await?;
+                        // Usually the project and user rows exist already: one
+                        // statement. When the insert finds none, create them
+                        // and insert again.
+                        for attempt in 0..2 {
+                            let res = sqlx::query(
+                                "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
+                                 SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5",
+                            )
+                            .bind(&w.consumer)
+                            .bind(type_id)
+                            .bind(ts)
+                            .bind(&w.project_id)
+                            .bind(&w.user_id)
+                            .execute(&mut *tx)
+                            .await?;
+                            if res.rows_affected() == 1 || attempt == 1 {
+                                break;
+                            }
+                            ensure_owners(&mut tx, &w.project_id, &w.user_id, ts).await?;
+                        }
                     }
                     Some((id, g)) => {
+                        ensure_owners(&mut tx, &w.project_id, &w.user_id, ts).await?;
                         let res = sqlx::query(
                             "UPDATE consumers SET generation = generation + 1, updated_at = $1, \
                              project_id = (SELECT id FROM projects WHERE external_id = $2), \
@@ -243,23 +277,27 @@ impl Db {
                         }
                     }
                 }
-                for (rp, resources) in &w.allocations {
-                    let (rp_id, _) = providers[rp];
-                    for (class, amount) in resources {
-                        let class_id = class_ids[class];
-                        sqlx::query(
-                            "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
-                             VALUES ($1, $2, $3, $4, $5)",
-                        )
-                        .bind(rp_id)
-                        .bind(&w.consumer)
-                        .bind(class_id)
-                        .bind(*amount)
-                        .bind(ts)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
+                // All of the consumer's allocations in one statement.
+                let rows: Vec<(i64, i64, i64)> = w
+                    .allocations
+                    .iter()
+                    .flat_map(|(rp, resources)| {
+                        let rp_id = providers[rp].0;
+                        resources.iter().map(move |(class, amount)| (rp_id, class_ids[class], *amount))
+                    })
+                    .collect();
+                let values: Vec<String> = (0..rows.len())
+                    .map(|i| format!("(${}, $1, ${}, ${}, $2)", 3 * i + 3, 3 * i + 4, 3 * i + 5))
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) VALUES {}",
+                    values.join(", ")
+                );
+                let mut q = sqlx::query(&sql).bind(&w.consumer).bind(ts);
+                for (rp_id, class_id, amount) in &rows {
+                    q = q.bind(*rp_id).bind(*class_id).bind(*amount);
                 }
+                q.execute(&mut *tx).await?;
             }
             // Capacity of every provider that receives resources, then the
             // compare-and-bump of its generation (in UUID order).
@@ -448,6 +486,56 @@ impl Db {
                 out.entry(r.try_get("ctype")?).or_default().0 = r.try_get("consumers")?;
             }
             Ok(out)
+        })
+    }
+}
+
+/// A provider's generation and usage per class, as an allocation write leaves them.
+#[derive(Debug, Clone)]
+pub struct UsageState {
+    /// Provider UUID.
+    pub uuid: String,
+    /// Generation.
+    pub generation: i64,
+    /// Class → amount used (classes with no allocations absent).
+    pub usages: BTreeMap<String, u64>,
+}
+
+impl Db {
+    /// Generation and usage of the given providers, in one query (the cheap
+    /// index refresh after an allocation write).
+    pub async fn usage_states(&self, uuids: &[String]) -> Result<Vec<UsageState>> {
+        if uuids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT p.uuid, p.generation, c.name, CAST(SUM(a.used) AS BIGINT) AS used FROM resource_providers p \
+             LEFT JOIN allocations a ON a.resource_provider_id = p.id \
+             LEFT JOIN resource_classes c ON c.id = a.resource_class_id \
+             WHERE p.uuid IN ({}) GROUP BY p.uuid, p.generation, c.name",
+            placeholders(1, uuids.len())
+        );
+        on_db!(self, pool => {
+            let mut q = sqlx::query(&sql);
+            for u in uuids {
+                q = q.bind(u);
+            }
+            let mut out: BTreeMap<String, UsageState> = BTreeMap::new();
+            for r in q.fetch_all(pool).await? {
+                let uuid: String = r.try_get("uuid")?;
+                let e = out.entry(uuid.clone()).or_insert_with(|| UsageState {
+                    uuid,
+                    generation: 0,
+                    usages: BTreeMap::new(),
+                });
+                e.generation = r.try_get("generation")?;
+                let class: Option<String> = r.try_get("name")?;
+                let used: Option<i64> = r.try_get("used")?;
+                if let (Some(c), Some(u)) = (class, used) {
+                    e.usages.insert(c, u.max(0) as u64);
+                }
+            }
+            Ok(out.into_values().collect())
         })
     }
 }

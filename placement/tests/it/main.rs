@@ -8,3 +8,4 @@ mod engine_index;
 mod engine_nested;
 mod fixtures;
 mod inventory_rules;
+mod keystone_auth;
