@@ -106,7 +106,7 @@ impl PlacementClient for NoPlacement {
 pub struct HttpPlacement {
     http: reqwest::Client,
     base: String,
-    token: String,
+    token: fabric::token::SharedToken,
 }
 
 const MICROVERSION: &str = "placement 1.28";
@@ -121,14 +121,25 @@ impl HttpPlacement {
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
+            token: fabric::token::SharedToken::fixed(token),
         })
+    }
+
+    /// As [`HttpPlacement::new`], sending whatever `token` holds at the time
+    /// of each request (a service token kept fresh elsewhere).
+    pub fn with_token(
+        base: &str,
+        token: fabric::token::SharedToken,
+    ) -> Result<Self, PlacementError> {
+        let mut me = Self::new(base, "")?;
+        me.token = token;
+        Ok(me)
     }
 
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
             .request(method, format!("{}{path}", self.base))
-            .header("X-Auth-Token", &self.token)
+            .header("X-Auth-Token", self.token.get())
             .header("OpenStack-API-Version", MICROVERSION)
             .header("Accept", "application/json")
     }

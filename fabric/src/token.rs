@@ -719,3 +719,33 @@ mod tests {
         );
     }
 }
+
+/// A token that a client sends and that something else keeps fresh (a
+/// service's own credentials re-authenticated before expiry). Cheap to
+/// clone; readers always see the latest value.
+#[derive(Clone, Default)]
+pub struct SharedToken(Arc<RwLock<String>>);
+
+impl std::fmt::Debug for SharedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token itself.
+        f.write_str("SharedToken(..)")
+    }
+}
+
+impl SharedToken {
+    /// A token that never changes (noauth2 development setups, tests).
+    pub fn fixed(token: impl Into<String>) -> Self {
+        Self(Arc::new(RwLock::new(token.into())))
+    }
+
+    /// The current token.
+    pub fn get(&self) -> String {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the token.
+    pub fn set(&self, token: impl Into<String>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = token.into();
+    }
+}

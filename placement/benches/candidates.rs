@@ -2,10 +2,14 @@
 //!
 //! Fleet: N root providers with VCPU, MEMORY_MB and DISK_GB, 10% with
 //! CUSTOM_FOO, aggregates of 50. Queries: plain, `required=CUSTOM_FOO`,
-//! `member_of=<agg>`, all with `limit=1000`. The `general` variants add one
-//! sharing provider so the generic (tree/sharing-aware) path is measured.
-//! Index memory is reported from `Index::heap_bytes` (a counting global
-//! allocator would need `unsafe`, which the workspace forbids).
+//! `member_of=<agg>`, all with `limit=1000`. Variants: `flat` (the fast
+//! path), `general` (one sharing provider: the tree/sharing-aware path) and
+//! `nested` (every 10th compute node has a child with SRIOV_NET_VF, and a
+//! fourth query asks for VFs too). Index memory is reported from
+//! `Index::heap_bytes` (a counting global allocator would need `unsafe`,
+//! which the workspace forbids).
+//!
+//! `cargo bench -p placement --bench candidates -- candidates_10000`
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -17,7 +21,24 @@ use placement::engine::{
 };
 use uuid::Uuid;
 
-fn fleet(n: usize, sharing: bool) -> (Index, Vec<AggregateUuid>) {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Flat,
+    General,
+    Nested,
+}
+
+impl Variant {
+    fn suffix(self) -> &'static str {
+        match self {
+            Variant::Flat => "",
+            Variant::General => "_general",
+            Variant::Nested => "_nested",
+        }
+    }
+}
+
+fn fleet(n: usize, variant: Variant) -> (Index, Vec<AggregateUuid>) {
     let aggs: Vec<AggregateUuid> = (0..n.div_ceil(50))
         .map(|i| AggregateUuid(Uuid::from_u128(0xA66_0000 + i as u128)))
         .collect();
@@ -56,7 +77,18 @@ fn fleet(n: usize, sharing: bool) -> (Index, Vec<AggregateUuid>) {
             r
         })
         .collect();
-    if sharing {
+    if variant == Variant::Nested {
+        for i in (0..n).step_by(10) {
+            let mut r = ProviderRecord::new(
+                ProviderUuid(Uuid::from_u128((1 << 64) + i as u128)),
+                format!("cn{i:05}-pf"),
+            );
+            r.parent = Some(ProviderUuid(Uuid::from_u128(i as u128 + 1)));
+            r.inventories = BTreeMap::from([("SRIOV_NET_VF".to_owned(), Inventory::new(8))]);
+            recs.push(r);
+        }
+    }
+    if variant == Variant::General {
         let mut r = ProviderRecord::new(ProviderUuid(Uuid::from_u128(u128::MAX)), "shared-disk");
         r.inventories = BTreeMap::from([("DISK_GB".to_owned(), Inventory::new(100_000))]);
         r.traits = vec!["MISC_SHARES_VIA_AGGREGATE".to_owned()];
@@ -76,33 +108,36 @@ fn queries(aggs: &[AggregateUuid]) -> Vec<(&'static str, CandidatesRequest)> {
     required.required = vec![vec!["CUSTOM_FOO".to_owned()]];
     let mut member_of = base.clone();
     member_of.member_of = vec![vec![aggs[aggs.len() / 2], aggs[aggs.len() / 3]]];
+    let mut vf = base.clone();
+    vf.resources.insert("SRIOV_NET_VF".to_owned(), 2);
     vec![
         ("plain", req(base)),
         ("required", req(required)),
         ("member_of", req(member_of)),
+        ("vf", req(vf)),
     ]
 }
 
 fn bench(c: &mut Criterion) {
     for n in [1_000usize, 10_000] {
-        for sharing in [false, true] {
-            let (idx, aggs) = fleet(n, sharing);
-            if !sharing {
+        for variant in [Variant::Flat, Variant::General, Variant::Nested] {
+            let (idx, aggs) = fleet(n, variant);
+            if variant == Variant::Flat {
                 let bytes = idx.heap_bytes();
                 eprintln!(
                     "index memory: {n} providers, {bytes} bytes, {} bytes/provider",
                     bytes / n
                 );
             }
-            let mut group = c.benchmark_group(format!(
-                "candidates_{n}{}",
-                if sharing { "_general" } else { "" }
-            ));
+            let mut group = c.benchmark_group(format!("candidates_{n}{}", variant.suffix()));
             for (name, q) in queries(&aggs) {
+                if name == "vf" && variant != Variant::Nested {
+                    continue;
+                }
                 let got = idx.allocation_candidates(&q).expect("query");
                 eprintln!(
                     "{n}{} {name}: {} candidates, {} summaries",
-                    if sharing { " general" } else { "" },
+                    variant.suffix(),
                     got.allocation_requests.len(),
                     got.provider_summaries.len()
                 );
@@ -114,7 +149,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     c.bench_function("build_index_10000", |b| {
-        b.iter(|| black_box(fleet(10_000, false)));
+        b.iter(|| black_box(fleet(10_000, Variant::Flat)));
     });
 }
 

@@ -12,6 +12,7 @@
 //! May depend on: sqlx and tokio. Only ever a dev-dependency.
 
 pub mod http;
+pub mod python;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -16,7 +16,7 @@ use crate::common::*;
 
 const OSC_VERSION: &str = "7.4.0";
 
-fn skip_or_panic(why: &str) {
+pub(crate) fn skip_or_panic(why: &str) {
     if testkit::backends_required() {
         panic!(
             "the openstack CLI is required ({}=1) but unavailable: {why}",
@@ -27,7 +27,7 @@ fn skip_or_panic(why: &str) {
 }
 
 /// The `openstack` executable, installing it on first use.
-fn openstack() -> Result<PathBuf, String> {
+pub(crate) fn openstack() -> Result<PathBuf, String> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))

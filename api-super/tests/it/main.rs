@@ -2,6 +2,8 @@
 
 mod cli;
 mod common;
+mod compute;
+mod image;
 mod matrix;
 mod ratelimit;
 mod tokens;

@@ -1,7 +1,9 @@
 //! Database access. ALL the SQL of this crate lives below: [`api`] holds
 //! every statement on the API database's `cell_mappings`, `host_mappings`
 //! and `instance_mappings`; [`cell`] holds the few reads and writes on a cell
-//! database that discovery, instance mapping and cell/host deletion need.
+//! database that discovery, instance mapping and cell/host deletion need;
+//! [`instances`] the statements on a cell database the API layer needs
+//! (instance create/read/list, scheduler host reads).
 //!
 //! One [`Pool`] enum (PostgreSQL or SQLite) and plain `query`/`query_as`
 //! with `$N` binds, which both backends accept; the [`with_pool!`] macro
@@ -12,6 +14,7 @@
 
 pub mod api;
 pub mod cell;
+pub mod instances;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -169,3 +172,6 @@ impl CellDb {
 }
 
 pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
+pub use instances::{
+    CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, NewCellInstance, NewFault,
+};

@@ -4,6 +4,7 @@
 //! they hold no SQL.
 
 mod aggregates;
+mod allocation_candidates;
 mod allocations;
 mod body;
 mod inventories;
@@ -45,6 +46,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/", get(root::versions))
         .merge(resource_classes::routes())
+        .merge(allocation_candidates::routes())
         .merge(traits::routes())
         .merge(resource_providers::routes())
         .merge(inventories::routes())

@@ -6,7 +6,10 @@
 //! groups are then combined per anchor (cartesian product) and filtered by
 //! `group_policy`, `same_subtree`, and a final capacity check on the merged
 //! amounts. A fast path handles the common case (one unsuffixed group, no
-//! nested or sharing providers anywhere) with early exit at `limit`.
+//! nested or sharing providers anywhere); the general path visits anchors in
+//! slot order, builds every group's candidates for one anchor at a time and
+//! stops at `limit` (the same answer as enumerating everything and
+//! truncating; `tests/it/engine_limit.rs` checks that on random fleets).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -133,19 +136,7 @@ impl Index {
         let mut merged = if groups.len() == 1 && self.nested == 0 && !has_sharing {
             self.fast_single(&groups[0], anchors.as_ref(), early_limit)
         } else {
-            let mut per_group = Vec::with_capacity(groups.len());
-            for g in &groups {
-                let cands = if g.same_provider {
-                    self.group_same_provider(g, anchors.as_ref())
-                } else {
-                    self.group_tree(g, anchors.as_ref())
-                };
-                if cands.is_empty() {
-                    return Ok(AllocationCandidates::default());
-                }
-                per_group.push(cands);
-            }
-            self.merge(req, &groups, &per_group, early_limit)
+            self.general(req, &groups, anchors.as_ref(), early_limit)
         };
 
         if let CandidateOrder::Shuffle { seed } = req.order {
@@ -247,12 +238,7 @@ impl Index {
         if req.root_required.is_empty() && req.root_forbidden.is_empty() {
             return None;
         }
-        let mut roots = BitSet::new();
-        for (s, p) in self.iter_live() {
-            if p.parent.is_none() {
-                roots.insert(s);
-            }
-        }
+        let mut roots = self.roots.clone();
         for t in &req.root_required {
             match self.traits.get(t) {
                 Some(id) => roots.intersect_with(&self.trait_providers[id as usize]),
@@ -348,153 +334,57 @@ impl Index {
         out
     }
 
-    /// A granular group: each candidate is one provider.
-    fn group_same_provider(
-        &self,
-        g: &Compiled,
-        anchors: Option<&BitSet>,
-    ) -> BTreeMap<Slot, Vec<GroupCand>> {
-        let set = self.single_provider_set(g);
+    /// Sharing providers by the anchors they serve: `(anchor, provider)`
+    /// pairs, sorted, for the sharing providers that can matter to `groups`
+    /// (an inventory of a requested class, or any when a group is
+    /// resourceless). A sharing provider never serves its own tree this way.
+    fn shared_by_anchor(&self, groups: &[Compiled]) -> Vec<(Slot, Slot)> {
         let sharing = &self.trait_providers[self.sharing_trait as usize];
-        let mut out: BTreeMap<Slot, Vec<GroupCand>> = BTreeMap::new();
-        for s in set.iter() {
-            let root = self.p(s).root;
-            if g.in_tree_root.is_some_and(|r| r != root) || !self.fits_all(s, &g.resources) {
+        let any_resourceless = groups.iter().any(|g| g.resources.is_empty());
+        let mut pairs = Vec::new();
+        for s in sharing.iter() {
+            let p = self.p(s);
+            let relevant = any_resourceless
+                || groups
+                    .iter()
+                    .any(|g| g.resources.iter().any(|&(rc, _)| p.inv(rc).is_some()));
+            if !relevant {
                 continue;
             }
-            let cand = |anchor| GroupCand {
-                anchor,
-                allocs: g.resources.iter().map(|&(rc, a)| (s, rc, a)).collect(),
-                providers: vec![s],
-            };
-            if anchors.is_none_or(|a| a.contains(root)) {
-                out.entry(root).or_default().push(cand(root));
-            }
-            if sharing.contains(s) {
-                for anchor in self.sharing_anchors(s) {
-                    if anchor != root && anchors.is_none_or(|a| a.contains(anchor)) {
-                        out.entry(anchor).or_default().push(cand(anchor));
-                    }
+            for anchor in self.sharing_anchors(s) {
+                if anchor != p.root {
+                    pairs.push((anchor, s));
                 }
             }
         }
-        out
+        pairs.sort_unstable();
+        pairs
     }
 
-    /// The unsuffixed group: resources may come from any providers of one
-    /// tree plus sharing providers associated with that tree; one class is
-    /// taken whole from one provider.
-    fn group_tree(&self, g: &Compiled, anchors: Option<&BitSet>) -> BTreeMap<Slot, Vec<GroupCand>> {
-        let sharing = &self.trait_providers[self.sharing_trait as usize];
-        let n = g.resources.len();
-        // anchor → per requested class → providers.
-        let mut trees: BTreeMap<Slot, Vec<Vec<Slot>>> = BTreeMap::new();
-        for (i, &(rc, amount)) in g.resources.iter().enumerate() {
-            let mut entries: Vec<(Slot, Slot)> = Vec::new();
-            for s in self.rc_providers[rc as usize].iter() {
-                let p = self.p(s);
-                if g.in_tree_root.is_some_and(|r| r != p.root) {
-                    continue;
-                }
-                if !p.inv(rc).is_some_and(|e| e.fits(amount)) {
-                    continue;
-                }
-                // A provider with a forbidden trait can never be part of a
-                // candidate of this group.
-                if g.forbidden
-                    .iter()
-                    .any(|&t| self.trait_providers[t as usize].contains(s))
-                {
-                    continue;
-                }
-                entries.push((p.root, s));
-                if g.in_tree_root.is_none()
-                    && sharing.contains(s)
-                    && g.member.as_ref().is_none_or(|m| m.contains(s))
-                {
-                    for anchor in self.sharing_anchors(s) {
-                        if anchor != p.root {
-                            entries.push((anchor, s));
-                        }
-                    }
-                }
-            }
-            for (anchor, s) in entries {
-                if anchors.is_some_and(|a| !a.contains(anchor)) {
-                    continue;
-                }
-                // Aggregates on a root span its whole tree.
-                if g.member
-                    .as_ref()
-                    .is_some_and(|m| !m.contains(s) && !m.contains(anchor))
-                {
-                    continue;
-                }
-                if g.bad_aggs
-                    .as_ref()
-                    .is_some_and(|b| b.contains(s) || b.contains(anchor))
-                {
-                    continue;
-                }
-                if i > 0 && !trees.contains_key(&anchor) {
-                    continue; // already missing an earlier class
-                }
-                let lists = trees.entry(anchor).or_insert_with(|| vec![Vec::new(); n]);
-                lists[i].push(s);
-            }
-            trees.retain(|_, lists| !lists[i].is_empty());
-            if trees.is_empty() {
-                return BTreeMap::new();
-            }
-        }
-
-        let mut out: BTreeMap<Slot, Vec<GroupCand>> = BTreeMap::new();
-        for (anchor, lists) in trees {
-            let mut idx = vec![0usize; n];
-            let mut combo: Vec<Slot> = Vec::with_capacity(n);
-            loop {
-                combo.clear();
-                combo.extend(idx.iter().zip(&lists).map(|(&i, l)| l[i]));
-                if self.traits_satisfied(&combo, &g.required) {
-                    let mut providers = combo.clone();
-                    providers.sort_unstable();
-                    providers.dedup();
-                    out.entry(anchor).or_default().push(GroupCand {
-                        anchor,
-                        allocs: combo
-                            .iter()
-                            .zip(&g.resources)
-                            .map(|(&s, &(rc, a))| (s, rc, a))
-                            .collect(),
-                        providers,
-                    });
-                }
-                if !advance(&mut idx, |k| lists[k].len()) {
-                    break;
-                }
-            }
-        }
-        out
-    }
-
-    /// Whether the union of the providers' traits meets every any-of set.
-    fn traits_satisfied(&self, providers: &[Slot], required: &[Vec<TraitId>]) -> bool {
-        required.iter().all(|any| {
-            any.iter().any(|&t| {
-                let holders = &self.trait_providers[t as usize];
-                providers.iter().any(|&s| holders.contains(s))
-            })
-        })
-    }
-
-    /// Combines per-group candidates sharing an anchor.
-    fn merge(
+    /// The general (nested/sharing-aware) path. Anchors (tree roots) are
+    /// visited in slot order; for each, every group's candidates for that
+    /// anchor are built and combined, and the walk stops once `limit`
+    /// distinct candidates exist. The order is the same as a full
+    /// enumeration followed by truncation.
+    fn general(
         &self,
         req: &CandidatesRequest,
         groups: &[Compiled],
-        per_group: &[BTreeMap<Slot, Vec<GroupCand>>],
+        anchors: Option<&BitSet>,
         limit: Option<usize>,
     ) -> Vec<Merged> {
+        let mut out = Vec::new();
+        if groups.is_empty() || limit == Some(0) {
+            return out;
+        }
+        let sets: Vec<Option<BitSet>> = groups
+            .iter()
+            .map(|g| g.same_provider.then(|| self.single_provider_set(g)))
+            .collect();
+        if sets.iter().flatten().any(BitSet::is_empty) {
+            return out;
+        }
+        let shared = self.shared_by_anchor(groups);
         let granular = groups.iter().filter(|g| g.same_provider).count();
         let subtree_sets: Vec<Vec<usize>> = req
             .same_subtree
@@ -505,38 +395,272 @@ impl Index {
                     .collect()
             })
             .collect();
-        let mut seen: HashSet<Merged> = HashSet::new();
-        let mut out = Vec::new();
-        let Some((first, rest)) = per_group.split_first() else {
-            return out;
-        };
-        'anchors: for (anchor, first_list) in first {
-            let mut lists: Vec<&Vec<GroupCand>> = Vec::with_capacity(per_group.len());
-            lists.push(first_list);
-            for m in rest {
-                match m.get(anchor) {
-                    Some(l) => lists.push(l),
-                    None => continue 'anchors,
+        let mut visit = self.roots.clone();
+        if let Some(a) = anchors {
+            visit.intersect_with(a);
+        }
+        // When a group is pinned to one tree and cannot reach others
+        // through sharing providers, only that tree can anchor.
+        for g in groups {
+            if let (Some(r), false) = (g.in_tree_root, g.same_provider) {
+                let only = visit.contains(r);
+                visit = BitSet::new();
+                if only {
+                    visit.insert(r);
                 }
             }
-            let mut idx = vec![0usize; lists.len()];
+        }
+
+        // Cheap superset of the anchors that can satisfy each group: the
+        // roots of its possible providers, plus every anchor a relevant
+        // sharing provider serves. The per-anchor walk below decides.
+        let mut served = BitSet::new();
+        for &(anchor, _) in &shared {
+            served.insert(anchor);
+        }
+        for (g, set) in groups.iter().zip(&sets) {
+            let mut possible = match set {
+                Some(set) => self.roots_of(set),
+                None => {
+                    let mut acc = self.roots.clone();
+                    for &(rc, _) in &g.resources {
+                        acc.intersect_with(&self.roots_of(&self.rc_providers[rc as usize]));
+                    }
+                    for any in &g.required {
+                        let mut holders = BitSet::new();
+                        for &t in any {
+                            holders.union_with(&self.trait_providers[t as usize]);
+                        }
+                        acc.intersect_with(&self.roots_of(&holders));
+                    }
+                    if let Some(m) = &g.member {
+                        acc.intersect_with(&self.roots_of(m));
+                    }
+                    acc
+                }
+            };
+            possible.union_with(&served);
+            visit.intersect_with(&possible);
+        }
+
+        let sharing = &self.trait_providers[self.sharing_trait as usize];
+        let mut seen: HashSet<Merged> = HashSet::new();
+        let mut cands: Vec<Vec<GroupCand>> = groups.iter().map(|_| Vec::new()).collect();
+        let mut lists: Vec<Vec<Slot>> = Vec::new();
+        let mut tree: Vec<Slot> = Vec::new();
+        let mut sh: Vec<Slot> = Vec::new();
+        let mut cursor = 0usize;
+        'anchors: for anchor in visit.iter() {
+            while cursor < shared.len() && shared[cursor].0 < anchor {
+                cursor += 1;
+            }
+            sh.clear();
+            while cursor < shared.len() && shared[cursor].0 == anchor {
+                sh.push(shared[cursor].1);
+                cursor += 1;
+            }
+            self.subtree_into(anchor, &mut tree);
+            for (gi, g) in groups.iter().enumerate() {
+                let c = &mut cands[gi];
+                c.clear();
+                match &sets[gi] {
+                    Some(set) => self.anchor_same_provider(g, set, anchor, &tree, &sh, c),
+                    None => self.anchor_tree(g, anchor, &tree, &sh, &mut lists, c),
+                }
+                if c.is_empty() {
+                    continue 'anchors;
+                }
+            }
+            let mut idx = vec![0usize; cands.len()];
+            let mut combo: Vec<&GroupCand> = Vec::with_capacity(cands.len());
             loop {
-                let combo: Vec<&GroupCand> = idx.iter().zip(&lists).map(|(&i, l)| &l[i]).collect();
+                combo.clear();
+                combo.extend(idx.iter().zip(&cands).map(|(&i, l)| &l[i]));
                 if let Some(m) = self.combine(req, groups, granular, &subtree_sets, &combo) {
-                    if !seen.contains(&m) {
-                        seen.insert(m.clone());
+                    // Candidates of one anchor are distinct; only one that
+                    // uses no non-sharing provider of this tree can also come
+                    // from another anchor.
+                    let local = m
+                        .mappings
+                        .iter()
+                        .flatten()
+                        .any(|&s| self.p(s).root == anchor && !sharing.contains(s));
+                    if local || (!seen.contains(&m) && seen.insert(m.clone())) {
                         out.push(m);
                         if limit.is_some_and(|l| out.len() >= l) {
                             break 'anchors;
                         }
                     }
                 }
-                if !advance(&mut idx, |k| lists[k].len()) {
+                if !advance(&mut idx, |k| cands[k].len()) {
                     break;
                 }
             }
         }
         out
+    }
+
+    /// The roots of the trees of the providers in `set`.
+    fn roots_of(&self, set: &BitSet) -> BitSet {
+        if self.nested == 0 {
+            return set.clone();
+        }
+        let mut out = BitSet::new();
+        for s in set.iter() {
+            out.insert(self.p(s).root);
+        }
+        out
+    }
+
+    /// The providers of the tree rooted at `root`, in slot order.
+    fn subtree_into(&self, root: Slot, out: &mut Vec<Slot>) {
+        out.clear();
+        out.push(root);
+        let mut i = 0;
+        while i < out.len() {
+            let s = out[i];
+            out.extend_from_slice(&self.p(s).children);
+            i += 1;
+        }
+        if out.len() > 1 {
+            out.sort_unstable();
+        }
+    }
+
+    /// A granular group's candidates for `anchor`: each one provider of the
+    /// anchor's tree or a sharing provider serving it, in slot order.
+    fn anchor_same_provider(
+        &self,
+        g: &Compiled,
+        set: &BitSet,
+        anchor: Slot,
+        tree: &[Slot],
+        sh: &[Slot],
+        out: &mut Vec<GroupCand>,
+    ) {
+        for (s, shared) in merge_sorted(tree, sh) {
+            if !set.contains(s) {
+                continue;
+            }
+            let root = if shared { self.p(s).root } else { anchor };
+            if g.in_tree_root.is_some_and(|r| r != root) || !self.fits_all(s, &g.resources) {
+                continue;
+            }
+            out.push(GroupCand {
+                anchor,
+                allocs: g.resources.iter().map(|&(rc, a)| (s, rc, a)).collect(),
+                providers: vec![s],
+            });
+        }
+    }
+
+    /// The unsuffixed group's candidates for `anchor`: resources may come
+    /// from any providers of the tree plus sharing providers serving it;
+    /// one class is taken whole from one provider.
+    fn anchor_tree(
+        &self,
+        g: &Compiled,
+        anchor: Slot,
+        tree: &[Slot],
+        sh: &[Slot],
+        lists: &mut Vec<Vec<Slot>>,
+        out: &mut Vec<GroupCand>,
+    ) {
+        let n = g.resources.len();
+        if lists.len() < n {
+            lists.resize_with(n, Vec::new);
+        }
+        for (i, &(rc, amount)) in g.resources.iter().enumerate() {
+            let l = &mut lists[i];
+            l.clear();
+            for (s, shared) in merge_sorted(tree, sh) {
+                if self.tree_entry_ok(g, rc, amount, s, anchor, shared) {
+                    l.push(s);
+                }
+            }
+            if l.is_empty() {
+                return;
+            }
+        }
+        let lists = &lists[..n];
+        let mut idx = vec![0usize; n];
+        let mut combo: Vec<Slot> = Vec::with_capacity(n);
+        loop {
+            combo.clear();
+            combo.extend(idx.iter().zip(lists).map(|(&i, l)| l[i]));
+            if self.traits_satisfied(&combo, &g.required) {
+                let mut providers = combo.clone();
+                providers.sort_unstable();
+                providers.dedup();
+                out.push(GroupCand {
+                    anchor,
+                    allocs: combo
+                        .iter()
+                        .zip(&g.resources)
+                        .map(|(&s, &(rc, a))| (s, rc, a))
+                        .collect(),
+                    providers,
+                });
+            }
+            if !advance(&mut idx, |k| lists[k].len()) {
+                break;
+            }
+        }
+    }
+
+    /// Whether provider `s` (of the anchor's tree, or a sharing provider
+    /// serving it when `shared`) may supply `amount` of `rc` to the
+    /// unsuffixed group anchored at `anchor`.
+    #[inline]
+    fn tree_entry_ok(
+        &self,
+        g: &Compiled,
+        rc: RcId,
+        amount: u64,
+        s: Slot,
+        anchor: Slot,
+        shared: bool,
+    ) -> bool {
+        if shared {
+            // Sharing providers serve other trees only without `in_tree`
+            // and when they are themselves in the `member_of` aggregates.
+            if g.in_tree_root.is_some() || g.member.as_ref().is_some_and(|m| !m.contains(s)) {
+                return false;
+            }
+        } else if g.in_tree_root.is_some_and(|r| r != anchor) {
+            return false;
+        }
+        if !self.p(s).inv(rc).is_some_and(|e| e.fits(amount)) {
+            return false;
+        }
+        // A provider with a forbidden trait can never be part of a
+        // candidate of this group.
+        if g.forbidden
+            .iter()
+            .any(|&t| self.trait_providers[t as usize].contains(s))
+        {
+            return false;
+        }
+        // Aggregates on a root span its whole tree.
+        if g.member
+            .as_ref()
+            .is_some_and(|m| !m.contains(s) && !m.contains(anchor))
+        {
+            return false;
+        }
+        !g.bad_aggs
+            .as_ref()
+            .is_some_and(|b| b.contains(s) || b.contains(anchor))
+    }
+
+    /// Whether the union of the providers' traits meets every any-of set.
+    fn traits_satisfied(&self, providers: &[Slot], required: &[Vec<TraitId>]) -> bool {
+        required.iter().all(|any| {
+            any.iter().any(|&t| {
+                let holders = &self.trait_providers[t as usize];
+                providers.iter().any(|&s| holders.contains(s))
+            })
+        })
     }
 
     fn combine(
@@ -714,6 +838,26 @@ impl Index {
                 .collect(),
         }
     }
+}
+
+/// Merges two ascending, disjoint slot lists; `true` marks items of `b`.
+fn merge_sorted<'a>(a: &'a [Slot], b: &'a [Slot]) -> impl Iterator<Item = (Slot, bool)> + 'a {
+    let (mut i, mut j) = (0, 0);
+    std::iter::from_fn(move || match (a.get(i), b.get(j)) {
+        (Some(&x), Some(&y)) if x < y => {
+            i += 1;
+            Some((x, false))
+        }
+        (_, Some(&y)) => {
+            j += 1;
+            Some((y, true))
+        }
+        (Some(&x), None) => {
+            i += 1;
+            Some((x, false))
+        }
+        (None, None) => None,
+    })
 }
 
 /// Odometer step over `idx` with per-position lengths; false when done.

@@ -238,6 +238,8 @@ pub struct Index {
     agg_ids: HashMap<AggregateUuid, AggId>,
     /// Every live provider.
     pub(crate) live: BitSet,
+    /// Every live root provider (the possible candidate anchors).
+    pub(crate) roots: BitSet,
     /// Class → providers with an inventory of it.
     pub(crate) rc_providers: Vec<BitSet>,
     /// Trait → providers having it.
@@ -270,6 +272,7 @@ impl Index {
             aggs: Vec::new(),
             agg_ids: HashMap::new(),
             live: BitSet::new(),
+            roots: BitSet::new(),
             rc_providers: Vec::new(),
             trait_providers: vec![BitSet::new()],
             agg_providers: Vec::new(),
@@ -377,7 +380,7 @@ impl Index {
         n += self.by_name.capacity() * (std::mem::size_of::<(Arc<str>, Slot)>() + 1);
         n += self.rcs.heap_bytes() + self.traits.heap_bytes();
         n += self.aggs.capacity() * 16 + self.agg_ids.capacity() * 21;
-        n += self.live.heap_bytes();
+        n += self.live.heap_bytes() + self.roots.heap_bytes();
         for b in self
             .rc_providers
             .iter()
@@ -470,6 +473,11 @@ impl Index {
                 self.nested += 1;
             }
             self.pm(s).parent = new_parent;
+            if new_parent.is_some() {
+                self.roots.remove(s);
+            } else {
+                self.roots.insert(s);
+            }
             let root = match new_parent {
                 Some(np) => self.p(np).root,
                 None => s,
@@ -864,6 +872,9 @@ impl Index {
         self.by_uuid.insert(rec.uuid, s);
         self.by_name.insert(name, s);
         self.live.insert(s);
+        if parent.is_none() {
+            self.roots.insert(s);
+        }
         self.replace_inventories(s, &rec.inventories, Some(&rec.usages));
         self.replace_traits(s, &rec.traits);
         self.replace_aggs(s, &rec.aggregates);
@@ -888,6 +899,7 @@ impl Index {
         self.by_uuid.remove(&p.uuid);
         self.by_name.remove(&p.name);
         self.live.remove(s);
+        self.roots.remove(s);
         self.free.push(s);
     }
 

@@ -1,10 +1,12 @@
 //! Integration tests of the placement crate (one binary, see CONVENTIONS.md).
 
+mod candidates_api;
 mod concurrency;
 mod conformance;
 mod engine_candidates;
 mod engine_granular;
 mod engine_index;
+mod engine_limit;
 mod engine_nested;
 mod fixtures;
 mod inventory_rules;

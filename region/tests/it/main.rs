@@ -1,45 +1,63 @@
-//! Integration tests of the all-in-one launcher: the real binary, run once.
+//! Integration tests of the all-in-one launcher: the real binary.
 
-use std::process::Command;
+mod osc_placement;
+mod servers_cli;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+
+use testkit::http::Client;
+
+fn region(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_region"));
+    c.env("REGION__REGION__DATA_DIR", dir)
+        .env("REGION__REGION__CELLS", "2")
+        .env("REGION__REGION__HOSTS_PER_CELL", "2")
+        .env("REGION__REGION__IDENTITY_LISTEN", "127.0.0.1:0")
+        .env("REGION__REGION__PLACEMENT_LISTEN", "127.0.0.1:0")
+        .env("REGION__REGION__COMPUTE_LISTEN", "127.0.0.1:0")
+        .env("REGION__REGION__IMAGE_LISTEN", "127.0.0.1:0")
+        .env("REGION__TELEMETRY__METRICS_LISTEN", "127.0.0.1:0");
+    c
+}
 
 #[test]
-fn region_once_brings_up_databases_and_buses_and_is_idempotent() {
+fn region_once_starts_everything_and_is_idempotent() {
     let dir = testkit::temp_dir("region_once");
-    let run = || {
-        Command::new(env!("CARGO_BIN_EXE_region"))
-            .arg("--once")
-            .env("REGION__REGION__DATA_DIR", &dir)
-            .env("REGION__REGION__CELLS", "3")
-            .env("REGION__TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
-            .env("REGION__REGION__PLACEMENT_LISTEN", "127.0.0.1:0")
-            .output()
-            .expect("run region")
-    };
-    let first = run();
-    let out = String::from_utf8_lossy(&first.stdout);
-    assert!(
-        first.status.success(),
-        "stdout: {out}\nstderr: {}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-    for db in ["api", "placement", "cell0", "cell1", "cell2", "cell3"] {
+    for run in 0..2 {
+        let out = region(&dir).arg("--once").output().expect("run region");
+        let text = String::from_utf8_lossy(&out.stdout);
         assert!(
-            dir.join(format!("{db}.sqlite")).exists(),
-            "{db} database missing\n{out}"
+            out.status.success(),
+            "run {run}\nstdout: {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for db in [
+            "api",
+            "placement",
+            "identity",
+            "image",
+            "cell0",
+            "cell1",
+            "cell2",
+        ] {
+            assert!(
+                dir.join(format!("{db}.sqlite")).exists(),
+                "{db} database missing\n{text}"
+            );
+        }
+        assert!(!dir.join("cell3.sqlite").exists());
+        assert_eq!(
+            text.matches("with 2 fake hosts, conductor up").count(),
+            2,
+            "{text}"
+        );
+        assert!(
+            text.contains("export OS_USERNAME=admin") && text.contains("export OS_USERNAME=demo"),
+            "{text}"
         );
     }
-    assert!(!dir.join("cell4.sqlite").exists());
-    assert_eq!(out.matches("call round trip").count(), 3, "{out}");
-    assert!(out.contains("(1 applied now)"), "{out}");
-    assert!(out.contains("placement http://127.0.0.1:"), "{out}");
-    // A second start finds everything up to date.
-    let second = run();
-    let out2 = String::from_utf8_lossy(&second.stdout);
-    assert!(second.status.success(), "{out2}");
-    assert!(
-        !out2.contains("(1 applied now)") && out2.contains("(0 applied now)"),
-        "{out2}"
-    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -55,56 +73,147 @@ fn region_rejects_a_misspelt_option() {
     assert!(err.contains("cels"), "{err}");
 }
 
-/// Starts the region for real, reads the placement address it prints, and
-/// talks HTTP to it.
-#[test]
-fn region_serves_placement_until_stopped() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::Stdio;
+struct Running {
+    child: Child,
+    lines: Vec<String>,
+}
 
-    let dir = testkit::temp_dir("region_serves");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_region"))
-        .env("REGION__REGION__DATA_DIR", &dir)
-        .env("REGION__TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
-        .env("REGION__REGION__PLACEMENT_LISTEN", "127.0.0.1:0")
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    fn addr(&self, prefix: &str) -> SocketAddr {
+        self.lines
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_start_matches("http://")
+                    .split(['/', ' '])
+                    .next()
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| panic!("no {prefix} line in {:?}", self.lines))
+            .parse()
+            .expect("address")
+    }
+    fn export(&self, var: &str, nth: usize) -> String {
+        self.lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("export {var}=")))
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {var} in {:?}", self.lines))
+            .to_owned()
+    }
+}
+
+fn start(dir: &std::path::Path) -> Running {
+    start_with(dir, &[])
+}
+
+/// A port that was free a moment ago (for services whose address must be
+/// known before they start, e.g. to appear in the identity catalog).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_with(dir: &std::path::Path, env: &[(&str, String)]) -> Running {
+    let mut cmd = region(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("start region");
     let stdout = child.stdout.take().expect("stdout");
-    let mut addr = None;
+    let mut lines = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("read line");
-        if let Some(rest) = line.trim().strip_prefix("placement http://") {
-            addr = rest.split_whitespace().next().map(str::to_owned);
-        }
-        if line.contains("region is up") {
+        let done = line.contains("region is up");
+        lines.push(line);
+        if done {
             break;
         }
     }
-    let addr = addr.expect("region printed the placement address");
-    let request = |path: &str, token: Option<&str>| -> String {
-        let mut s = std::net::TcpStream::connect(&addr).expect("connect placement");
-        let auth = token
-            .map(|t| format!("x-auth-token: {t}\r\n"))
-            .unwrap_or_default();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).unwrap();
-        buf
+    Running { child, lines }
+}
+
+fn login(identity: SocketAddr, user: &str, password: &str, project: &str) -> String {
+    let mut c = Client::new(identity);
+    let body = format!(
+        r#"{{"auth": {{"identity": {{"methods": ["password"], "password": {{"user": {{"name": "{user}", "domain": {{"id": "default"}}, "password": "{password}"}}}}}},
+            "scope": {{"project": {{"name": "{project}", "domain": {{"id": "default"}}}}}}}}}}"#
+    );
+    let r = c
+        .request("POST", "/v3/auth/tokens", Some(&body))
+        .expect("login");
+    assert_eq!(r.status, 201, "{}", r.body);
+    r.header("x-subject-token").expect("token").to_owned()
+}
+
+/// The region serves identity and placement with real tokens, and its fake
+/// computes have reported their inventory to placement.
+#[test]
+fn region_serves_identity_and_placement_with_tokens() {
+    let dir = testkit::temp_dir("region_serves");
+    let r = start(&dir);
+    let identity = r.addr("identity");
+    let placement = r.addr("placement");
+    let admin = login(identity, "admin", &r.export("OS_PASSWORD", 0), "admin");
+    let member = login(identity, "demo", &r.export("OS_PASSWORD", 1), "demo");
+
+    let get = |token: Option<&str>, path: &str| {
+        let mut c = Client::new(placement);
+        if let Some(t) = token {
+            c = c.with_header("x-auth-token", t);
+        }
+        c.request("GET", path, None).expect("placement")
     };
-    let root = request("/", None);
-    assert!(root.starts_with("HTTP/1.1 200"), "{root}");
-    assert!(root.contains("\"max_version\":\"1.39\""), "{root}");
-    let denied = request("/resource_providers", None);
-    assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
-    let listed = request("/resource_providers", Some("admin"));
-    assert!(listed.contains("{\"resource_providers\":[]}"), "{listed}");
-    child.kill().ok();
-    child.wait().ok();
+    let root = get(None, "/");
+    assert_eq!(root.status, 200);
+    assert!(
+        root.body.contains("\"max_version\":\"1.39\""),
+        "{}",
+        root.body
+    );
+    assert_eq!(get(None, "/resource_providers").status, 401);
+    assert_eq!(get(Some("forged"), "/resource_providers").status, 401);
+    assert_eq!(get(Some(&member), "/resource_providers").status, 403);
+    let listed = get(Some(&admin), "/resource_providers");
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let v: serde_json::Value = serde_json::from_str(&listed.body).unwrap();
+    let mut names: Vec<&str> = v["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "cell1-host01",
+            "cell1-host02",
+            "cell2-host01",
+            "cell2-host02"
+        ]
+    );
+    let uuid = v["resource_providers"][0]["uuid"].as_str().unwrap();
+    let inv = get(
+        Some(&admin),
+        &format!("/resource_providers/{uuid}/inventories"),
+    );
+    assert!(inv.body.contains("\"VCPU\""), "{}", inv.body);
+    drop(r);
     std::fs::remove_dir_all(&dir).ok();
 }

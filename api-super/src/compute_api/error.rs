@@ -1,0 +1,133 @@
+//! The Compute API's one error type and its one mapping to Nova's error
+//! body, `{"<name>": {"code": N, "message": "..."}}` (`badRequest`,
+//! `itemNotFound`, `forbidden`, `conflictingRequest`, `computeFault`, ...).
+//! Internal causes are logged once, here; the client sees a generic message.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+/// Everything a Compute API request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 (keystonemiddleware's body).
+    #[error("The request you have made requires authentication.")]
+    Unauthorized,
+    /// 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// 406 (a microversion outside the supported range).
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// A database statement failed (500).
+    #[error("database operation {op} failed")]
+    Db {
+        /// The statement's name.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A cell database statement failed (500).
+    #[error("cell database operation failed")]
+    Cell(#[source] cell_mapping::Error),
+    /// Anything else that is our fault (500).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// An internal error from any displayable cause.
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+
+    /// 404 for a server.
+    pub fn server_not_found(id: &str) -> Self {
+        ApiError::NotFound(format!("Instance {id} could not be found."))
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Db { .. } | ApiError::Cell(_) | ApiError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl From<cell_mapping::Error> for ApiError {
+    fn from(e: cell_mapping::Error) -> Self {
+        ApiError::Cell(e)
+    }
+}
+
+/// Nova's fault names by status (nova.api.openstack.wsgi.Fault).
+fn fault_name(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "badRequest",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "itemNotFound",
+        405 => "badMethod",
+        409 => "conflictingRequest",
+        413 | 429 => "overLimit",
+        415 => "badMediaType",
+        501 => "notImplemented",
+        503 => "serviceUnavailable",
+        _ => "computeFault",
+    }
+}
+
+/// The error body of `status` with `message`.
+pub fn fault_response(status: StatusCode, message: &str) -> Response {
+    let body = json!({ fault_name(status): { "code": status.as_u16(), "message": message } });
+    (status, Json(body)).into_response()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            let mut chain = self.to_string();
+            let mut src = std::error::Error::source(&self);
+            while let Some(s) = src {
+                chain.push_str(": ");
+                chain.push_str(&s.to_string());
+                src = s.source();
+            }
+            tracing::error!(error = %chain, "compute API request failed");
+            return fault_response(
+                status,
+                "Unexpected API Error. Please report this at http://bugs.launchpad.net/nova/ \
+                 and attach the Nova API log if possible.",
+            );
+        }
+        if let ApiError::Unauthorized = self {
+            let body = json!({"error": {"code": 401, "title": "Unauthorized",
+                "message": "The request you have made requires authentication."}});
+            return (status, Json(body)).into_response();
+        }
+        fault_response(status, &self.to_string())
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;

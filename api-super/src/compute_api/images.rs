@@ -1,0 +1,96 @@
+//! Image references. The image service is built elsewhere; the Compute API
+//! resolves `imageRef` through [`ImageLookup`]. With no lookup configured,
+//! any UUID-shaped reference is accepted as is.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+
+use fabric::token::Claims;
+
+/// Boxed future of [`ImageLookup`]: the image id, or the 400 message.
+pub type LookupFuture<'a> = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
+
+/// What a boot needs to know about the image: it is visible to the caller,
+/// active, and the flavor is big enough for it.
+#[derive(Debug, Clone, Copy)]
+pub struct BootNeeds<'a> {
+    /// The caller (visibility is per project).
+    pub claims: &'a Claims,
+    /// The flavor's RAM, MiB.
+    pub ram_mb: u64,
+    /// The flavor's root disk, GiB (0: no disk checks, as Nova).
+    pub disk_gb: u64,
+}
+
+/// Resolves an `imageRef` (an id, or a name) to a bootable image id.
+pub trait ImageLookup: Send + Sync + std::fmt::Debug {
+    /// The image id `image_ref` names for this boot, or the reason it
+    /// cannot be booted (Nova's 400 message).
+    fn resolve<'a>(&'a self, image_ref: &'a str, needs: BootNeeds<'a>) -> LookupFuture<'a>;
+}
+
+/// Images in memory: id → name.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryImages {
+    images: Arc<RwLock<HashMap<String, String>>>,
+}
+
+impl InMemoryImages {
+    /// No images.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an image.
+    pub fn add(&self, id: &str, name: &str) {
+        self.images
+            .write()
+            .expect("images lock")
+            .insert(id.to_owned(), name.to_owned());
+    }
+}
+
+impl ImageLookup for InMemoryImages {
+    fn resolve<'a>(&'a self, image_ref: &'a str, _needs: BootNeeds<'a>) -> LookupFuture<'a> {
+        let m = self.images.read().expect("images lock");
+        let found = if m.contains_key(image_ref) {
+            Some(image_ref.to_owned())
+        } else {
+            let mut named: Vec<&String> = m
+                .iter()
+                .filter(|(_, n)| n.as_str() == image_ref)
+                .map(|(id, _)| id)
+                .collect();
+            named.sort();
+            // An ambiguous name resolves to nothing, as with Glance.
+            if named.len() == 1 {
+                Some(named[0].clone())
+            } else {
+                None
+            }
+        };
+        let found = found.ok_or_else(|| format!("Image {image_ref} could not be found."));
+        Box::pin(std::future::ready(found))
+    }
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (or 32 hex digits).
+pub fn is_uuid_like(s: &str) -> bool {
+    uuid::Uuid::parse_str(s).is_ok() && (s.len() == 36 || s.len() == 32)
+}
+
+/// The region's image service as the Compute API's lookup: Glance's
+/// visibility rules for the caller, `active` required, min_ram/min_disk
+/// checked against the flavor.
+impl ImageLookup for crate::image::lookup::ImageLookup {
+    fn resolve<'a>(&'a self, image_ref: &'a str, needs: BootNeeds<'a>) -> LookupFuture<'a> {
+        Box::pin(async move {
+            self.find_bootable(needs.claims, image_ref, needs.ram_mb, needs.disk_gb)
+                .await
+                .map(|img| img.id.to_string())
+                .map_err(|e| e.to_string())
+        })
+    }
+}

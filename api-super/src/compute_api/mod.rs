@@ -1,0 +1,332 @@
+//! The Compute API (Nova v2.1 subset) on axum: version discovery,
+//! microversions (2.1 … 2.104), Keystone tokens (`X-Auth-Token`, validated
+//! with `fabric::token`), Nova's default policy, flavors and servers
+//! (create, list, show, rename, delete). See docs/COMPUTE_API.md.
+//!
+//! Layers: handlers ([`servers`], [`flavors`], [`versions`]) parse,
+//! authorize and call the API database ([`db`]), the cells
+//! ([`crate::cells`]) and the super-conductor ([`crate::conductor`]).
+//! Errors: [`error::ApiError`], mapped to Nova's error body in one place.
+
+pub mod db;
+pub mod error;
+pub mod flavors;
+pub mod images;
+pub mod microversion;
+pub mod servers;
+pub mod versions;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use fabric::token::{Authenticator, Claims};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+use crate::cells::Cells;
+use crate::conductor::SuperConductor;
+use crate::http::ReqId;
+use crate::identity::policy::Policy;
+use crate::scheduler::host_state::HostStateCache;
+use crate::scheduler::placement::SchedulerPlacement;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use db::ComputeDb;
+use error::ApiError;
+use images::ImageLookup;
+use microversion::Version;
+
+/// `[compute]` options.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComputeConfig {
+    /// Address (port 0 picks one).
+    pub listen: String,
+    /// Base URL in links; empty: `http://<bound address>`.
+    pub public_url: String,
+    /// Largest page of a listing (Nova's `max_limit`).
+    pub max_limit: usize,
+    /// The scheduler.
+    pub scheduler: SchedulerConfig,
+    /// How often the cell-mapping cache re-reads the API database (ms).
+    pub cell_cache_refresh_ms: u64,
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8774".to_owned(),
+            public_url: String::new(),
+            max_limit: 1000,
+            scheduler: SchedulerConfig::default(),
+            cell_cache_refresh_ms: cell_mapping::CacheConfig::default().refresh_interval_ms,
+        }
+    }
+}
+
+/// What the Compute API runs on.
+#[derive(Clone)]
+pub struct ComputeDeps {
+    /// The API database URL (migrated; cells mapped with cell-mapping).
+    pub api_database: String,
+    /// Token validation (the region shares identity's validator).
+    pub auth: Arc<dyn Authenticator>,
+    /// Policy (Nova's defaults, maybe overridden).
+    pub policy: Arc<Policy>,
+    /// Placement, for the scheduler.
+    pub placement: Arc<dyn SchedulerPlacement>,
+    /// Image lookup; `None`: any UUID-shaped imageRef is accepted.
+    pub images: Option<Arc<dyn ImageLookup>>,
+}
+
+/// The request context: who calls, at which microversion.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The token's claims (project-scoped).
+    pub claims: Arc<Claims>,
+    /// Microversion.
+    pub mv: Version,
+    /// Request id.
+    pub request_id: String,
+}
+
+impl Ctx {
+    /// The caller's project.
+    pub fn project_id(&self) -> &str {
+        self.claims.project_id().unwrap_or("")
+    }
+
+    /// The caller's user.
+    pub fn user_id(&self) -> &str {
+        &self.claims.user.id
+    }
+
+    /// Whether the caller has `admin`.
+    pub fn is_admin(&self) -> bool {
+        self.claims.has_role("admin")
+    }
+}
+
+/// The Compute API's shared state.
+pub struct Inner {
+    pub(crate) db: ComputeDb,
+    pub(crate) cells: Cells,
+    pub(crate) auth: Arc<dyn Authenticator>,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) images: Option<Arc<dyn ImageLookup>>,
+    pub(crate) conductor: Arc<SuperConductor>,
+    pub(crate) public_url: OnceLock<String>,
+    pub(crate) max_limit: usize,
+}
+
+/// A handle on the shared state.
+#[derive(Clone)]
+pub struct App(Arc<Inner>);
+
+impl std::ops::Deref for App {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl App {
+    /// The base URL of links.
+    pub fn public_url(&self) -> String {
+        self.0.public_url.get().cloned().unwrap_or_default()
+    }
+
+    /// Checks `action` on a target project; `Forbidden` when denied.
+    pub fn authorize(&self, ctx: &Ctx, action: &str, project_id: &str) -> Result<(), ApiError> {
+        let target = [("project_id", project_id), ("user_id", ctx.user_id())];
+        if self
+            .policy
+            .enforce(action, &ctx.claims, &target, &ctx.request_id)
+        {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "Policy doesn't allow {action} to be performed."
+            )))
+        }
+    }
+
+    /// The super-conductor.
+    pub fn conductor(&self) -> &Arc<SuperConductor> {
+        &self.conductor
+    }
+
+    /// The API database.
+    pub fn db(&self) -> &ComputeDb {
+        &self.db
+    }
+}
+
+/// Token and microversion for everything under `/v2.1/…`; stamps the
+/// version headers on the answer.
+async fn authenticate(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    let mv = match Version::from_headers(req.headers()) {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let token = req
+        .headers()
+        .get("x-auth-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    if token.is_empty() {
+        return ApiError::Unauthorized.into_response();
+    }
+    let claims = match app.auth.authenticate(&token).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!(reason = %e, "token refused");
+            return ApiError::Unauthorized.into_response();
+        }
+    };
+    let request_id = req
+        .extensions()
+        .get::<ReqId>()
+        .map(|r| r.0.as_str().to_owned())
+        .unwrap_or_default();
+    req.extensions_mut().insert(Ctx {
+        claims: Arc::new(claims),
+        mv,
+        request_id,
+    });
+    let mut resp = next.run(req).await;
+    mv.stamp(resp.headers_mut());
+    resp
+}
+
+async fn not_found() -> Response {
+    ApiError::NotFound("The resource could not be found.".into()).into_response()
+}
+
+/// The Compute API's routes.
+pub fn router(app: App) -> Router {
+    let authed = Router::new()
+        .route("/v2.1/flavors", get(flavors::index))
+        .route("/v2.1/flavors/detail", get(flavors::index_detail))
+        .route("/v2.1/flavors/{id}", get(flavors::show))
+        .route("/v2.1/servers", get(servers::index).post(servers::create))
+        .route("/v2.1/servers/detail", get(servers::index_detail))
+        .route(
+            "/v2.1/servers/{id}",
+            get(servers::show)
+                .put(servers::update)
+                .delete(servers::delete),
+        )
+        .fallback(not_found)
+        .layer(from_fn_with_state(app.clone(), authenticate));
+    Router::new()
+        .route("/", get(versions::root))
+        .route("/v2.1", get(versions::v2_1))
+        .route("/v2.1/", get(versions::v2_1))
+        .merge(authed)
+        .layer(from_fn(crate::http::frame))
+        .with_state(app)
+}
+
+/// A running Compute API.
+pub struct Running {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The shared state (API DB, cells, super-conductor).
+    pub app: App,
+    /// The server task.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// `http://<addr>` (or the configured public URL).
+    pub fn url(&self) -> String {
+        self.app.public_url()
+    }
+
+    /// Stops serving.
+    pub fn shutdown(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Opens the API database (which must be migrated), starts the
+/// cell-mapping cache, the scheduler and the super-conductor, and serves
+/// the Compute API on `cfg.listen`.
+pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Result<Running> {
+    let api = cell_mapping::ApiDb::open(&deps.api_database)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the API database: {e}"))?;
+    let cache = cell_mapping::CellCache::start(
+        api.clone(),
+        cell_mapping::CacheConfig {
+            refresh_interval_ms: cfg.cell_cache_refresh_ms,
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot load the cell mappings: {e}"))?;
+    let db = ComputeDb::new(api);
+    let cells = Cells::new(cache);
+    let hosts = HostStateCache::new(
+        db.clone(),
+        cells.clone(),
+        Duration::from_millis(cfg.scheduler.host_state_cache_ms),
+        Duration::from_secs(cfg.scheduler.service_down_time_secs),
+        cfg.scheduler.default_availability_zone.clone(),
+    );
+    let scheduler = Arc::new(Scheduler::new(cfg.scheduler.clone(), deps.placement, hosts));
+    let conductor = Arc::new(SuperConductor::new(db.clone(), cells.clone(), scheduler));
+    let listener = TcpListener::bind(&cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let public_url = OnceLock::new();
+    let _ = public_url.set(if cfg.public_url.is_empty() {
+        format!("http://{addr}")
+    } else {
+        cfg.public_url.trim_end_matches('/').to_owned()
+    });
+    let app = App(Arc::new(Inner {
+        db,
+        cells,
+        auth: deps.auth,
+        policy: deps.policy,
+        images: deps.images,
+        conductor,
+        public_url,
+        max_limit: cfg.max_limit.max(1),
+    }));
+    let routes = router(app.clone());
+    let task = tokio::spawn(async move {
+        let svc = routes.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(e) = axum::serve(listener, svc).await {
+            tracing::error!(error = %e, "compute API stopped");
+        }
+    });
+    tracing::info!(%addr, "compute API listening");
+    Ok(Running { addr, app, task })
+}
+
+/// Creates Nova's default flavors (m1.tiny … m1.xlarge) in the API
+/// database at `url` unless they exist; returns how many were created.
+pub async fn seed_flavors(api_database: &str) -> anyhow::Result<usize> {
+    let api = cell_mapping::ApiDb::open(api_database)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the API database: {e}"))?;
+    let n = ComputeDb::new(api.clone())
+        .seed_flavors()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot seed flavors: {e}"))?;
+    api.close().await;
+    Ok(n)
+}

@@ -1,0 +1,873 @@
+//! `/servers`: create, list (multi-cell merge), show, rename, delete.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use cell_mapping::db::{CellFault, CellInstance, InstanceFlavor, ListFilter};
+use cell_mapping::CellMapping;
+use chrono::{DateTime, SecondsFormat, Utc};
+use fabric::rpc::{self, method, power_state, task_state as ts, vm_state as vs, RequestIds};
+use serde_json::{json, Value};
+
+use super::db::{BuildInstance, RequestSpec};
+use super::error::{ApiError, ApiResult};
+use super::images::is_uuid_like;
+use super::{App, Ctx};
+
+// ------------------------------------------------------------------ model
+
+/// A server as the API shows it: a cell's instance or a build request.
+#[derive(Debug, Clone)]
+struct Server {
+    uuid: String,
+    name: String,
+    project_id: String,
+    user_id: String,
+    vm_state: String,
+    task_state: Option<String>,
+    power_state: i64,
+    host: Option<String>,
+    node: Option<String>,
+    availability_zone: Option<String>,
+    image_ref: String,
+    flavor: Option<InstanceFlavor>,
+    created_at: DateTime<Utc>,
+    updated_at: Option<DateTime<Utc>>,
+    launched_at: Option<DateTime<Utc>>,
+    progress: Option<i64>,
+    fault: Option<CellFault>,
+}
+
+impl Server {
+    fn from_build(b: &BuildInstance) -> Self {
+        Server {
+            uuid: b.uuid.clone(),
+            name: b.display_name.clone(),
+            project_id: b.project_id.clone(),
+            user_id: b.user_id.clone(),
+            vm_state: vs::BUILDING.into(),
+            task_state: Some(ts::SCHEDULING.into()),
+            power_state: power_state::NOSTATE as i64,
+            host: None,
+            node: None,
+            availability_zone: b.availability_zone.clone(),
+            image_ref: b.image_ref.clone(),
+            flavor: Some(b.flavor.clone()),
+            created_at: b.created_at,
+            updated_at: None,
+            launched_at: None,
+            progress: Some(0),
+            fault: None,
+        }
+    }
+
+    fn from_cell(i: CellInstance) -> Self {
+        Server {
+            uuid: i.uuid,
+            name: i.display_name.unwrap_or_default(),
+            project_id: i.project_id,
+            user_id: i.user_id,
+            vm_state: i.vm_state.unwrap_or_default(),
+            task_state: i.task_state,
+            power_state: i.power_state.unwrap_or(0),
+            host: i.host,
+            node: i.node,
+            availability_zone: i.availability_zone,
+            image_ref: i.image_ref.unwrap_or_default(),
+            flavor: i.flavor.and_then(|f| serde_json::from_str(&f).ok()),
+            created_at: i.created_at,
+            updated_at: i.updated_at,
+            launched_at: i.launched_at,
+            progress: i.progress,
+            fault: None,
+        }
+    }
+
+    fn status(&self) -> &'static str {
+        status_of(&self.vm_state)
+    }
+}
+
+/// Nova's status for a vm_state.
+fn status_of(vm_state: &str) -> &'static str {
+    match vm_state {
+        vs::BUILDING => "BUILD",
+        vs::ACTIVE => "ACTIVE",
+        vs::ERROR => "ERROR",
+        vs::STOPPED => "SHUTOFF",
+        vs::DELETED => "DELETED",
+        "paused" => "PAUSED",
+        "suspended" => "SUSPENDED",
+        "shelved" | "shelved_offloaded" => "SHELVED",
+        _ => "UNKNOWN",
+    }
+}
+
+/// The vm_states a status filter means (`None`: unknown status).
+fn vm_states_of(status: &str) -> Option<Vec<String>> {
+    let v: &[&str] = match status.to_ascii_uppercase().as_str() {
+        "BUILD" => &[vs::BUILDING],
+        "ACTIVE" => &[vs::ACTIVE],
+        "ERROR" => &[vs::ERROR],
+        "SHUTOFF" => &[vs::STOPPED],
+        "DELETED" => &[vs::DELETED],
+        "PAUSED" => &["paused"],
+        "SUSPENDED" => &["suspended"],
+        "SHELVED" => &["shelved", "shelved_offloaded"],
+        _ => return None,
+    };
+    Some(v.iter().map(|s| (*s).to_owned()).collect())
+}
+
+fn iso(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+// ------------------------------------------------------------------- views
+
+fn links(app: &App, kind: &str, id: &str) -> Value {
+    let base = app.public_url();
+    json!([{"rel": "self", "href": format!("{base}/v2.1/{kind}/{id}")},
+           {"rel": "bookmark", "href": format!("{base}/{kind}/{id}")}])
+}
+
+/// An opaque id of (project, host), as Nova's `hostId`.
+fn host_id(project: &str, host: Option<&str>) -> String {
+    use std::hash::{Hash, Hasher};
+    let Some(h) = host else {
+        return String::new();
+    };
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    (project, h).hash(&mut a);
+    let mut b = std::collections::hash_map::DefaultHasher::new();
+    (h, project, "hostId").hash(&mut b);
+    format!("{:016x}{:016x}", a.finish(), b.finish())
+}
+
+fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
+    let flavor = match (&s.flavor, ctx.mv.at_least(47)) {
+        (Some(f), true) => json!({
+            "vcpus": f.vcpus, "ram": f.memory_mb, "disk": f.root_gb,
+            "ephemeral": f.ephemeral_gb, "swap": f.swap, "original_name": f.name,
+            "extra_specs": {},
+        }),
+        (Some(f), false) => json!({"id": f.flavorid, "links": links(app, "flavors", &f.flavorid)}),
+        (None, _) => json!({}),
+    };
+    let mut v = json!({
+        "id": s.uuid,
+        "name": s.name,
+        "status": s.status(),
+        "tenant_id": s.project_id,
+        "user_id": s.user_id,
+        "metadata": {},
+        "hostId": host_id(&s.project_id, s.host.as_deref()),
+        "image": if s.image_ref.is_empty() { json!("") } else {
+            json!({"id": s.image_ref, "links": [{"rel": "bookmark",
+                "href": format!("{}/images/{}", app.public_url(), s.image_ref)}]}) },
+        "flavor": flavor,
+        "created": iso(s.created_at),
+        "updated": iso(s.updated_at.unwrap_or(s.created_at)),
+        "addresses": {},
+        "accessIPv4": "",
+        "accessIPv6": "",
+        "links": links(app, "servers", &s.uuid),
+        "OS-DCF:diskConfig": "MANUAL",
+        "OS-EXT-AZ:availability_zone": s.availability_zone.clone().unwrap_or_default(),
+        "config_drive": "",
+        "key_name": null,
+        "OS-SRV-USG:launched_at": s.launched_at.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
+        "OS-SRV-USG:terminated_at": null,
+        "OS-EXT-STS:task_state": s.task_state,
+        "OS-EXT-STS:vm_state": s.vm_state,
+        "OS-EXT-STS:power_state": s.power_state,
+        "os-extended-volumes:volumes_attached": [],
+        "security_groups": [{"name": "default"}],
+    });
+    if matches!(s.status(), "BUILD" | "ACTIVE") {
+        v["progress"] = json!(s.progress.unwrap_or(0));
+    }
+    if ctx.is_admin() {
+        v["OS-EXT-SRV-ATTR:host"] = json!(s.host);
+        v["OS-EXT-SRV-ATTR:hypervisor_hostname"] = json!(s.node);
+        v["OS-EXT-SRV-ATTR:instance_name"] = json!("");
+    }
+    if ctx.mv.at_least(9) {
+        v["locked"] = json!(false);
+    }
+    if ctx.mv.at_least(19) {
+        v["description"] = json!(null);
+    }
+    if ctx.mv.at_least(26) {
+        v["tags"] = json!([]);
+    }
+    if ctx.mv.at_least(73) {
+        v["locked_reason"] = json!(null);
+    }
+    if ctx.mv.at_least(96) {
+        v["pinned_availability_zone"] = json!(null);
+    }
+    if let (Some(f), "ERROR") = (&s.fault, s.status()) {
+        let mut fv = json!({
+            "code": f.code,
+            "message": f.message.clone().unwrap_or_default(),
+            "created": iso(f.created_at),
+        });
+        // Details of a 500 are for admins only, as upstream.
+        if ctx.is_admin() || f.code != 500 {
+            fv["details"] = json!(f.details.clone().unwrap_or_default());
+        }
+        v["fault"] = fv;
+    }
+    v
+}
+
+fn brief_view(app: &App, s: &Server) -> Value {
+    json!({"id": s.uuid, "name": s.name, "links": links(app, "servers", &s.uuid)})
+}
+
+// ------------------------------------------------------------------ lookup
+
+/// Where a server is.
+enum Found {
+    /// Not scheduled yet.
+    Build(Server),
+    /// In a cell.
+    Cell(CellMapping, Server),
+}
+
+/// Finds the server `id` the caller may see (another project's is 404 for a
+/// non-admin) and checks `action` on it.
+async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> {
+    // Two tries: a build may land in its cell between the two reads.
+    for _ in 0..2 {
+        let Some((cell_id, project)) = app.db.mapping(id).await? else {
+            return Err(ApiError::server_not_found(id));
+        };
+        check_owner(app, ctx, action, &project, id)?;
+        match cell_id {
+            None => {
+                if let Some(b) = app.db.build_request(id).await? {
+                    return Ok(Found::Build(Server::from_build(&b.instance)));
+                }
+            }
+            Some(cid) => {
+                let cell = app
+                    .cells
+                    .by_id(cid)
+                    .ok_or_else(|| ApiError::Internal(format!("cell {cid} is not in the cache")))?;
+                let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+                let Some(i) = db.api_instance(id).await? else {
+                    return Err(ApiError::server_not_found(id));
+                };
+                if i.deleted {
+                    return Err(ApiError::server_not_found(id));
+                }
+                let mut s = Server::from_cell(i);
+                if s.vm_state == vs::ERROR {
+                    s.fault = db.api_faults(&[s.uuid.clone()]).await?.pop();
+                }
+                return Ok(Found::Cell(cell, s));
+            }
+        }
+    }
+    Err(ApiError::server_not_found(id))
+}
+
+/// Policy on a server of `project`: a non-admin denied on another
+/// project's server gets 404 (its existence is not disclosed), else 403.
+fn check_owner(app: &App, ctx: &Ctx, action: &str, project: &str, id: &str) -> ApiResult<()> {
+    match app.authorize(ctx, action, project) {
+        Ok(()) => Ok(()),
+        Err(_) if !ctx.is_admin() && project != ctx.project_id() => {
+            Err(ApiError::server_not_found(id))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+// ------------------------------------------------------------------ create
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::BadRequest(msg.into())
+}
+
+/// The validated body of a create.
+struct CreateRequest {
+    name: String,
+    flavor_ref: String,
+    image_ref: String,
+    availability_zone: Option<String>,
+    min_count: i64,
+    max_count: i64,
+}
+
+fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
+    match o.get(key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .filter(|v| *v >= 1)
+            .map(Some)
+            .ok_or_else(|| bad(format!("Invalid input for field/attribute {key}. Value: {n}. {n} is less than the minimum of 1"))),
+        Some(Value::String(s)) if s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() => {
+            let v: i64 = s.parse().map_err(|_| bad(format!("Invalid input for field/attribute {key}.")))?;
+            if v < 1 {
+                return Err(bad(format!("Invalid input for field/attribute {key}. Value: {s}. {s} is less than the minimum of 1")));
+            }
+            Ok(Some(v))
+        }
+        Some(v) => Err(bad(format!(
+            "Invalid input for field/attribute {key}. Value: {v}. {v} is not of type 'integer', 'string'"
+        ))),
+    }
+}
+
+fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| bad("Malformed request body"))?;
+    let Some(server) = v.get("server") else {
+        return Err(bad("Invalid input for field/attribute server. Value: None. 'server' is a required property"));
+    };
+    let Some(o) = server.as_object() else {
+        return Err(bad(format!("Invalid input for field/attribute server. Value: {server}. {server} is not of type 'object'")));
+    };
+    let name = match o.get("name") {
+        Some(Value::String(s)) => {
+            let t = s.trim();
+            if t.is_empty() || s.chars().count() > 255 || t.len() != s.len() {
+                return Err(bad(format!("Invalid input for field/attribute name. Value: {s}. '{s}' does not match the name pattern")));
+            }
+            s.clone()
+        }
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute name. Value: {other}. {other} is not of type 'string'"))),
+        None => return Err(bad("Invalid input for field/attribute server. 'name' is a required property")),
+    };
+    let flavor_ref = match o.get("flavorRef") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::Number(n)) if n.is_i64() => n.to_string(),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute flavorRef. Value: {other}. {other} is not of type 'string', 'integer'"))),
+        None => return Err(bad("Invalid input for field/attribute server. 'flavorRef' is a required property")),
+    };
+    let image_ref = match o.get("imageRef") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute imageRef. Value: {other}. {other} is not of type 'string'"))),
+        // Boot from volume is not built: an image is required.
+        None => return Err(bad("Invalid input for field/attribute server. 'imageRef' is a required property")),
+    };
+    let availability_zone = match o.get("availability_zone") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute availability_zone. Value: {other}. {other} is not of type 'string'"))),
+    };
+    if ctx.mv.at_least(37) {
+        match o.get("networks") {
+            Some(Value::String(s)) if s == "auto" || s == "none" => {}
+            Some(Value::Array(_)) => {}
+            Some(other) => return Err(bad(format!("Invalid input for field/attribute networks. Value: {other}. {other} is not valid under any of the given schemas"))),
+            None => return Err(bad("Invalid input for field/attribute server. 'networks' is a required property")),
+        }
+    }
+    let min_count = int_field(o, "min_count")?.unwrap_or(1);
+    let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
+    if min_count > max_count {
+        return Err(bad("min_count must be <= max_count"));
+    }
+    if max_count > 1000 {
+        return Err(bad("max_count is too large"));
+    }
+    Ok(CreateRequest {
+        name,
+        flavor_ref,
+        image_ref,
+        availability_zone,
+        min_count,
+        max_count,
+    })
+}
+
+/// `POST /servers`. Quotas are not enforced yet.
+pub async fn create(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    app.authorize(&ctx, "os_compute_api:servers:create", ctx.project_id())?;
+    let req = parse_create(&ctx, &body)?;
+    let flavor = app
+        .db
+        .flavor(&req.flavor_ref)
+        .await?
+        .filter(|f| !f.disabled)
+        .ok_or_else(|| bad("Invalid flavorRef provided."))?;
+    let image_ref = match &app.images {
+        Some(images) => {
+            let needs = super::images::BootNeeds {
+                claims: &ctx.claims,
+                ram_mb: flavor.memory_mb.max(0) as u64,
+                disk_gb: flavor.root_gb.max(0) as u64,
+            };
+            images.resolve(&req.image_ref, needs).await.map_err(bad)?
+        }
+        None if is_uuid_like(&req.image_ref) => req.image_ref.clone(),
+        None => return Err(bad("Invalid imageRef provided.")),
+    };
+    // `az`, `az:host`, `az:host:node`, `:host` (forced host: admins).
+    let (availability_zone, force_host) = match req.availability_zone.as_deref() {
+        None => (None, None),
+        Some(z) => match z.split_once(':') {
+            None => (Some(z.to_owned()), None),
+            Some((az, rest)) => {
+                app.authorize(
+                    &ctx,
+                    "os_compute_api:servers:create:forced_host",
+                    ctx.project_id(),
+                )?;
+                let host = rest.split(':').next().unwrap_or("").to_owned();
+                (
+                    (!az.is_empty()).then(|| az.to_owned()),
+                    (!host.is_empty()).then_some(host),
+                )
+            }
+        },
+    };
+    let created_at = Utc::now();
+    let reservation_id = format!("r-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let n = req.max_count;
+    let uuids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let global = format!("req-{}", uuid::Uuid::new_v4());
+    let builds: Vec<(BuildInstance, RequestSpec)> = uuids
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let name = if n > 1 {
+                format!("{}-{}", req.name, i + 1)
+            } else {
+                req.name.clone()
+            };
+            (
+                BuildInstance {
+                    uuid: u.clone(),
+                    project_id: ctx.project_id().to_owned(),
+                    user_id: ctx.user_id().to_owned(),
+                    display_name: name,
+                    flavor: flavor.to_instance_flavor(),
+                    image_ref: image_ref.clone(),
+                    availability_zone: availability_zone.clone(),
+                    created_at,
+                    reservation_id: reservation_id.clone(),
+                    launch_index: i as i64,
+                },
+                RequestSpec {
+                    instance_uuid: u.clone(),
+                    instance_uuids: uuids.clone(),
+                    project_id: ctx.project_id().to_owned(),
+                    user_id: ctx.user_id().to_owned(),
+                    flavor: flavor.to_instance_flavor(),
+                    image_ref: image_ref.clone(),
+                    availability_zone: availability_zone.clone(),
+                    force_host: force_host.clone(),
+                    request_id: ctx.request_id.clone(),
+                    global_request_id: global.clone(),
+                },
+            )
+        })
+        .collect();
+    let _ = req.min_count;
+    app.db.create_builds(&builds).await?;
+    let conductor = app.conductor().clone();
+    tokio::spawn(async move { conductor.schedule_and_build(builds).await });
+    let id = &uuids[0];
+    let admin_pass: String = {
+        use rand::Rng;
+        let mut r = rand::thread_rng();
+        const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+        (0..12)
+            .map(|_| ALPHABET[r.gen_range(0..ALPHABET.len())] as char)
+            .collect()
+    };
+    let body = json!({"server": {
+        "id": id,
+        "links": links(&app, "servers", id),
+        "adminPass": admin_pass,
+        "OS-DCF:diskConfig": "MANUAL",
+        "security_groups": [{"name": "default"}],
+    }});
+    let location = format!("{}/v2.1/servers/{id}", app.public_url());
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(body),
+    )
+        .into_response())
+}
+
+// -------------------------------------------------------------------- list
+
+fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        m.insert(decode(k), decode(v));
+    }
+    m
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'+', _) => out.push(b' '),
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 2;
+            }
+            (c, _) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResult<Response> {
+    let action = if detail {
+        "os_compute_api:servers:detail"
+    } else {
+        "os_compute_api:servers:index"
+    };
+    app.authorize(ctx, action, ctx.project_id())?;
+    let q = parse_query(raw);
+    let all_tenants = q.get("all_tenants").is_some_and(|v| {
+        !matches!(
+            v.to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no"
+        )
+    });
+    let project = if all_tenants {
+        app.authorize(ctx, &format!("{action}:get_all_tenants"), ctx.project_id())?;
+        q.get("project_id").or(q.get("tenant_id")).cloned()
+    } else {
+        Some(ctx.project_id().to_owned())
+    };
+    let limit = match q.get("limit") {
+        None => app.max_limit,
+        Some(l) => l
+            .parse::<usize>()
+            .map_err(|_| {
+                bad(format!(
+                    "Invalid input for query parameters limit. Value: {l}."
+                ))
+            })?
+            .min(app.max_limit),
+    };
+    let vm_states = match q.get("status") {
+        None => Vec::new(),
+        Some(s) => match vm_states_of(s) {
+            Some(v) => v,
+            // Nova answers an unknown status with nothing.
+            None => return Ok(render_list(app, ctx, Vec::new(), detail, limit, raw)),
+        },
+    };
+    let name_re = match q.get("name") {
+        None => None,
+        Some(n) => Some(
+            regex::Regex::new(n).map_err(|_| bad(format!("Invalid regular expression: {n}")))?,
+        ),
+    };
+    let after = match q.get("marker") {
+        None => None,
+        Some(m) => Some(marker_position(app, m).await?),
+    };
+    let keep = |s: &Server| -> bool {
+        name_re.as_ref().is_none_or(|re| re.is_match(&s.name))
+            && (vm_states.is_empty() || vm_states.contains(&s.vm_state))
+            && after
+                .as_ref()
+                .is_none_or(|(t, u)| (s.created_at, s.uuid.as_str()) < (*t, u.as_str()))
+    };
+    // Build requests not scheduled yet.
+    let mut all: Vec<Server> = app
+        .db
+        .build_requests(project.as_deref())
+        .await?
+        .iter()
+        .map(|b| Server::from_build(&b.instance))
+        .filter(|s| keep(s))
+        .collect();
+    // Every cell in parallel, each a page at a time until `limit` match.
+    let filter = ListFilter {
+        project_id: project.clone(),
+        vm_states: vm_states.clone(),
+        after: after.clone(),
+        limit: (limit.max(1) as i64).min(500),
+    };
+    let cells = app.cells.all();
+    let per_cell = cells.iter().map(|cell| {
+        let app = app.clone();
+        let mut f = filter.clone();
+        let name_re = name_re.clone();
+        async move {
+            let db = app.cells.db(cell).await.map_err(ApiError::internal)?;
+            let mut out = Vec::new();
+            loop {
+                let rows = db.api_instances(&f).await?;
+                let got = rows.len() as i64;
+                if let Some(last) = rows.last() {
+                    f.after = Some((last.created_at, last.uuid.clone()));
+                }
+                for r in rows {
+                    let s = Server::from_cell(r);
+                    if name_re.as_ref().is_none_or(|re| re.is_match(&s.name)) {
+                        out.push(s);
+                    }
+                }
+                if got < f.limit || out.len() >= limit {
+                    break;
+                }
+            }
+            if detail {
+                let errs: Vec<String> = out
+                    .iter()
+                    .filter(|s| s.vm_state == vs::ERROR)
+                    .map(|s| s.uuid.clone())
+                    .collect();
+                if !errs.is_empty() {
+                    let faults = db.api_faults(&errs).await?;
+                    for s in out.iter_mut() {
+                        s.fault = faults.iter().find(|f| f.instance_uuid == s.uuid).cloned();
+                    }
+                }
+            }
+            Ok::<_, ApiError>(out)
+        }
+    });
+    for r in futures_util::future::join_all(per_cell).await {
+        let from_cell = r?;
+        // A build that landed between the reads: the cell's row wins.
+        all.retain(|b| !from_cell.iter().any(|c| c.uuid == b.uuid));
+        all.extend(from_cell);
+    }
+    all.sort_by(|a, b| (b.created_at, &b.uuid).cmp(&(a.created_at, &a.uuid)));
+    Ok(render_list(app, ctx, all, detail, limit, raw))
+}
+
+fn render_list(
+    app: &App,
+    ctx: &Ctx,
+    mut all: Vec<Server>,
+    detail: bool,
+    limit: usize,
+    raw: Option<&str>,
+) -> Response {
+    // As upstream: a full page links to the next one.
+    let more = limit > 0 && all.len() >= limit;
+    all.truncate(limit);
+    let items: Vec<Value> = all
+        .iter()
+        .map(|s| {
+            if detail {
+                detail_view(app, ctx, s)
+            } else {
+                brief_view(app, s)
+            }
+        })
+        .collect();
+    let key = "servers";
+    let mut body = json!({ key: items });
+    if more {
+        if let Some(last) = all.last() {
+            let mut q: Vec<String> = raw
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty() && !p.starts_with("marker="))
+                .map(str::to_owned)
+                .collect();
+            q.push(format!("marker={}", last.uuid));
+            let path = if detail { "servers/detail" } else { "servers" };
+            body["servers_links"] = json!([{"rel": "next",
+                "href": format!("{}/v2.1/{path}?{}", app.public_url(), q.join("&"))}]);
+        }
+    }
+    Json(body).into_response()
+}
+
+/// `(created_at, uuid)` of the marker server.
+async fn marker_position(app: &App, marker: &str) -> ApiResult<(DateTime<Utc>, String)> {
+    let not_found = || bad(format!("marker [{marker}] not found"));
+    let Some((cell_id, _)) = app.db.mapping(marker).await? else {
+        return Err(not_found());
+    };
+    match cell_id {
+        None => {
+            let b = app.db.build_request(marker).await?.ok_or_else(not_found)?;
+            Ok((b.instance.created_at, b.instance.uuid))
+        }
+        Some(cid) => {
+            let cell = app.cells.by_id(cid).ok_or_else(not_found)?;
+            let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+            let i = db.api_instance(marker).await?.ok_or_else(not_found)?;
+            Ok((i.created_at, i.uuid))
+        }
+    }
+}
+
+/// `GET /servers`.
+pub async fn index(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    list(&app, &ctx, raw.as_deref(), false).await
+}
+
+/// `GET /servers/detail`.
+pub async fn index_detail(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    list(&app, &ctx, raw.as_deref(), true).await
+}
+
+// ---------------------------------------------------------- show / update
+
+/// `GET /servers/{id}`.
+pub async fn show(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let s = match find(&app, &ctx, &id, "os_compute_api:servers:show").await? {
+        Found::Build(s) | Found::Cell(_, s) => s,
+    };
+    Ok(Json(json!({ "server": detail_view(&app, &ctx, &s) })))
+}
+
+/// `PUT /servers/{id}` (the name).
+pub async fn update(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let v: Value = serde_json::from_slice(&body).map_err(|_| bad("Malformed request body"))?;
+    let Some(o) = v.get("server").and_then(|s| s.as_object()) else {
+        return Err(bad(
+            "Invalid input for field/attribute server. 'server' is a required property",
+        ));
+    };
+    let name = match o.get("name") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() && s.chars().count() <= 255 => {
+            Some(s.clone())
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "Invalid input for field/attribute name. Value: {other}."
+            )))
+        }
+    };
+    match find(&app, &ctx, &id, "os_compute_api:servers:update").await? {
+        Found::Build(_) => Err(ApiError::Conflict(format!(
+            "Cannot 'update' instance {id} while it is in vm_state building"
+        ))),
+        Found::Cell(cell, mut s) => {
+            if let Some(n) = name {
+                let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+                if !db.api_rename(&id, &n).await? {
+                    return Err(ApiError::server_not_found(&id));
+                }
+                s.name = n;
+                s.updated_at = Some(Utc::now());
+            }
+            Ok(Json(json!({ "server": detail_view(&app, &ctx, &s) })))
+        }
+    }
+}
+
+// ------------------------------------------------------------------ delete
+
+/// `DELETE /servers/{id}`: a build not scheduled yet is simply deleted; an
+/// instance that never reached a host is deleted in its cell; otherwise
+/// task_state `deleting` and `terminate_instance` to its compute (the
+/// compute and the cell conductor finish the delete and free the claim).
+pub async fn delete(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    for _ in 0..2 {
+        match find(&app, &ctx, &id, "os_compute_api:servers:delete").await? {
+            Found::Build(_) => {
+                if app.db.delete_build(&id).await? {
+                    return Ok(StatusCode::NO_CONTENT.into_response());
+                }
+                // It landed in a cell meanwhile: delete it there.
+                continue;
+            }
+            Found::Cell(cell, s) => {
+                let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+                match s.host.as_deref() {
+                    None => {
+                        db.api_delete_local(&id).await?;
+                        app.db.queue_for_delete(&id).await?;
+                        if let Err(e) = app
+                            .conductor()
+                            .scheduler()
+                            .placement()
+                            .delete_allocations(&id)
+                            .await
+                        {
+                            tracing::warn!(instance = %id, error = %e, "could not remove allocations");
+                        }
+                    }
+                    Some(host) => {
+                        let global = format!("req-{}", uuid::Uuid::new_v4());
+                        if !db
+                            .api_set_deleting(
+                                &id,
+                                &ctx.request_id,
+                                &global,
+                                ctx.user_id(),
+                                &s.project_id,
+                            )
+                            .await?
+                        {
+                            return Err(ApiError::server_not_found(&id));
+                        }
+                        app.db.queue_for_delete(&id).await?;
+                        let bus = app.cells.bus(&cell).await.map_err(ApiError::internal)?;
+                        let ids = RequestIds {
+                            request_id: ctx.request_id.clone(),
+                            global_request_id: global,
+                        };
+                        rpc::cast(
+                            bus.as_ref(),
+                            &rpc::compute_queue(host),
+                            method::TERMINATE_INSTANCE,
+                            &rpc::TerminateInstance {
+                                instance_uuid: id.clone(),
+                                request_id: ids.request_id.clone(),
+                                global_request_id: ids.global_request_id.clone(),
+                            },
+                            &ids,
+                        )
+                        .await
+                        .map_err(ApiError::internal)?;
+                    }
+                }
+                return Ok(StatusCode::NO_CONTENT.into_response());
+            }
+        }
+    }
+    Err(ApiError::server_not_found(&id))
+}

@@ -1,0 +1,280 @@
+//! The super-conductor: takes a create from the API (build requests and
+//! request specs already in the API database), asks the global scheduler
+//! for hosts (claims included), and hands each build to its cell: the
+//! instance row in the cell database, the instance mapping pointed at the
+//! cell and the build request deleted (one API-DB transaction), then the
+//! `build_and_run_instance` cast, with alternates, to `compute.<host>` on the
+//! cell's bus. No valid host (or any failure before the cast): the
+//! instances are created in cell0 in ERROR with a fault, mapped to cell0,
+//! their build requests deleted, and any claim released.
+//!
+//! A server deleted by its user while being scheduled: its build request is
+//! gone when the build lands, so the landing transaction changes nothing;
+//! the row just created in the cell is marked deleted and the claim
+//! released. Nothing leaks.
+
+use std::sync::Arc;
+
+use cell_mapping::db::{NewCellInstance, NewFault};
+use cell_mapping::CellMapping;
+use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
+
+use crate::cells::Cells;
+use crate::compute_api::db::{BuildInstance, ComputeDb, RequestSpec};
+use crate::scheduler::{Request, ScheduleError, Scheduler, Selection};
+
+/// The super-conductor.
+#[derive(Debug)]
+pub struct SuperConductor {
+    db: ComputeDb,
+    cells: Cells,
+    scheduler: Arc<Scheduler>,
+}
+
+/// The resources one instance of `spec` needs, as placement names them.
+pub fn resources(spec: &RequestSpec) -> crate::scheduler::placement::Resources {
+    let f = &spec.flavor;
+    let disk = f.root_gb + f.ephemeral_gb + (f.swap + 1023) / 1024;
+    let mut r = crate::scheduler::placement::Resources::new();
+    r.insert("VCPU".into(), f.vcpus);
+    r.insert("MEMORY_MB".into(), f.memory_mb);
+    if disk > 0 {
+        r.insert("DISK_GB".into(), disk);
+    }
+    r
+}
+
+impl SuperConductor {
+    /// A super-conductor.
+    pub fn new(db: ComputeDb, cells: Cells, scheduler: Arc<Scheduler>) -> Self {
+        Self {
+            db,
+            cells,
+            scheduler,
+        }
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.scheduler
+    }
+
+    /// Schedules and builds the instances of one create request.
+    #[tracing::instrument(skip_all, fields(request_id = %builds.first().map(|b| b.1.request_id.as_str()).unwrap_or("")))]
+    pub async fn schedule_and_build(&self, builds: Vec<(BuildInstance, RequestSpec)>) {
+        let Some((_, spec)) = builds.first() else {
+            return;
+        };
+        let req = Request {
+            resources: resources(spec),
+            availability_zone: spec.availability_zone.clone(),
+            force_host: spec.force_host.clone(),
+        };
+        let uuids: Vec<String> = builds.iter().map(|(b, _)| b.uuid.clone()).collect();
+        match self
+            .scheduler
+            .select(&req, &uuids, &spec.project_id, &spec.user_id)
+            .await
+        {
+            Ok(selections) => {
+                for ((b, s), sel) in builds.iter().zip(selections) {
+                    if let Err(e) = self.land(b, s, &sel).await {
+                        tracing::error!(instance = %b.uuid, error = %e, "build could not be handed to its cell");
+                        if let Err(e) = self.scheduler.placement().delete_allocations(&b.uuid).await
+                        {
+                            tracing::error!(instance = %b.uuid, error = %e, "could not release the claim");
+                        }
+                        self.bury(b, s, "Build of instance failed before reaching a host.", &e)
+                            .await;
+                    }
+                }
+            }
+            Err(ScheduleError::NoValidHost(report)) => {
+                tracing::info!(details = %report.details(), "no valid host");
+                for (b, s) in &builds {
+                    self.bury(b, s, "No valid host was found. ", &report.details())
+                        .await;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %chain(&e), "scheduling failed");
+                for (b, s) in &builds {
+                    self.bury(b, s, "No valid host was found. ", &chain(&e))
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Creates the instance in the chosen cell, lands the mapping, casts
+    /// the build.
+    async fn land(
+        &self,
+        b: &BuildInstance,
+        spec: &RequestSpec,
+        sel: &Selection,
+    ) -> Result<(), String> {
+        let cell = &sel.host.cell;
+        let cdb = self.cells.db(cell).await.map_err(|e| chain(&e))?;
+        cdb.create_api_instance(&new_instance(
+            b,
+            spec,
+            Some((&sel.host.host, &sel.host.node)),
+            Some(
+                b.availability_zone
+                    .clone()
+                    .unwrap_or_else(|| sel.host.availability_zone.clone()),
+            ),
+            None,
+        ))
+        .await
+        .map_err(|e| chain(&e))?;
+        let landed = self
+            .db
+            .finish_build(&b.uuid, cell.id)
+            .await
+            .map_err(|e| chain(&e))?;
+        if !landed {
+            tracing::info!(instance = %b.uuid, "server deleted while it was scheduled");
+            cdb.api_delete_local(&b.uuid).await.map_err(|e| chain(&e))?;
+            self.scheduler
+                .placement()
+                .delete_allocations(&b.uuid)
+                .await
+                .map_err(|e| chain(&e))?;
+            return Ok(());
+        }
+        let bus = self.cells.bus(cell).await.map_err(|e| chain(&e))?;
+        let f = &spec.flavor;
+        let build = BuildAndRunInstance {
+            instance_uuid: b.uuid.clone(),
+            request_id: spec.request_id.clone(),
+            global_request_id: spec.global_request_id.clone(),
+            flavor: Some(FlavorResources {
+                name: f.name.clone(),
+                vcpus: f.vcpus,
+                memory_mb: f.memory_mb,
+                root_gb: f.root_gb,
+                ephemeral_gb: f.ephemeral_gb,
+                swap_mb: f.swap,
+            }),
+            image_ref: b.image_ref.clone(),
+            node: sel.host.node.clone(),
+            alternates: sel
+                .alternates
+                .iter()
+                .map(|a| Alternate {
+                    host: a.host.clone(),
+                    node: a.node.clone(),
+                    provider_uuid: a.provider.clone(),
+                })
+                .collect(),
+            project_id: b.project_id.clone(),
+            user_id: b.user_id.clone(),
+            attempt: 1,
+        };
+        let ids = RequestIds {
+            request_id: spec.request_id.clone(),
+            global_request_id: spec.global_request_id.clone(),
+        };
+        // The instance is in its cell now: a failed cast leaves it in
+        // building/scheduling for the cell's healing to find; report it.
+        if let Err(e) = rpc::cast(
+            bus.as_ref(),
+            &rpc::compute_queue(&sel.host.host),
+            method::BUILD_AND_RUN_INSTANCE,
+            &build,
+            &ids,
+        )
+        .await
+        {
+            tracing::error!(instance = %b.uuid, host = %sel.host.host, error = %chain(&e), "could not cast the build");
+        }
+        tracing::info!(instance = %b.uuid, host = %sel.host.host, cell = %cell.uuid, alternates = sel.alternates.len(), "build cast");
+        Ok(())
+    }
+
+    /// Creates the instance in cell0 in ERROR with a fault and lands its
+    /// mapping there.
+    async fn bury(&self, b: &BuildInstance, spec: &RequestSpec, message: &str, details: &str) {
+        let Some(cell0) = self.cells.cell0() else {
+            tracing::error!(instance = %b.uuid, "no cell0 mapped: the build request stays");
+            return;
+        };
+        if let Err(e) = self.try_bury(&cell0, b, spec, message, details).await {
+            tracing::error!(instance = %b.uuid, error = %e, "could not record the failed build in cell0");
+        }
+    }
+
+    async fn try_bury(
+        &self,
+        cell0: &CellMapping,
+        b: &BuildInstance,
+        spec: &RequestSpec,
+        message: &str,
+        details: &str,
+    ) -> Result<(), String> {
+        let cdb = self.cells.db(cell0).await.map_err(|e| chain(&e))?;
+        let fault = NewFault {
+            code: 500,
+            message: message.to_owned(),
+            details: details.to_owned(),
+        };
+        cdb.create_api_instance(&new_instance(
+            b,
+            spec,
+            None,
+            b.availability_zone.clone(),
+            Some(fault),
+        ))
+        .await
+        .map_err(|e| chain(&e))?;
+        if !self
+            .db
+            .finish_build(&b.uuid, cell0.id)
+            .await
+            .map_err(|e| chain(&e))?
+        {
+            cdb.api_delete_local(&b.uuid).await.map_err(|e| chain(&e))?;
+        }
+        Ok(())
+    }
+}
+
+fn new_instance(
+    b: &BuildInstance,
+    spec: &RequestSpec,
+    host: Option<(&str, &str)>,
+    availability_zone: Option<String>,
+    error: Option<NewFault>,
+) -> NewCellInstance {
+    NewCellInstance {
+        uuid: b.uuid.clone(),
+        project_id: b.project_id.clone(),
+        user_id: b.user_id.clone(),
+        display_name: Some(b.display_name.clone()),
+        flavor: b.flavor.clone(),
+        image_ref: b.image_ref.clone(),
+        host: host.map(|h| h.0.to_owned()),
+        node: host.map(|h| h.1.to_owned()),
+        availability_zone,
+        created_at: b.created_at,
+        request_id: spec.request_id.clone(),
+        global_request_id: spec.global_request_id.clone(),
+        reservation_id: b.reservation_id.clone(),
+        launch_index: b.launch_index,
+        error,
+    }
+}
+
+/// An error and its causes on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}

@@ -1,0 +1,61 @@
+//! The image service's options (the `[image]` section; see docs/IMAGES.md).
+
+use serde::{Deserialize, Serialize};
+
+/// `[image.database]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://…` or `sqlite://path?mode=rwc`.
+    pub connection: String,
+    /// Pool size (PostgreSQL; SQLite uses one connection).
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            connection: "sqlite://image.sqlite?mode=rwc".to_owned(),
+            max_connections: 8,
+        }
+    }
+}
+
+/// `[image]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageConfig {
+    /// Address to serve the image API on (port 0 picks one).
+    pub listen: String,
+    /// Public base URL (empty: `http://<bound address>`), used in version
+    /// documents.
+    pub public_url: String,
+    /// Where image metadata lives.
+    pub database: DatabaseConfig,
+    /// Directory holding the image files (Glance's
+    /// `filesystem_store_datadir`); created at start.
+    pub filesystem_store_datadir: String,
+    /// Largest image accepted, in bytes (Glance's `image_size_cap`, 1 TiB).
+    pub image_size_cap: u64,
+    /// Largest page of `GET /v2/images` (Glance's `api_limit_max`).
+    pub api_limit_max: u32,
+    /// Page size when the client gives no `limit` (Glance's `limit_param_default`).
+    pub limit_param_default: u32,
+    /// A policy file (YAML or JSON) overriding default rules; empty for none.
+    pub policy_file: String,
+}
+
+impl Default for ImageConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9292".to_owned(),
+            public_url: String::new(),
+            database: DatabaseConfig::default(),
+            filesystem_store_datadir: "images".to_owned(),
+            image_size_cap: 1 << 40,
+            api_limit_max: 1000,
+            limit_param_default: 25,
+            policy_file: String::new(),
+        }
+    }
+}

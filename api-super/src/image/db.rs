@@ -1,0 +1,389 @@
+//! All SQL of the image service's metadata, for both backends.
+//!
+//! The schema is created at start with `CREATE TABLE IF NOT EXISTS` (see
+//! [`SCHEMA`]): images have no migration in `migrations/` yet; these tables
+//! are to move into an append-only API-database migration as they are.
+//! Timestamps are Unix milliseconds (`BIGINT`), ids are text. Deleted images
+//! are removed (no soft delete): their properties and tags go with them
+//! (`ON DELETE CASCADE`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use migrations::Backend;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{PgPool, SqlitePool};
+
+use super::error::{ImageError, Result};
+use super::model::Image;
+
+/// The image tables. Portable DDL: the same text runs on PostgreSQL and
+/// SQLite.
+pub const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS images (
+        id TEXT PRIMARY KEY,
+        name TEXT,
+        owner TEXT NOT NULL,
+        status TEXT NOT NULL,
+        visibility TEXT NOT NULL,
+        protected BOOLEAN NOT NULL DEFAULT FALSE,
+        os_hidden BOOLEAN NOT NULL DEFAULT FALSE,
+        disk_format TEXT,
+        container_format TEXT,
+        min_ram BIGINT NOT NULL DEFAULT 0,
+        min_disk BIGINT NOT NULL DEFAULT 0,
+        size BIGINT,
+        virtual_size BIGINT,
+        checksum TEXT,
+        os_hash_algo TEXT,
+        os_hash_value TEXT,
+        location TEXT,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS images_owner_idx ON images (owner)",
+    "CREATE INDEX IF NOT EXISTS images_name_idx ON images (name)",
+    "CREATE TABLE IF NOT EXISTS image_properties (
+        image_id TEXT NOT NULL REFERENCES images (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (image_id, name)
+    )",
+    "CREATE TABLE IF NOT EXISTS image_tags (
+        image_id TEXT NOT NULL REFERENCES images (id) ON DELETE CASCADE,
+        value TEXT NOT NULL,
+        PRIMARY KEY (image_id, value)
+    )",
+];
+
+/// The image metadata store, on either backend.
+#[derive(Debug, Clone)]
+pub enum Db {
+    /// PostgreSQL (several api-super processes share it).
+    Pg(PgPool),
+    /// SQLite (embedded default; one connection).
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` with `$pool` bound to the backend's pool; compiled once per
+/// backend.
+macro_rules! on_db {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            Db::Pg($pool) => $body,
+            Db::Sqlite($pool) => $body,
+        }
+    };
+}
+
+/// The core attributes of an image (one `images` row).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ImageRow {
+    /// UUID, text.
+    pub id: String,
+    /// Free name (not unique).
+    pub name: Option<String>,
+    /// Owning project id.
+    pub owner: String,
+    /// `queued`, `saving`, `active`, `killed`.
+    pub status: String,
+    /// `public`, `community`, `shared`, `private`.
+    pub visibility: String,
+    /// Refuses deletion.
+    pub protected: bool,
+    /// Left out of default lists.
+    pub os_hidden: bool,
+    /// Disk format, if set.
+    pub disk_format: Option<String>,
+    /// Container format, if set.
+    pub container_format: Option<String>,
+    /// Least RAM to boot, MiB.
+    pub min_ram: i64,
+    /// Least disk to boot, GiB.
+    pub min_disk: i64,
+    /// Bytes of data, once uploaded.
+    pub size: Option<i64>,
+    /// Virtual disk size (never computed here).
+    pub virtual_size: Option<i64>,
+    /// MD5 of the data, hex.
+    pub checksum: Option<String>,
+    /// `sha512` once uploaded.
+    pub os_hash_algo: Option<String>,
+    /// The multihash of the data, hex.
+    pub os_hash_value: Option<String>,
+    /// The data's file name in the store.
+    pub location: Option<String>,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms.
+    pub updated_at: i64,
+}
+
+const COLUMNS: &str = "id, name, owner, status, visibility, protected, os_hidden, disk_format, \
+    container_format, min_ram, min_disk, size, virtual_size, checksum, os_hash_algo, \
+    os_hash_value, location, created_at, updated_at";
+
+/// Filters of a list (SQL side; sorting and paging happen in the service).
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Exact name.
+    pub name: Option<String>,
+    /// Exact status.
+    pub status: Option<String>,
+    /// Exact owner.
+    pub owner: Option<String>,
+    /// Exact visibility.
+    pub visibility: Option<String>,
+    /// Non-admin callers: only this project's images, public ones and (with
+    /// `include_community`) community ones.
+    pub scope: Option<String>,
+    /// Whether community images of other projects are listed.
+    pub include_community: bool,
+    /// `os_hidden` must equal this.
+    pub os_hidden: Option<bool>,
+    /// Exact disk format.
+    pub disk_format: Option<String>,
+    /// Exact container format.
+    pub container_format: Option<String>,
+}
+
+/// The data of a finished upload.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    /// Bytes.
+    pub size: i64,
+    /// MD5, hex.
+    pub checksum: String,
+    /// `sha512`.
+    pub os_hash_algo: String,
+    /// SHA-512, hex.
+    pub os_hash_value: String,
+    /// File name in the store.
+    pub location: String,
+}
+
+/// Maps a unique-constraint violation to 409.
+fn conflict(e: sqlx::Error, what: &str) -> ImageError {
+    match &e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => {
+            ImageError::Conflict(format!("{what} already exists."))
+        }
+        _ => ImageError::Db(e),
+    }
+}
+
+/// `$first, $first+1, …` placeholders for an `IN (…)` list of `n` values.
+fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Db {
+    /// Opens the store at `url` and creates the image tables if missing.
+    pub async fn open(url: &str, max_connections: u32) -> Result<Db> {
+        let db = match Backend::from_url(url)
+            .map_err(|e| ImageError::Config(format!("image database URL: {e}")))?
+        {
+            Backend::Postgres => Db::Pg(
+                PgPoolOptions::new()
+                    .max_connections(max_connections.max(1))
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect(url)
+                    .await?,
+            ),
+            Backend::Sqlite => {
+                let opts: SqliteConnectOptions = url.parse()?;
+                let opts = opts
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .foreign_keys(true)
+                    .busy_timeout(Duration::from_secs(10));
+                Db::Sqlite(
+                    SqlitePoolOptions::new()
+                        .max_connections(1)
+                        .connect_with(opts)
+                        .await?,
+                )
+            }
+        };
+        for stmt in SCHEMA {
+            on_db!(&db, pool => sqlx::query(stmt).execute(pool).await.map(|r| r.rows_affected()))?;
+        }
+        Ok(db)
+    }
+
+    /// Stores a new image with its properties and tags (409 when the id is taken).
+    pub async fn insert(&self, img: &Image) -> Result<()> {
+        let r = &img.row;
+        let sql = format!(
+            "INSERT INTO images ({COLUMNS}) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        );
+        on_db!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(&sql)
+                .bind(&r.id).bind(&r.name).bind(&r.owner).bind(&r.status).bind(&r.visibility)
+                .bind(r.protected).bind(r.os_hidden).bind(&r.disk_format).bind(&r.container_format)
+                .bind(r.min_ram).bind(r.min_disk).bind(r.size).bind(r.virtual_size)
+                .bind(&r.checksum).bind(&r.os_hash_algo).bind(&r.os_hash_value).bind(&r.location)
+                .bind(r.created_at).bind(r.updated_at)
+                .execute(&mut *tx).await
+                .map_err(|e| conflict(e, &format!("Image with identifier {}", r.id)))?;
+            for (k, v) in &img.properties {
+                sqlx::query("INSERT INTO image_properties (image_id, name, value) VALUES ($1, $2, $3)")
+                    .bind(&r.id).bind(k).bind(v).execute(&mut *tx).await?;
+            }
+            for t in &img.tags {
+                sqlx::query("INSERT INTO image_tags (image_id, value) VALUES ($1, $2)")
+                    .bind(&r.id).bind(t).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Rewrites an image's settable attributes, properties and tags.
+    pub async fn update(&self, img: &Image) -> Result<bool> {
+        let r = &img.row;
+        let found = on_db!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let n = sqlx::query(
+                "UPDATE images SET name = $2, owner = $3, visibility = $4, protected = $5, \
+                 os_hidden = $6, disk_format = $7, container_format = $8, min_ram = $9, \
+                 min_disk = $10, updated_at = $11 WHERE id = $1")
+                .bind(&r.id).bind(&r.name).bind(&r.owner).bind(&r.visibility).bind(r.protected)
+                .bind(r.os_hidden).bind(&r.disk_format).bind(&r.container_format)
+                .bind(r.min_ram).bind(r.min_disk).bind(r.updated_at)
+                .execute(&mut *tx).await?.rows_affected();
+            if n == 1 {
+                sqlx::query("DELETE FROM image_properties WHERE image_id = $1")
+                    .bind(&r.id).execute(&mut *tx).await?;
+                for (k, v) in &img.properties {
+                    sqlx::query("INSERT INTO image_properties (image_id, name, value) VALUES ($1, $2, $3)")
+                        .bind(&r.id).bind(k).bind(v).execute(&mut *tx).await?;
+                }
+                sqlx::query("DELETE FROM image_tags WHERE image_id = $1")
+                    .bind(&r.id).execute(&mut *tx).await?;
+                for t in &img.tags {
+                    sqlx::query("INSERT INTO image_tags (image_id, value) VALUES ($1, $2)")
+                        .bind(&r.id).bind(t).execute(&mut *tx).await?;
+                }
+            }
+            tx.commit().await?;
+            n == 1
+        });
+        Ok(found)
+    }
+
+    /// One image with its properties and tags.
+    pub async fn get(&self, id: &str) -> Result<Option<Image>> {
+        let sql = format!("SELECT {COLUMNS} FROM images WHERE id = $1");
+        let row = on_db!(self, pool => sqlx::query_as::<_, ImageRow>(&sql)
+            .bind(id).fetch_optional(pool).await)?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(self.complete(vec![row]).await?.pop()),
+        }
+    }
+
+    /// Rows matching `f`, unsorted.
+    pub async fn list(&self, f: &ListFilter) -> Result<Vec<ImageRow>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM images WHERE ($1 IS NULL OR name = $1) \
+             AND ($2 IS NULL OR status = $2) AND ($3 IS NULL OR owner = $3) \
+             AND ($4 IS NULL OR visibility = $4) \
+             AND ($5 IS NULL OR owner = $5 OR visibility = 'public' \
+                  OR (visibility = 'community' AND $6)) \
+             AND ($7 IS NULL OR os_hidden = $7) \
+             AND ($8 IS NULL OR disk_format = $8) AND ($9 IS NULL OR container_format = $9)"
+        );
+        Ok(on_db!(self, pool => sqlx::query_as::<_, ImageRow>(&sql)
+            .bind(&f.name).bind(&f.status).bind(&f.owner).bind(&f.visibility)
+            .bind(&f.scope).bind(f.include_community).bind(f.os_hidden)
+            .bind(&f.disk_format).bind(&f.container_format)
+            .fetch_all(pool).await)?)
+    }
+
+    /// Adds properties and tags to rows (one query each per 500 rows).
+    pub async fn complete(&self, rows: Vec<ImageRow>) -> Result<Vec<Image>> {
+        let mut props: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let mut tags: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for chunk in rows.chunks(500) {
+            let ids: Vec<&str> = chunk.iter().map(|r| r.id.as_str()).collect();
+            let p = placeholders(1, ids.len());
+            let psql = format!(
+                "SELECT image_id, name, value FROM image_properties WHERE image_id IN ({p})"
+            );
+            let tsql = format!(
+                "SELECT image_id, value FROM image_tags WHERE image_id IN ({p}) ORDER BY value"
+            );
+            let prows: Vec<(String, String, String)> = on_db!(self, pool => {
+                let mut q = sqlx::query_as(&psql);
+                for id in &ids { q = q.bind(*id); }
+                q.fetch_all(pool).await
+            })?;
+            for (id, k, v) in prows {
+                props.entry(id).or_default().insert(k, v);
+            }
+            let trows: Vec<(String, String)> = on_db!(self, pool => {
+                let mut q = sqlx::query_as(&tsql);
+                for id in &ids { q = q.bind(*id); }
+                q.fetch_all(pool).await
+            })?;
+            for (id, t) in trows {
+                tags.entry(id).or_default().push(t);
+            }
+        }
+        Ok(rows
+            .into_iter()
+            .map(|row| Image {
+                properties: props.remove(&row.id).unwrap_or_default(),
+                tags: tags.remove(&row.id).unwrap_or_default(),
+                row,
+            })
+            .collect())
+    }
+
+    /// Moves `id` from status `from` to `to`; false when it was not in `from`.
+    pub async fn transition(&self, id: &str, from: &str, to: &str, now: i64) -> Result<bool> {
+        let n = on_db!(self, pool => sqlx::query(
+            "UPDATE images SET status = $3, updated_at = $4 WHERE id = $1 AND status = $2")
+            .bind(id).bind(from).bind(to).bind(now)
+            .execute(pool).await.map(|r| r.rows_affected()))?;
+        Ok(n == 1)
+    }
+
+    /// Records a finished upload (`saving` → `active`); false when the image
+    /// left `saving` meanwhile (deleted).
+    pub async fn finish_upload(&self, id: &str, u: &Uploaded, now: i64) -> Result<bool> {
+        let n = on_db!(self, pool => sqlx::query(
+            "UPDATE images SET status = 'active', size = $2, checksum = $3, os_hash_algo = $4, \
+             os_hash_value = $5, location = $6, updated_at = $7 \
+             WHERE id = $1 AND status = 'saving'")
+            .bind(id).bind(u.size).bind(&u.checksum).bind(&u.os_hash_algo)
+            .bind(&u.os_hash_value).bind(&u.location).bind(now)
+            .execute(pool).await.map(|r| r.rows_affected()))?;
+        Ok(n == 1)
+    }
+
+    /// Removes an image (its properties and tags cascade); false when absent.
+    pub async fn delete(&self, id: &str) -> Result<bool> {
+        let n = on_db!(self, pool => {
+            let mut tx = pool.begin().await?;
+            // Explicit deletes: SQLite enforces ON DELETE CASCADE only with
+            // foreign keys on, which a foreign pool may not have.
+            sqlx::query("DELETE FROM image_properties WHERE image_id = $1")
+                .bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM image_tags WHERE image_id = $1")
+                .bind(id).execute(&mut *tx).await?;
+            let n = sqlx::query("DELETE FROM images WHERE id = $1")
+                .bind(id).execute(&mut *tx).await?.rows_affected();
+            tx.commit().await?;
+            n
+        });
+        Ok(n == 1)
+    }
+}

@@ -1,0 +1,614 @@
+//! The image service's logic: who sees what, create, list, patch, delete,
+//! upload and download. No HTTP here (the API parses and renders), no SQL
+//! ([`super::db`] holds it).
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use axum::body::Bytes;
+use fabric::token::{Authenticator, Claims};
+use futures_util::Stream;
+use serde_json::Value;
+
+use super::config::ImageConfig;
+use super::db::{Db, ImageRow, ListFilter};
+use super::error::{ImageError, Result};
+use super::model::{self, Image, ImageId, ImageStatus, Visibility};
+use super::store::FileStore;
+use crate::identity::policy::Policy;
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// What the token says (always project-scoped).
+    pub claims: Claims,
+    /// The request id, for audit lines.
+    pub request_id: String,
+}
+
+impl Caller {
+    /// Whether the token carries `admin`.
+    pub fn is_admin(&self) -> bool {
+        self.claims.has_role("admin")
+    }
+
+    /// The project the token is scoped to.
+    pub fn project(&self) -> &str {
+        self.claims.project_id().unwrap_or_default()
+    }
+}
+
+/// Whether `claims` may see `img` at all (otherwise: 404). Admins see
+/// everything; others their project's images and public and community ones.
+/// (`shared` images are the owner's only: image members are not built.)
+pub fn visible(claims: &Claims, img: &ImageRow) -> bool {
+    claims.has_role("admin")
+        || claims.project_id() == Some(img.owner.as_str())
+        || matches!(img.visibility.as_str(), "public" | "community")
+}
+
+/// A sort key of `GET /v2/images`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    /// `name`.
+    Name,
+    /// `status`.
+    Status,
+    /// `container_format`.
+    ContainerFormat,
+    /// `disk_format`.
+    DiskFormat,
+    /// `size`.
+    Size,
+    /// `id`.
+    Id,
+    /// `created_at`.
+    CreatedAt,
+    /// `updated_at`.
+    UpdatedAt,
+    /// `visibility`.
+    Visibility,
+    /// `owner`.
+    Owner,
+    /// `min_ram`.
+    MinRam,
+    /// `min_disk`.
+    MinDisk,
+}
+
+impl std::str::FromStr for SortKey {
+    type Err = ImageError;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "name" => Self::Name,
+            "status" => Self::Status,
+            "container_format" => Self::ContainerFormat,
+            "disk_format" => Self::DiskFormat,
+            "size" => Self::Size,
+            "id" => Self::Id,
+            "created_at" => Self::CreatedAt,
+            "updated_at" => Self::UpdatedAt,
+            "visibility" => Self::Visibility,
+            "owner" => Self::Owner,
+            "min_ram" => Self::MinRam,
+            "min_disk" => Self::MinDisk,
+            _ => return Err(ImageError::BadRequest(format!("Invalid sort key: {s}."))),
+        })
+    }
+}
+
+impl SortKey {
+    fn cmp(self, a: &ImageRow, b: &ImageRow) -> Ordering {
+        match self {
+            Self::Name => a.name.cmp(&b.name),
+            Self::Status => a.status.cmp(&b.status),
+            Self::ContainerFormat => a.container_format.cmp(&b.container_format),
+            Self::DiskFormat => a.disk_format.cmp(&b.disk_format),
+            Self::Size => a.size.cmp(&b.size),
+            Self::Id => a.id.cmp(&b.id),
+            Self::CreatedAt => a.created_at.cmp(&b.created_at),
+            Self::UpdatedAt => a.updated_at.cmp(&b.updated_at),
+            Self::Visibility => a.visibility.cmp(&b.visibility),
+            Self::Owner => a.owner.cmp(&b.owner),
+            Self::MinRam => a.min_ram.cmp(&b.min_ram),
+            Self::MinDisk => a.min_disk.cmp(&b.min_disk),
+        }
+    }
+}
+
+/// A parsed `GET /v2/images` query.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// SQL-side filters (the scope is set by [`ImageService::list`]).
+    pub filter: ListFilter,
+    /// `visibility=all`, or `visibility=community`: community images listed.
+    pub include_community: bool,
+    /// Every tag must be present.
+    pub tags: Vec<String>,
+    /// Extra property filters (name → value).
+    pub properties: BTreeMap<String, String>,
+    /// Sort keys with direction (true: ascending).
+    pub sort: Vec<(SortKey, bool)>,
+    /// Page size.
+    pub limit: Option<u32>,
+    /// Id of the last image of the previous page.
+    pub marker: Option<String>,
+}
+
+/// A page of images.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The images.
+    pub images: Vec<Image>,
+    /// Whether more follow (the marker is the last image).
+    pub more: bool,
+    /// The page size used.
+    pub limit: u32,
+}
+
+/// A patch operation (`application/openstack-images-v2.1-json-patch`).
+#[derive(Debug, Clone)]
+pub enum PatchOp {
+    /// `add`: set, creating if absent.
+    Add(String, Value),
+    /// `replace`: set an existing attribute.
+    Replace(String, Value),
+    /// `remove`: remove an extra property.
+    Remove(String),
+}
+
+/// The image service.
+pub struct ImageService {
+    /// Options.
+    pub cfg: ImageConfig,
+    /// Metadata.
+    pub db: Db,
+    /// Image files.
+    pub store: FileStore,
+    /// Rules.
+    pub policy: Policy,
+    /// Turns `X-Auth-Token` into claims.
+    pub auth: Arc<dyn Authenticator>,
+    public_url: RwLock<String>,
+}
+
+impl std::fmt::Debug for ImageService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageService")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now() -> i64 {
+    fabric::token::now_ms()
+}
+
+impl ImageService {
+    /// Opens the metadata store and the file store.
+    pub async fn open(cfg: ImageConfig, auth: Arc<dyn Authenticator>) -> Result<Self> {
+        let db = Db::open(&cfg.database.connection, cfg.database.max_connections).await?;
+        let store = FileStore::open(&cfg.filesystem_store_datadir).await?;
+        let policy =
+            super::policy::load(&cfg.policy_file).map_err(|e| ImageError::Config(e.to_string()))?;
+        Ok(Self {
+            public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
+            cfg,
+            db,
+            store,
+            policy,
+            auth,
+        })
+    }
+
+    /// The public base URL (no `/v2`).
+    pub fn public_url(&self) -> String {
+        self.public_url
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the public base URL (the bound address when none is configured).
+    pub fn set_public_url(&self, url: String) {
+        *self.public_url.write().unwrap_or_else(|p| p.into_inner()) = url;
+    }
+
+    /// Enforces `action` with the image's owner as the target (403 when denied).
+    fn authorize(&self, caller: &Caller, action: &str, owner: &str) -> Result<()> {
+        if self.policy.enforce(
+            action,
+            &caller.claims,
+            &[("project_id", owner), ("owner", owner)],
+            &caller.request_id,
+        ) {
+            Ok(())
+        } else {
+            Err(ImageError::Forbidden(format!(
+                "You are not authorized to complete {action} action."
+            )))
+        }
+    }
+
+    /// An image the caller may see (404 otherwise, also for a malformed id).
+    pub async fn get(&self, caller: &Caller, id: &str) -> Result<Image> {
+        let img = self.get_visible(&caller.claims, id).await?;
+        self.authorize(caller, "get_image", &img.row.owner)?;
+        Ok(img)
+    }
+
+    async fn get_visible(&self, claims: &Claims, id: &str) -> Result<Image> {
+        if id.parse::<ImageId>().is_err() {
+            return Err(ImageError::no_image(id));
+        }
+        match self.db.get(id).await? {
+            Some(img) if visible(claims, &img.row) => Ok(img),
+            _ => Err(ImageError::no_image(id)),
+        }
+    }
+
+    /// Creates an image (status `queued`) from a create body.
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        body: &serde_json::Map<String, Value>,
+    ) -> Result<Image> {
+        let id = match body.get("id") {
+            None | Some(Value::Null) => ImageId::new_random(),
+            Some(Value::String(s)) => s.parse().map_err(|_| {
+                ImageError::BadRequest(format!(
+                    "Provided object does not match schema 'image': '{s}' is not a UUID ('id')"
+                ))
+            })?,
+            Some(_) => {
+                return Err(ImageError::BadRequest(
+                    "Provided object does not match schema 'image': 'id' is not a string".into(),
+                ))
+            }
+        };
+        let t = now();
+        let mut img = Image {
+            row: ImageRow {
+                id: id.to_string(),
+                name: None,
+                owner: caller.project().to_owned(),
+                status: ImageStatus::Queued.as_str().to_owned(),
+                visibility: Visibility::Shared.as_str().to_owned(),
+                protected: false,
+                os_hidden: false,
+                disk_format: None,
+                container_format: None,
+                min_ram: 0,
+                min_disk: 0,
+                size: None,
+                virtual_size: None,
+                checksum: None,
+                os_hash_algo: None,
+                os_hash_value: None,
+                location: None,
+                created_at: t,
+                updated_at: t,
+            },
+            properties: BTreeMap::new(),
+            tags: Vec::new(),
+        };
+        for (k, v) in body {
+            if k != "id" {
+                model::set_attribute(&mut img, k, v, true)?;
+            }
+        }
+        if img.row.owner != caller.project() {
+            self.authorize(caller, "set_image_owner", &img.row.owner)
+                .map_err(|_| {
+                    ImageError::Forbidden(format!(
+                        "You are not permitted to create images owned by '{}'.",
+                        img.row.owner
+                    ))
+                })?;
+        }
+        self.authorize(caller, "add_image", &img.row.owner)?;
+        self.check_visibility_change(caller, &img, None)?;
+        self.db.insert(&img).await?;
+        tracing::info!(image_id = %img.row.id, owner = %img.row.owner, "image created");
+        Ok(img)
+    }
+
+    fn check_visibility_change(
+        &self,
+        caller: &Caller,
+        img: &Image,
+        old: Option<&str>,
+    ) -> Result<()> {
+        if old == Some(img.row.visibility.as_str()) {
+            return Ok(());
+        }
+        let (action, what) = match img.visibility() {
+            Visibility::Public => ("publicize_image", "public"),
+            Visibility::Community => ("communitize_image", "community"),
+            _ => return Ok(()),
+        };
+        self.authorize(caller, action, &img.row.owner).map_err(|_| {
+            ImageError::Forbidden(format!(
+                "You are not authorized to set the visibility of images to '{what}'."
+            ))
+        })
+    }
+
+    /// The images the caller may list, filtered, sorted and paged.
+    pub async fn list(&self, caller: &Caller, q: &ListQuery) -> Result<Page> {
+        self.authorize(caller, "get_images", caller.project())?;
+        let limit = q
+            .limit
+            .unwrap_or(self.cfg.limit_param_default)
+            .min(self.cfg.api_limit_max)
+            .max(1);
+        let mut filter = q.filter.clone();
+        filter.include_community = q.include_community || filter.visibility.is_some();
+        if !caller.is_admin() {
+            filter.scope = Some(caller.project().to_owned());
+        }
+        let mut rows = self.db.list(&filter).await?;
+        if !q.tags.is_empty() || !q.properties.is_empty() {
+            let all = self.db.complete(rows).await?;
+            rows = all
+                .into_iter()
+                .filter(|i| q.tags.iter().all(|t| i.tags.contains(t)))
+                .filter(|i| {
+                    q.properties
+                        .iter()
+                        .all(|(k, v)| i.properties.get(k) == Some(v))
+                })
+                .map(|i| i.row)
+                .collect();
+        }
+        let mut keys = q.sort.clone();
+        if keys.is_empty() {
+            keys.push((SortKey::CreatedAt, false));
+        }
+        let last_dir = keys.last().map(|k| k.1).unwrap_or(false);
+        for k in [SortKey::CreatedAt, SortKey::Id] {
+            if !keys.iter().any(|(x, _)| *x == k) {
+                keys.push((k, last_dir));
+            }
+        }
+        rows.sort_by(|a, b| {
+            keys.iter()
+                .map(|(k, asc)| {
+                    let o = k.cmp(a, b);
+                    if *asc {
+                        o
+                    } else {
+                        o.reverse()
+                    }
+                })
+                .find(|o| *o != Ordering::Equal)
+                .unwrap_or(Ordering::Equal)
+        });
+        let start = match &q.marker {
+            None => 0,
+            Some(m) => {
+                rows.iter().position(|r| &r.id == m).ok_or_else(|| {
+                    ImageError::BadRequest(format!("Invalid marker. Image {m} could not be found."))
+                })? + 1
+            }
+        };
+        let rest = rows.len().saturating_sub(start);
+        let page: Vec<ImageRow> = rows.into_iter().skip(start).take(limit as usize).collect();
+        Ok(Page {
+            more: rest > page.len(),
+            images: self.db.complete(page).await?,
+            limit,
+        })
+    }
+
+    /// Applies a patch and stores the result.
+    pub async fn patch(&self, caller: &Caller, id: &str, ops: &[PatchOp]) -> Result<Image> {
+        let old = self.get_visible(&caller.claims, id).await?;
+        self.authorize(caller, "modify_image", &old.row.owner)?;
+        let mut img = old.clone();
+        for op in ops {
+            match op {
+                PatchOp::Add(k, v) => model::set_attribute(&mut img, k, v, false)?,
+                PatchOp::Replace(k, v) => {
+                    if model::is_extra(k) && !img.properties.contains_key(k) {
+                        return Err(ImageError::Conflict(format!(
+                            "Property {k} does not exist."
+                        )));
+                    }
+                    model::set_attribute(&mut img, k, v, false)?
+                }
+                PatchOp::Remove(k) => model::remove_attribute(&mut img, k)?,
+            }
+        }
+        if img.row.owner != old.row.owner {
+            self.authorize(caller, "set_image_owner", &img.row.owner)?;
+        }
+        self.check_visibility_change(caller, &img, Some(&old.row.visibility))?;
+        if img != old {
+            img.row.updated_at = now();
+            if !self.db.update(&img).await? {
+                return Err(ImageError::no_image(id));
+            }
+        }
+        Ok(img)
+    }
+
+    /// Deletes an image and its data (403 when protected).
+    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<()> {
+        let img = self.get_visible(&caller.claims, id).await?;
+        self.authorize(caller, "delete_image", &img.row.owner)?;
+        if img.row.protected {
+            return Err(ImageError::Forbidden(format!(
+                "Image {id} is protected and cannot be deleted."
+            )));
+        }
+        if !self.db.delete(id).await? {
+            return Err(ImageError::no_image(id));
+        }
+        if let Some(loc) = &img.row.location {
+            if let Err(e) = self.store.remove(loc).await {
+                tracing::error!(image_id = %id, error = ?e, "image deleted but its file remains");
+            }
+        }
+        tracing::info!(image_id = %id, "image deleted");
+        Ok(())
+    }
+
+    /// Stores the image's data (`queued` → `saving` → `active`).
+    pub async fn upload<S, E>(&self, caller: &Caller, id: &str, data: S) -> Result<Image>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let img = self.get_visible(&caller.claims, id).await?;
+        self.authorize(caller, "upload_image", &img.row.owner)?;
+        self.store_data(img, data).await
+    }
+
+    async fn store_data<S, E>(&self, img: Image, data: S) -> Result<Image>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let id = img.row.id.clone();
+        if !self.db.transition(&id, "queued", "saving", now()).await? {
+            let status = self
+                .db
+                .get(&id)
+                .await?
+                .map(|i| i.row.status)
+                .ok_or_else(|| ImageError::no_image(&id))?;
+            return Err(ImageError::Conflict(format!(
+                "Image status transition from {status} to saving is not allowed"
+            )));
+        }
+        let uploaded = match self.store.write(&id, data, self.cfg.image_size_cap).await {
+            Ok(u) => u,
+            Err(e) => {
+                if let Err(e2) = self.db.transition(&id, "saving", "queued", now()).await {
+                    tracing::error!(image_id = %id, error = ?e2, "cannot put a failed upload's image back to queued");
+                }
+                return Err(e);
+            }
+        };
+        if !self.db.finish_upload(&id, &uploaded, now()).await? {
+            let _ = self.store.remove(&uploaded.location).await;
+            return Err(ImageError::Conflict(format!(
+                "Image {id} could not be found after upload. The image may have been deleted during the upload."
+            )));
+        }
+        tracing::info!(image_id = %id, size = uploaded.size, "image data stored");
+        self.db
+            .get(&id)
+            .await?
+            .ok_or_else(|| ImageError::no_image(&id))
+    }
+
+    /// The image and its open file; `None` for the file when it has no data.
+    pub async fn download(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(Image, Option<tokio::fs::File>)> {
+        let img = self.get_visible(&caller.claims, id).await?;
+        self.authorize(caller, "download_image", &img.row.owner)?;
+        let file = match (&img.row.location, img.status()) {
+            (Some(loc), ImageStatus::Active) => Some(self.store.open_file(loc).await?),
+            _ => None,
+        };
+        Ok((img, file))
+    }
+
+    /// Resolves a Compute API `imageRef` (an id, a URL ending in an id, or
+    /// a name) for the caller, with the visibility rules of a list.
+    pub async fn resolve(&self, claims: &Claims, image_ref: &str) -> Result<Image> {
+        let tail = image_ref
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default();
+        if tail.parse::<ImageId>().is_ok() {
+            return self.get_visible(claims, tail).await;
+        }
+        let filter = ListFilter {
+            name: Some(image_ref.to_owned()),
+            scope: (!claims.has_role("admin"))
+                .then(|| claims.project_id().unwrap_or_default().to_owned()),
+            os_hidden: Some(false),
+            ..ListFilter::default()
+        };
+        let mut rows = self.db.list(&filter).await?;
+        // The caller's own image wins over a public one of the same name.
+        if rows.len() > 1 {
+            let own: Vec<ImageRow> = rows
+                .iter()
+                .filter(|r| claims.project_id() == Some(r.owner.as_str()))
+                .cloned()
+                .collect();
+            if own.len() == 1 {
+                rows = own;
+            }
+        }
+        match rows.len() {
+            0 => Err(ImageError::NotFound(format!(
+                "No image found with name {image_ref}"
+            ))),
+            1 => Ok(self.db.complete(rows).await?.remove(0)),
+            _ => Err(ImageError::Conflict(format!(
+                "Multiple images named {image_ref}; use an id"
+            ))),
+        }
+    }
+
+    /// Creates (once) a small public active image owned by `owner_project`
+    /// (see [`super::seed`]).
+    pub async fn create_seeded(
+        &self,
+        owner_project: &str,
+        name: &str,
+        data: Bytes,
+        properties: BTreeMap<String, String>,
+    ) -> Result<Image> {
+        let existing = self
+            .db
+            .list(&ListFilter {
+                name: Some(name.to_owned()),
+                owner: Some(owner_project.to_owned()),
+                ..ListFilter::default()
+            })
+            .await?;
+        if let Some(row) = existing.into_iter().find(|r| r.status == "active") {
+            return Ok(self.db.complete(vec![row]).await?.remove(0));
+        }
+        let t = now();
+        let img = Image {
+            row: ImageRow {
+                id: ImageId::new_random().to_string(),
+                name: Some(name.to_owned()),
+                owner: owner_project.to_owned(),
+                status: ImageStatus::Queued.as_str().to_owned(),
+                visibility: Visibility::Public.as_str().to_owned(),
+                protected: false,
+                os_hidden: false,
+                disk_format: Some("qcow2".to_owned()),
+                container_format: Some("bare".to_owned()),
+                min_ram: 0,
+                min_disk: 0,
+                size: None,
+                virtual_size: None,
+                checksum: None,
+                os_hash_algo: None,
+                os_hash_value: None,
+                location: None,
+                created_at: t,
+                updated_at: t,
+            },
+            properties,
+            tags: Vec::new(),
+        };
+        self.db.insert(&img).await?;
+        let chunks = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(data)]);
+        self.store_data(img, chunks).await
+    }
+}

@@ -1,0 +1,114 @@
+//! The local file store: one file per image under the configured directory
+//! (`<dir>/<image id>`), written to a temporary name and renamed when the
+//! upload completes, so a reader never sees a partial file. The MD5
+//! (Glance's `checksum`) and SHA-512 (`os_hash_value`) are computed while
+//! the bytes stream through.
+
+use std::path::{Path, PathBuf};
+
+use axum::body::Bytes;
+use futures_util::{Stream, StreamExt};
+use md5::{Digest, Md5};
+use sha2::Sha512;
+use tokio::io::AsyncWriteExt;
+
+use super::db::Uploaded;
+use super::error::{ImageError, Result};
+
+/// The multihash algorithm recorded in `os_hash_algo`.
+pub const HASH_ALGO: &str = "sha512";
+
+/// Image files on local disk.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    dir: PathBuf,
+}
+
+impl FileStore {
+    /// A store in `dir` (created if missing).
+    pub async fn open(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        tokio::fs::create_dir_all(&dir).await.map_err(|e| {
+            ImageError::Config(format!("cannot create the image directory {dir:?}: {e}"))
+        })?;
+        Ok(Self { dir })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, location: &str) -> Result<PathBuf> {
+        // Locations are image ids we wrote; refuse anything else.
+        if location.is_empty() || location.contains(['/', '\\']) || location.starts_with('.') {
+            return Err(ImageError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad image location {location:?}"),
+            )));
+        }
+        Ok(self.dir.join(location))
+    }
+
+    /// Streams `data` into the file of image `id`; at most `cap` bytes (413
+    /// beyond). Nothing is left behind on failure.
+    pub async fn write<S, E>(&self, id: &str, mut data: S, cap: u64) -> Result<Uploaded>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let final_path = self.path(id)?;
+        let tmp = self
+            .dir
+            .join(format!(".{id}.{}.part", uuid::Uuid::new_v4().simple()));
+        let result = async {
+            let mut file = tokio::fs::File::create(&tmp).await?;
+            let mut md5 = Md5::new();
+            let mut sha = Sha512::new();
+            let mut size: u64 = 0;
+            while let Some(chunk) = data.next().await {
+                let chunk = chunk.map_err(|e| {
+                    ImageError::BadRequest(format!("Error reading the image data: {e}"))
+                })?;
+                size += chunk.len() as u64;
+                if size > cap {
+                    return Err(ImageError::TooLarge(format!(
+                        "Image exceeds the storage quota: the image size cap is {cap} bytes."
+                    )));
+                }
+                md5.update(&chunk);
+                sha.update(&chunk);
+                file.write_all(&chunk).await?;
+            }
+            file.sync_all().await?;
+            drop(file);
+            tokio::fs::rename(&tmp, &final_path).await?;
+            Ok(Uploaded {
+                size: size as i64,
+                checksum: format!("{:x}", md5.finalize()),
+                os_hash_algo: HASH_ALGO.to_owned(),
+                os_hash_value: format!("{:x}", sha.finalize()),
+                location: id.to_owned(),
+            })
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        result
+    }
+
+    /// Opens the file at `location` for reading.
+    pub async fn open_file(&self, location: &str) -> Result<tokio::fs::File> {
+        Ok(tokio::fs::File::open(self.path(location)?).await?)
+    }
+
+    /// Removes the file at `location` (absent is fine).
+    pub async fn remove(&self, location: &str) -> Result<()> {
+        match tokio::fs::remove_file(self.path(location)?).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

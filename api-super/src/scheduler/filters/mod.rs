@@ -1,0 +1,25 @@
+//! Host filters: each one a [`Filter`] in its own file. A filter sees one
+//! candidate host and the request and says whether the host may take it.
+
+pub mod availability_zone;
+pub mod compute;
+pub mod forced_host;
+
+use super::{Candidate, Request};
+
+/// A host filter.
+pub trait Filter: Send + Sync + std::fmt::Debug {
+    /// Its name, as in Nova's `enabled_filters` (`ComputeFilter`, ...).
+    fn name(&self) -> &'static str;
+    /// Whether `host` passes for `req`.
+    fn passes(&self, host: &Candidate, req: &Request) -> bool;
+}
+
+/// The filters enabled by default, in order.
+pub fn defaults() -> Vec<Box<dyn Filter>> {
+    vec![
+        Box::new(forced_host::ForcedHostFilter),
+        Box::new(compute::ComputeFilter),
+        Box::new(availability_zone::AvailabilityZoneFilter),
+    ]
+}

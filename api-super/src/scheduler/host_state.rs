@@ -1,0 +1,150 @@
+//! What the scheduler knows about compute hosts besides placement: which
+//! cell each host is mapped to (API DB `host_mappings`), its compute service
+//! (up, enabled: the cell databases' `services`) and node (provider uuid =
+//! compute node uuid), and its availability zone (aggregate metadata).
+//! Loaded from every enabled cell in parallel and cached for a short time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cell_mapping::CellMapping;
+use chrono::Utc;
+use tokio::sync::Mutex;
+
+use crate::cells::Cells;
+use crate::compute_api::db::ComputeDb;
+
+/// One compute node as the filters see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostInfo {
+    /// Service host.
+    pub host: String,
+    /// Node (hypervisor hostname).
+    pub node: String,
+    /// Placement resource provider (= compute node uuid).
+    pub provider: String,
+    /// Its cell.
+    pub cell: CellMapping,
+    /// Availability zone.
+    pub availability_zone: String,
+    /// The compute service reported within the down time and is not
+    /// forced down.
+    pub service_up: bool,
+    /// The compute service is disabled.
+    pub service_disabled: bool,
+}
+
+/// Host information by provider uuid.
+#[derive(Debug, Clone, Default)]
+pub struct HostMap {
+    /// By provider uuid.
+    pub by_provider: HashMap<String, HostInfo>,
+}
+
+/// The cached loader.
+#[derive(Debug)]
+pub struct HostStateCache {
+    db: ComputeDb,
+    cells: Cells,
+    ttl: Duration,
+    service_down: Duration,
+    default_az: String,
+    cached: Mutex<Option<(Instant, Arc<HostMap>)>>,
+}
+
+impl HostStateCache {
+    /// A cache valid for `ttl`; a service is down after `service_down`
+    /// without a heartbeat.
+    pub fn new(
+        db: ComputeDb,
+        cells: Cells,
+        ttl: Duration,
+        service_down: Duration,
+        default_az: String,
+    ) -> Self {
+        Self {
+            db,
+            cells,
+            ttl,
+            service_down,
+            default_az,
+            cached: Mutex::new(None),
+        }
+    }
+
+    /// The current host map (reloaded when older than the ttl).
+    pub async fn get(&self) -> Result<Arc<HostMap>, crate::compute_api::error::ApiError> {
+        let mut c = self.cached.lock().await;
+        if let Some((at, m)) = c.as_ref() {
+            if at.elapsed() < self.ttl {
+                return Ok(m.clone());
+            }
+        }
+        let m = Arc::new(self.load().await?);
+        *c = Some((Instant::now(), m.clone()));
+        Ok(m)
+    }
+
+    /// Forgets the cached map.
+    pub async fn invalidate(&self) {
+        *self.cached.lock().await = None;
+    }
+
+    async fn load(&self) -> Result<HostMap, crate::compute_api::error::ApiError> {
+        let mappings = self.db.api().hosts(None).await?;
+        let host_cell: HashMap<String, fabric::ids::CellUuid> = mappings
+            .into_iter()
+            .map(|h| (h.host, h.cell_uuid))
+            .collect();
+        let zones: HashMap<String, String> = self.db.host_zones().await?.into_iter().collect();
+        let snapshot = self.cells.cache().snapshot();
+        let cells: Vec<CellMapping> = snapshot.schedulable().cloned().collect();
+        let loads = cells.into_iter().map(|cell| {
+            let cells = self.cells.clone();
+            async move {
+                let db = cells.db(&cell).await;
+                let rows = match db {
+                    Ok(db) => db.compute_hosts().await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                (cell, rows)
+            }
+        });
+        let now = Utc::now();
+        let down = chrono::Duration::from_std(self.service_down).unwrap_or(chrono::Duration::MAX);
+        let mut out = HostMap::default();
+        for (cell, rows) in futures_util::future::join_all(loads).await {
+            let rows = match rows {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(cell = %cell.uuid, error = %e, "cell unreachable: its hosts are not schedulable");
+                    continue;
+                }
+            };
+            for r in rows {
+                // Only hosts mapped to this very cell are schedulable.
+                if host_cell.get(&r.host) != Some(&cell.uuid) {
+                    continue;
+                }
+                let up = !r.forced_down && r.last_seen_up.is_some_and(|t| now - t <= down);
+                out.by_provider.insert(
+                    r.uuid.clone(),
+                    HostInfo {
+                        availability_zone: zones
+                            .get(&r.host)
+                            .cloned()
+                            .unwrap_or_else(|| self.default_az.clone()),
+                        host: r.host,
+                        node: r.hypervisor_hostname,
+                        provider: r.uuid,
+                        cell: cell.clone(),
+                        service_up: up,
+                        service_disabled: r.disabled,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+}

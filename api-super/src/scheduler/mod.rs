@@ -1,0 +1,496 @@
+//! The global scheduler: one placement query across all cells, host
+//! filters and weighers, claims with retry on conflict, alternates in the
+//! chosen host's cell.
+//!
+//! [`decide`] is the pure part (filter and weigh a snapshot of candidate
+//! hosts); [`Scheduler::select`] adds placement (candidates, claims) and the
+//! host map ([`host_state`]).
+
+pub mod filters;
+pub mod host_state;
+pub mod placement;
+pub mod weighers;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use filters::Filter;
+use host_state::{HostInfo, HostStateCache};
+use placement::{
+    AllocationRequest, PlacementError, ProviderSummary, Resources, SchedulerPlacement,
+};
+use weighers::Weigher;
+
+/// `[scheduler]` options.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// `limit` of the allocation-candidates query (Nova's
+    /// `max_placement_results`).
+    pub max_placement_results: usize,
+    /// Hosts tried per instance: the chosen one plus `max_attempts - 1`
+    /// alternates in its cell.
+    pub max_attempts: usize,
+    /// RAM weigher multiplier (> 0 spread, < 0 pack).
+    pub ram_weight_multiplier: f64,
+    /// CPU weigher multiplier (> 0 spread, < 0 pack).
+    pub cpu_weight_multiplier: f64,
+    /// How long the host map (mappings, services, zones) is cached (ms).
+    pub host_state_cache_ms: u64,
+    /// A compute service without a heartbeat for this long is down (s).
+    pub service_down_time_secs: u64,
+    /// Zone of hosts in no zone aggregate.
+    pub default_availability_zone: String,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_placement_results: 1000,
+            max_attempts: 3,
+            ram_weight_multiplier: 1.0,
+            cpu_weight_multiplier: 1.0,
+            host_state_cache_ms: 1000,
+            service_down_time_secs: 60,
+            default_availability_zone: "nova".to_owned(),
+        }
+    }
+}
+
+/// What one instance needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Resources by class.
+    pub resources: Resources,
+    /// Requested zone.
+    pub availability_zone: Option<String>,
+    /// Forced host.
+    pub force_host: Option<String>,
+}
+
+/// A candidate host: what the filters and weighers see.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// The host.
+    pub info: HostInfo,
+    /// The allocation request placement proposed for it.
+    pub allocation: AllocationRequest,
+    /// Its provider summary.
+    pub summary: ProviderSummary,
+}
+
+impl Candidate {
+    /// Free amount of `class` (capacity minus used).
+    pub fn free(&self, class: &str) -> f64 {
+        self.summary
+            .resources
+            .get(class)
+            .map(|u| (u.capacity - u.used) as f64)
+            .unwrap_or(0.0)
+    }
+
+    fn consume(&mut self, r: &Resources) {
+        for (class, amount) in r {
+            if let Some(u) = self.summary.resources.get_mut(class) {
+                u.used += amount;
+            }
+        }
+    }
+}
+
+/// Why no host was found: what placement returned and what each filter
+/// removed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NoValidHost {
+    /// Candidates placement returned.
+    pub candidates: usize,
+    /// Candidates that were no known (mapped) compute node.
+    pub unmapped: usize,
+    /// Hosts removed by each filter, in order.
+    pub removed: Vec<(&'static str, usize)>,
+    /// Hosts that passed but could not be claimed (conflicts).
+    pub claim_conflicts: usize,
+}
+
+impl NoValidHost {
+    /// The fault message.
+    pub const MESSAGE: &'static str = "No valid host was found. ";
+
+    /// The fault details.
+    pub fn details(&self) -> String {
+        let mut s = format!(
+            "There are not enough hosts available. Placement returned {} candidate(s)",
+            self.candidates
+        );
+        if self.unmapped > 0 {
+            s.push_str(&format!(", {} not mapped to a cell", self.unmapped));
+        }
+        for (name, n) in &self.removed {
+            s.push_str(&format!("; {name} removed {n}"));
+        }
+        if self.claim_conflicts > 0 {
+            s.push_str(&format!(
+                "; {} claim(s) refused by placement",
+                self.claim_conflicts
+            ));
+        }
+        s.push('.');
+        s
+    }
+}
+
+/// The host chosen for one instance, claimed in placement, and the
+/// alternates kept in its cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    /// Instance.
+    pub instance_uuid: String,
+    /// The host.
+    pub host: HostInfo,
+    /// Alternates (same cell), best first.
+    pub alternates: Vec<HostInfo>,
+}
+
+/// Filters and weighs `candidates` for `req`: the passing hosts, best
+/// first, and how many each filter removed. Pure and deterministic (ties
+/// break by host name, then node).
+pub fn decide(
+    candidates: Vec<Candidate>,
+    req: &Request,
+    filters: &[Box<dyn Filter>],
+    weighers: &[Box<dyn Weigher>],
+) -> (Vec<Candidate>, Vec<(&'static str, usize)>) {
+    let mut hosts = candidates;
+    let mut removed = Vec::new();
+    for f in filters {
+        let before = hosts.len();
+        hosts.retain(|h| f.passes(h, req));
+        removed.push((f.name(), before - hosts.len()));
+    }
+    let mut total = vec![0.0; hosts.len()];
+    for w in weighers {
+        let raw: Vec<f64> = hosts.iter().map(|h| w.weigh(h, req)).collect();
+        for (t, n) in total.iter_mut().zip(weighers::normalize(&raw)) {
+            *t += w.multiplier() * n;
+        }
+    }
+    let mut order: Vec<(f64, Candidate)> = total.into_iter().zip(hosts).collect();
+    order.sort_by(|(wa, a), (wb, b)| {
+        wb.partial_cmp(wa)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.info.host.cmp(&b.info.host))
+            .then_with(|| a.info.node.cmp(&b.info.node))
+    });
+    (order.into_iter().map(|(_, c)| c).collect(), removed)
+}
+
+/// Why scheduling failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// No host (see the report).
+    #[error("No valid host was found.")]
+    NoValidHost(NoValidHost),
+    /// Placement failed.
+    #[error("placement failed")]
+    Placement(#[source] PlacementError),
+    /// Reading host state failed.
+    #[error("cannot read host state: {0}")]
+    HostState(String),
+}
+
+/// The scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    placement: Arc<dyn SchedulerPlacement>,
+    hosts: HostStateCache,
+    filters: Vec<Box<dyn Filter>>,
+    weighers: Vec<Box<dyn Weigher>>,
+}
+
+impl Scheduler {
+    /// A scheduler with the default filters and the configured weighers.
+    pub fn new(
+        config: SchedulerConfig,
+        placement: Arc<dyn SchedulerPlacement>,
+        hosts: HostStateCache,
+    ) -> Self {
+        let weighers: Vec<Box<dyn Weigher>> = vec![
+            Box::new(weighers::ram::RamWeigher {
+                multiplier: config.ram_weight_multiplier,
+            }),
+            Box::new(weighers::cpu::CpuWeigher {
+                multiplier: config.cpu_weight_multiplier,
+            }),
+        ];
+        Self {
+            config,
+            placement,
+            hosts,
+            filters: filters::defaults(),
+            weighers,
+        }
+    }
+
+    /// Placement.
+    pub fn placement(&self) -> &Arc<dyn SchedulerPlacement> {
+        &self.placement
+    }
+
+    /// Chooses and claims a host for each of `instances` (all or none: a
+    /// failure releases the claims already made).
+    #[tracing::instrument(skip_all, fields(instances = instances.len()))]
+    pub async fn select(
+        &self,
+        req: &Request,
+        instances: &[String],
+        project_id: &str,
+        user_id: &str,
+    ) -> Result<Vec<Selection>, ScheduleError> {
+        let started = std::time::Instant::now();
+        let cands = self
+            .placement
+            .candidates(&req.resources, self.config.max_placement_results)
+            .await
+            .map_err(ScheduleError::Placement)?;
+        let map = self
+            .hosts
+            .get()
+            .await
+            .map_err(|e| ScheduleError::HostState(e.to_string()))?;
+        let mut report = NoValidHost {
+            candidates: cands.allocation_requests.len(),
+            ..Default::default()
+        };
+        let mut hosts = Vec::new();
+        for ar in cands.allocation_requests {
+            let Some((rp, info)) = ar
+                .allocations
+                .keys()
+                .find_map(|rp| map.by_provider.get(rp).map(|i| (rp.clone(), i.clone())))
+            else {
+                report.unmapped += 1;
+                continue;
+            };
+            let summary = cands
+                .provider_summaries
+                .get(&rp)
+                .cloned()
+                .unwrap_or_default();
+            hosts.push(Candidate {
+                info,
+                allocation: ar,
+                summary,
+            });
+        }
+        let mut selections: Vec<Selection> = Vec::new();
+        for uuid in instances {
+            let (ordered, removed) = decide(hosts.clone(), req, &self.filters, &self.weighers);
+            report.removed = removed;
+            let mut chosen = None;
+            for (i, c) in ordered.iter().enumerate() {
+                match self
+                    .placement
+                    .claim(uuid, &c.allocation, project_id, user_id)
+                    .await
+                {
+                    Ok(true) => {
+                        chosen = Some(i);
+                        break;
+                    }
+                    Ok(false) => report.claim_conflicts += 1,
+                    Err(e) => {
+                        self.release(&selections).await;
+                        return Err(ScheduleError::Placement(e));
+                    }
+                }
+            }
+            let Some(i) = chosen else {
+                self.release(&selections).await;
+                metrics::histogram!("api_scheduler_decision_seconds", "outcome" => "no_valid_host")
+                    .record(started.elapsed().as_secs_f64());
+                return Err(ScheduleError::NoValidHost(report));
+            };
+            let best = &ordered[i];
+            let alternates = ordered
+                .iter()
+                .enumerate()
+                .filter(|(j, c)| *j != i && c.info.cell.uuid == best.info.cell.uuid)
+                .take(self.config.max_attempts.saturating_sub(1))
+                .map(|(_, c)| c.info.clone())
+                .collect();
+            let consumed = best
+                .allocation
+                .allocations
+                .values()
+                .flat_map(|a| a.resources.iter().map(|(k, v)| (k.clone(), *v)))
+                .collect::<BTreeMap<_, _>>();
+            if let Some(h) = hosts
+                .iter_mut()
+                .find(|h| h.info.provider == best.info.provider)
+            {
+                h.consume(&consumed);
+            }
+            selections.push(Selection {
+                instance_uuid: uuid.clone(),
+                host: best.info.clone(),
+                alternates,
+            });
+        }
+        metrics::histogram!("api_scheduler_decision_seconds", "outcome" => "selected")
+            .record(started.elapsed().as_secs_f64());
+        Ok(selections)
+    }
+
+    /// Releases the claims of `selections` (best effort, logged).
+    pub async fn release(&self, selections: &[Selection]) {
+        for s in selections {
+            if let Err(e) = self.placement.delete_allocations(&s.instance_uuid).await {
+                tracing::error!(instance = %s.instance_uuid, error = %e, "could not release a claim");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placement::{ProviderAllocation, Usage};
+    use super::*;
+    use cell_mapping::CellMapping;
+
+    fn cell(n: u8) -> CellMapping {
+        CellMapping {
+            id: n as i64,
+            uuid: format!("00000000-0000-0000-0000-0000000000{n:02}")
+                .parse()
+                .unwrap(),
+            name: Some(format!("cell{n}")),
+            transport_url: format!("inproc://c{n}"),
+            database_connection: format!("sqlite://c{n}"),
+            disabled: false,
+        }
+    }
+
+    /// `n` hosts over `azs` zones, host i with i*1024 MB free.
+    fn make_hosts(n: usize, azs: &[&str]) -> Vec<Candidate> {
+        (0..n)
+            .map(|i| {
+                let rp = format!("rp{i}");
+                let mut resources = BTreeMap::new();
+                resources.insert(
+                    "MEMORY_MB".to_owned(),
+                    Usage {
+                        capacity: 65536,
+                        used: 65536 - (i as i64 + 1) * 1024,
+                    },
+                );
+                resources.insert(
+                    "VCPU".to_owned(),
+                    Usage {
+                        capacity: 16,
+                        used: 0,
+                    },
+                );
+                let mut allocations = BTreeMap::new();
+                allocations.insert(
+                    rp.clone(),
+                    ProviderAllocation {
+                        resources: [("MEMORY_MB".to_owned(), 512)].into_iter().collect(),
+                    },
+                );
+                Candidate {
+                    info: HostInfo {
+                        host: format!("host{i}"),
+                        node: format!("host{i}"),
+                        provider: rp,
+                        cell: cell(1 + (i % 2) as u8),
+                        availability_zone: azs[i % azs.len()].to_owned(),
+                        service_up: true,
+                        service_disabled: false,
+                    },
+                    allocation: AllocationRequest { allocations },
+                    summary: ProviderSummary { resources },
+                }
+            })
+            .collect()
+    }
+
+    fn req() -> Request {
+        Request {
+            resources: [("MEMORY_MB".to_owned(), 512)].into_iter().collect(),
+            availability_zone: None,
+            force_host: None,
+        }
+    }
+
+    fn weighers(m: f64) -> Vec<Box<dyn Weigher>> {
+        vec![Box::new(weighers::ram::RamWeigher { multiplier: m })]
+    }
+
+    #[test]
+    fn spread_prefers_the_freest_and_pack_the_fullest() {
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &req(),
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(o[0].info.host, "host3");
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &req(),
+            &filters::defaults(),
+            &weighers(-1.0),
+        );
+        assert_eq!(o[0].info.host, "host0");
+    }
+
+    #[test]
+    fn filters_count_what_they_remove() {
+        let mut hosts = make_hosts(6, &["az1", "az2"]);
+        hosts[0].info.service_up = false;
+        hosts[2].info.service_disabled = true;
+        let mut r = req();
+        r.availability_zone = Some("az1".into());
+        let (o, removed) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
+        assert_eq!(o.len(), 1, "{o:?}");
+        assert_eq!(o[0].info.host, "host4");
+        assert_eq!(
+            removed,
+            vec![
+                ("ForcedHostFilter", 0),
+                ("ComputeFilter", 2),
+                ("AvailabilityZoneFilter", 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn forced_host_keeps_only_that_host() {
+        let mut r = req();
+        r.force_host = Some("host1".into());
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].info.host, "host1");
+    }
+
+    #[test]
+    fn no_valid_host_details_name_every_filter() {
+        let r = NoValidHost {
+            candidates: 3,
+            unmapped: 0,
+            removed: vec![("ComputeFilter", 1), ("AvailabilityZoneFilter", 2)],
+            claim_conflicts: 0,
+        };
+        let d = r.details();
+        assert!(d.contains("ComputeFilter removed 1"), "{d}");
+        assert!(d.contains("AvailabilityZoneFilter removed 2"), "{d}");
+    }
+}

@@ -1,0 +1,243 @@
+//! The scheduler's placement client: allocation candidates across every
+//! cell (one `GET /allocation_candidates` per request) and claims
+//! (`PUT /allocations/{consumer}` with `consumer_generation: null`), both at
+//! microversion 1.36, plus `DELETE /allocations/{consumer}` to undo a claim.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Boxed future of the client trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The microversion the scheduler speaks.
+pub const MICROVERSION: &str = "placement 1.36";
+
+/// Why a placement request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// Transport.
+    #[error("placement request failed")]
+    Http(#[source] reqwest::Error),
+    /// Unexpected status.
+    #[error("placement answered {status} to {what}: {body}")]
+    Status {
+        /// The request.
+        what: &'static str,
+        /// Status.
+        status: u16,
+        /// Body (cut).
+        body: String,
+    },
+}
+
+/// Resources by class, e.g. `{"VCPU": 1, "MEMORY_MB": 512}`.
+pub type Resources = BTreeMap<String, i64>;
+
+/// One capacity/usage pair of a provider summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub struct Usage {
+    /// Capacity ((total - reserved) * ratio).
+    pub capacity: i64,
+    /// Used.
+    pub used: i64,
+}
+
+/// A provider summary.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ProviderSummary {
+    /// Per class.
+    #[serde(default)]
+    pub resources: BTreeMap<String, Usage>,
+}
+
+/// One allocation request: resources by provider.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct AllocationRequest {
+    /// `{provider: {"resources": {...}}}`.
+    pub allocations: BTreeMap<String, ProviderAllocation>,
+}
+
+/// The resources one provider gives in an allocation request.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ProviderAllocation {
+    /// Per class.
+    pub resources: Resources,
+}
+
+/// `GET /allocation_candidates`'s answer.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Candidates {
+    /// Allocation requests.
+    pub allocation_requests: Vec<AllocationRequest>,
+    /// Summaries of the providers involved.
+    pub provider_summaries: BTreeMap<String, ProviderSummary>,
+}
+
+/// Placement as the scheduler needs it.
+pub trait SchedulerPlacement: Send + Sync + std::fmt::Debug {
+    /// Candidates for `resources`, at most `limit`.
+    fn candidates<'a>(
+        &'a self,
+        resources: &'a Resources,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Candidates, PlacementError>>;
+
+    /// Claims `request` for a new consumer; `Ok(false)` on a conflict (the
+    /// provider filled up meanwhile, or the consumer exists).
+    fn claim<'a>(
+        &'a self,
+        consumer: &'a str,
+        request: &'a AllocationRequest,
+        project_id: &'a str,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>>;
+
+    /// Removes every allocation of `consumer` (absent is fine).
+    fn delete_allocations<'a>(
+        &'a self,
+        consumer: &'a str,
+    ) -> BoxFuture<'a, Result<(), PlacementError>>;
+}
+
+/// The placement REST API over HTTP.
+#[derive(Debug, Clone)]
+pub struct HttpPlacement {
+    http: reqwest::Client,
+    base: String,
+    token: fabric::token::SharedToken,
+}
+
+impl HttpPlacement {
+    /// A client of the placement API at `base`, authenticating with `token`.
+    pub fn new(base: &str, token: &str) -> Result<Self, PlacementError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(PlacementError::Http)?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token: fabric::token::SharedToken::fixed(token),
+        })
+    }
+    /// As [`HttpPlacement::new`], sending whatever `token` holds at the time
+    /// of each request (a service token kept fresh elsewhere).
+    pub fn with_token(
+        base: &str,
+        token: fabric::token::SharedToken,
+    ) -> Result<Self, PlacementError> {
+        let mut me = Self::new(base, "")?;
+        me.token = token;
+        Ok(me)
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .header("X-Auth-Token", self.token.get())
+            .header("OpenStack-API-Version", MICROVERSION)
+            .header("Accept", "application/json")
+    }
+}
+
+async fn status_err(what: &'static str, resp: reqwest::Response) -> PlacementError {
+    PlacementError::Status {
+        what,
+        status: resp.status().as_u16(),
+        body: resp
+            .text()
+            .await
+            .unwrap_or_default()
+            .chars()
+            .take(500)
+            .collect(),
+    }
+}
+
+/// `VCPU:1,MEMORY_MB:512`.
+pub fn resources_param(r: &Resources) -> String {
+    r.iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k}:{v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl SchedulerPlacement for HttpPlacement {
+    fn candidates<'a>(
+        &'a self,
+        resources: &'a Resources,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
+        Box::pin(async move {
+            let path = format!(
+                "/allocation_candidates?resources={}&limit={limit}",
+                resources_param(resources)
+            );
+            let resp = self
+                .req(reqwest::Method::GET, &path)
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            if resp.status().as_u16() != 200 {
+                return Err(status_err("GET /allocation_candidates", resp).await);
+            }
+            resp.json().await.map_err(PlacementError::Http)
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        consumer: &'a str,
+        request: &'a AllocationRequest,
+        project_id: &'a str,
+        user_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+        Box::pin(async move {
+            let allocations: serde_json::Map<String, Value> = request
+                .allocations
+                .iter()
+                .map(|(rp, a)| (rp.clone(), json!({ "resources": a.resources })))
+                .collect();
+            let body = json!({
+                "allocations": allocations,
+                "consumer_generation": null,
+                "project_id": project_id,
+                "user_id": user_id,
+            });
+            let resp = self
+                .req(reqwest::Method::PUT, &format!("/allocations/{consumer}"))
+                .json(&body)
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                200 | 204 => Ok(true),
+                409 => Ok(false),
+                _ => Err(status_err("PUT /allocations", resp).await),
+            }
+        })
+    }
+
+    fn delete_allocations<'a>(
+        &'a self,
+        consumer: &'a str,
+    ) -> BoxFuture<'a, Result<(), PlacementError>> {
+        Box::pin(async move {
+            let resp = self
+                .req(reqwest::Method::DELETE, &format!("/allocations/{consumer}"))
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                204 | 404 => Ok(()),
+                _ => Err(status_err("DELETE /allocations", resp).await),
+            }
+        })
+    }
+}

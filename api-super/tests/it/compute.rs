@@ -1,0 +1,584 @@
+//! The Compute API end to end on an in-process region: identity,
+//! placement, cell0 and one or two cells (SQLite, in-process bus, a cell
+//! conductor, fake computes reporting to placement over HTTP), hosts
+//! mapped by discovery, the Compute API with its super-conductor.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use api_super::compute_api::db::NewFlavor;
+use api_super::identity::policy::Policy;
+use api_super::identity::BootstrapSpec;
+use api_super::scheduler::placement::HttpPlacement;
+use api_super::{ComputeConfig, ComputeDeps, ComputeRunning};
+use cell_mapping::cells::NewCell;
+use cell_mapping::ApiDb;
+use compute::driver::fake::FakeHypervisor;
+use serde_json::{json, Value};
+
+use crate::common::{self, json as body, Env, ADMIN_PW, MEMBER_PW};
+
+const IMAGE: &str = "155d900f-4e14-4e4c-a73d-069cbf4541e6";
+
+/// A whole region in one process.
+struct Region {
+    env: Env,
+    compute: ComputeRunning,
+    placement: placement::Running,
+    api: ApiDb,
+    cells: Vec<(cell_conductor::Handle, Vec<compute::HostHandle>)>,
+    admin: String,
+    member: String,
+    other: String,
+    _dbs: Vec<testkit::SqliteDb>,
+}
+
+impl Region {
+    async fn start(name: &str, cells: usize, hosts: usize) -> Region {
+        let env = common::start(&format!("{name}_id"), |_| {}).await;
+        let other_spec = BootstrapSpec {
+            member: Some(("other".into(), MEMBER_PW.into(), "other".into())),
+            ..BootstrapSpec::admin(ADMIN_PW)
+        };
+        env.running
+            .identity
+            .bootstrap(&other_spec)
+            .await
+            .expect("second member");
+        let mut dbs = Vec::new();
+        let mut sqlite = |suffix: &str| {
+            let d = testkit::sqlite(&format!("{name}_{suffix}"));
+            let u = d.url.clone();
+            dbs.push(d);
+            u
+        };
+        let api_url = sqlite("api");
+        let cell0_url = sqlite("cell0");
+        let placement_url = sqlite("placement");
+        let cell_urls: Vec<String> = (1..=cells).map(|i| sqlite(&format!("c{i}"))).collect();
+        migrations::migrate(migrations::Kind::Api, &api_url)
+            .await
+            .expect("api migrations");
+        let api = ApiDb::open(&api_url).await.expect("api db");
+        cell_mapping::cells::map_cell0(&api, &cell0_url)
+            .await
+            .expect("cell0");
+
+        let mut pcfg = placement::PlacementConfig {
+            listen: "127.0.0.1:0".into(),
+            ..Default::default()
+        };
+        pcfg.database.connection = placement_url;
+        let placement = placement::serve(&pcfg, None).await.expect("placement");
+        let purl = format!("http://{}", placement.addr);
+
+        let mut running = Vec::new();
+        for (i, db_url) in cell_urls.iter().enumerate() {
+            let c = i + 1;
+            let transport = format!("inproc://{name}_c{c}");
+            cell_mapping::cells::create_cell(
+                &api,
+                &NewCell {
+                    name: Some(format!("cell{c}")),
+                    transport_url: transport.clone(),
+                    database_connection: db_url.clone(),
+                    disabled: false,
+                },
+            )
+            .await
+            .expect("cell");
+            let bus = fabric::bus::connect(&transport).await.expect("bus");
+            let mut o = cell_conductor::ConductorOptions::new(db_url, bus.clone());
+            o.placement = Arc::new(cell_conductor::HttpPlacement::new(&purl, "admin").unwrap());
+            o.report_interval = Duration::from_millis(200);
+            let conductor = cell_conductor::run_with(o).await.expect("conductor");
+            let hv = FakeHypervisor::automatic(Duration::from_millis(20));
+            let mut hs = Vec::new();
+            for h in 1..=hosts {
+                let host = format!("c{c}-host{h}");
+                let mut cfg = compute::HostConfig::new(&host);
+                cfg.heartbeat_interval = Duration::from_millis(200);
+                cfg.call_timeout = Duration::from_secs(10);
+                let handle = compute::start_host(
+                    cfg,
+                    bus.clone(),
+                    hv.driver(&host),
+                    Arc::new(compute::placement::HttpPlacement::new(&purl, "admin").unwrap()),
+                );
+                tokio::time::timeout(Duration::from_secs(30), handle.ready())
+                    .await
+                    .expect("host ready in time")
+                    .expect("host ready");
+                hs.push(handle);
+            }
+            running.push((conductor, hs));
+        }
+        let found = cell_mapping::discover_hosts(&api, &Default::default(), &mut |_| {})
+            .await
+            .expect("discovery");
+        assert_eq!(found.mapped_hosts().len(), cells * hosts, "{found:?}");
+        assert_eq!(api_super::seed_flavors(&api_url).await.expect("flavors"), 5);
+        assert_eq!(
+            api_super::seed_flavors(&api_url).await.unwrap(),
+            0,
+            "idempotent"
+        );
+        let compute_db = api_super::compute_api::db::ComputeDb::new(api.clone());
+        compute_db
+            .create_flavor_if_absent(&NewFlavor {
+                flavorid: "huge".into(),
+                name: "m1.huge".into(),
+                memory_mb: 10_000_000,
+                vcpus: 1,
+                root_gb: 1,
+            })
+            .await
+            .unwrap();
+        let cfg = ComputeConfig {
+            listen: "127.0.0.1:0".into(),
+            ..Default::default()
+        };
+        let deps = ComputeDeps {
+            api_database: api_url,
+            auth: env.running.identity.validator.clone(),
+            policy: Arc::new(Policy::defaults()),
+            placement: Arc::new(HttpPlacement::new(&purl, "admin").unwrap()),
+            images: None,
+        };
+        let compute = api_super::serve_compute(cfg, deps)
+            .await
+            .expect("compute API");
+        let (admin, _) = common::token(env.addr(), "admin", ADMIN_PW, Some("admin")).await;
+        let (member, _) = common::token(env.addr(), "demo", MEMBER_PW, Some("demo")).await;
+        let (other, _) = common::token(env.addr(), "other", MEMBER_PW, Some("other")).await;
+        Region {
+            env,
+            compute,
+            placement,
+            api,
+            cells: running,
+            admin,
+            member,
+            other,
+            _dbs: dbs,
+        }
+    }
+
+    async fn call(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        b: Option<Value>,
+    ) -> testkit::http::Response {
+        common::req(
+            self.compute.addr,
+            method,
+            path,
+            &[
+                ("x-auth-token", token),
+                ("openstack-api-version", "compute latest"),
+            ],
+            b,
+        )
+        .await
+    }
+
+    async fn boot(&self, token: &str, name: &str, flavor: &str) -> String {
+        let r = self
+            .call(
+                token,
+                "POST",
+                "/v2.1/servers",
+                Some(json!({"server": {"name": name, "flavorRef": flavor, "imageRef": IMAGE, "networks": "none"}})),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        let v = body(&r);
+        for k in [
+            "id",
+            "links",
+            "adminPass",
+            "OS-DCF:diskConfig",
+            "security_groups",
+        ] {
+            assert!(v["server"].get(k).is_some(), "{k} in {v}");
+        }
+        v["server"]["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn show(&self, token: &str, id: &str) -> testkit::http::Response {
+        self.call(token, "GET", &format!("/v2.1/servers/{id}"), None)
+            .await
+    }
+
+    /// Polls the server until `done`, returning every (status, vm, task) seen.
+    async fn wait(
+        &self,
+        id: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> (Value, Vec<(String, String, String)>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen: Vec<(String, String, String)> = Vec::new();
+        loop {
+            let r = self.show(&self.admin, id).await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let s = body(&r)["server"].clone();
+            let o = (
+                s["status"].as_str().unwrap_or("").to_owned(),
+                s["OS-EXT-STS:vm_state"].as_str().unwrap_or("").to_owned(),
+                s["OS-EXT-STS:task_state"].as_str().unwrap_or("").to_owned(),
+            );
+            if seen.last() != Some(&o) {
+                seen.push(o);
+            }
+            if done(&s) {
+                return (s, seen);
+            }
+            assert!(Instant::now() < deadline, "timed out: {seen:?} {s}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.compute.shutdown();
+        for (c, hs) in self.cells {
+            for h in hs {
+                h.shutdown().await;
+            }
+            c.shutdown().await;
+        }
+        self.placement.task.abort();
+        self.api.close().await;
+        drop(self.env);
+    }
+}
+
+async fn placement_get(p: &placement::Running, path: &str) -> Value {
+    let r = common::req(
+        p.addr,
+        "GET",
+        path,
+        &[
+            ("x-auth-token", "admin"),
+            ("openstack-api-version", "placement 1.36"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{path}: {}", r.body);
+    body(&r)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_auth_and_errors() {
+    let region = Region::start("compute_errors", 1, 1).await;
+    let addr = region.compute.addr;
+    // Version discovery needs no token.
+    let r = common::req(addr, "GET", "/", &[], None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(body(&r)["versions"][0]["id"], "v2.1");
+    assert!(r.header("x-openstack-request-id").is_some());
+    let r = common::req(addr, "GET", "/v2.1", &[], None).await;
+    assert_eq!(body(&r)["version"]["min_version"], "2.1");
+    assert_eq!(body(&r)["version"]["version"], "2.104");
+    // No token, bad token: 401 with a request id.
+    let r = common::req(addr, "GET", "/v2.1/servers", &[], None).await;
+    assert_eq!(r.status, 401);
+    assert!(r.header("x-openstack-request-id").is_some());
+    let r = common::authed(addr, "garbage", "GET", "/v2.1/servers", None).await;
+    assert_eq!(r.status, 401);
+    // Microversions.
+    let tok = region.member.clone();
+    for (hdr, val, status) in [
+        ("x-openstack-nova-api-version", "2.200", 406),
+        ("openstack-api-version", "compute 3.0", 406),
+        ("x-openstack-nova-api-version", "2.x", 400),
+    ] {
+        let r = common::req(
+            addr,
+            "GET",
+            "/v2.1/flavors",
+            &[("x-auth-token", &tok), (hdr, val)],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, status, "{hdr}: {val}: {}", r.body);
+    }
+    let r = common::req(
+        addr,
+        "GET",
+        "/v2.1/flavors",
+        &[
+            ("x-auth-token", &tok),
+            ("openstack-api-version", "compute 2.60"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("openstack-api-version"), Some("compute 2.60"));
+    // Flavors.
+    let r = region.call(&tok, "GET", "/v2.1/flavors", None).await;
+    let names: Vec<String> = body(&r)["flavors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_owned())
+        .collect();
+    for n in ["m1.tiny", "m1.small", "m1.medium", "m1.large", "m1.xlarge"] {
+        assert!(names.contains(&n.to_owned()), "{names:?}");
+    }
+    let r = region.call(&tok, "GET", "/v2.1/flavors/1", None).await;
+    assert_eq!(body(&r)["flavor"]["ram"], 512);
+    let r = region.call(&tok, "GET", "/v2.1/flavors/detail", None).await;
+    assert_eq!(r.status, 200);
+    let r = region.call(&tok, "GET", "/v2.1/flavors/nope", None).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(body(&r)["itemNotFound"]["code"], 404, "{}", r.body);
+    // Bad creates: Nova's status and body, nothing written.
+    let bad = [
+        json!({"server": {"name": "x", "flavorRef": "nope", "imageRef": IMAGE, "networks": "none"}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": "not-a-uuid", "networks": "none"}}),
+        json!({"server": {"name": 5, "flavorRef": "1", "imageRef": IMAGE, "networks": "none"}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "max_count": "many"}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE}}),
+        json!({"server": "x"}),
+        json!({"nope": {}}),
+    ];
+    for b in bad {
+        let r = region
+            .call(&tok, "POST", "/v2.1/servers", Some(b.clone()))
+            .await;
+        assert_eq!(r.status, 400, "{b}: {}", r.body);
+        assert_eq!(body(&r)["badRequest"]["code"], 400, "{b}: {}", r.body);
+    }
+    let r = common::req(
+        addr,
+        "POST",
+        "/v2.1/servers",
+        &[
+            ("x-auth-token", &tok),
+            ("x-openstack-nova-api-version", "2.999"),
+        ],
+        Some(json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE}})),
+    )
+    .await;
+    assert_eq!(r.status, 406);
+    let r = region
+        .call(&region.admin, "GET", "/v2.1/servers?all_tenants=1", None)
+        .await;
+    assert_eq!(body(&r)["servers"], json!([]), "nothing was written");
+    let r = region
+        .call(
+            &tok,
+            "GET",
+            "/v2.1/servers/4a4b2e8e-2b1e-4c7d-8f55-1b7a0c0f9d11",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404);
+    assert!(body(&r)["itemNotFound"]["message"].is_string());
+    region.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boot_list_show_delete_across_cells() {
+    let region = Region::start("compute_boot", 2, 2).await;
+    let id = region.boot(&region.member, "vm-1", "1").await;
+    // At once: BUILD / building / scheduling (a build request or a row).
+    let r = region.show(&region.member, &id).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let s = &body(&r)["server"];
+    assert_eq!(s["status"], "BUILD", "{s}");
+    assert_eq!(s["OS-EXT-STS:vm_state"], "building");
+    let (s, seen) = region.wait(&id, |s| s["status"] == "ACTIVE").await;
+    assert_eq!(
+        seen.first().map(|o| o.0.as_str()),
+        Some("BUILD"),
+        "{seen:?}"
+    );
+    assert_eq!(s["OS-EXT-STS:task_state"], Value::Null);
+    assert_eq!(s["OS-EXT-STS:power_state"], 1);
+    assert_eq!(s["addresses"], json!({}));
+    assert_eq!(s["OS-EXT-AZ:availability_zone"], "nova");
+    let host = s["OS-EXT-SRV-ATTR:host"]
+        .as_str()
+        .unwrap_or_else(|| panic!("admin sees the host: {s}"))
+        .to_owned();
+    assert!(host.starts_with('c'), "{host}");
+    // The member sees it without host attributes; another project not at all.
+    let r = region.show(&region.member, &id).await;
+    assert!(body(&r)["server"].get("OS-EXT-SRV-ATTR:host").is_none());
+    let r = region.show(&region.other, &id).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = region
+        .call(
+            &region.other,
+            "DELETE",
+            &format!("/v2.1/servers/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404);
+    let r = region
+        .call(&region.other, "GET", "/v2.1/servers", None)
+        .await;
+    assert_eq!(body(&r)["servers"], json!([]));
+    // A second server; listing merges cells newest first; paging by marker.
+    let id2 = region.boot(&region.member, "vm-2", "1").await;
+    region.wait(&id2, |s| s["status"] == "ACTIVE").await;
+    let r = region
+        .call(&region.member, "GET", "/v2.1/servers", None)
+        .await;
+    let ids: Vec<String> = body(&r)["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, vec![id2.clone(), id.clone()]);
+    let r = region
+        .call(&region.member, "GET", "/v2.1/servers/detail?limit=1", None)
+        .await;
+    let v = body(&r);
+    assert_eq!(v["servers"].as_array().unwrap().len(), 1);
+    assert_eq!(v["servers"][0]["id"], id2.as_str());
+    assert!(v["servers_links"][0]["href"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("marker={id2}")));
+    let r = region
+        .call(
+            &region.member,
+            "GET",
+            &format!("/v2.1/servers/detail?limit=1&marker={id2}"),
+            None,
+        )
+        .await;
+    assert_eq!(body(&r)["servers"][0]["id"], id.as_str());
+    let r = region
+        .call(&region.member, "GET", "/v2.1/servers?name=^vm-2$", None)
+        .await;
+    assert_eq!(body(&r)["servers"].as_array().unwrap().len(), 1);
+    let r = region
+        .call(&region.member, "GET", "/v2.1/servers?status=ERROR", None)
+        .await;
+    assert_eq!(body(&r)["servers"], json!([]));
+    // Admin lists every project.
+    let r = region
+        .call(&region.admin, "GET", "/v2.1/servers?all_tenants=1", None)
+        .await;
+    assert_eq!(body(&r)["servers"].as_array().unwrap().len(), 2);
+    let r = region
+        .call(&region.member, "GET", "/v2.1/servers?all_tenants=1", None)
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    // Rename.
+    let r = region
+        .call(
+            &region.member,
+            "PUT",
+            &format!("/v2.1/servers/{id}"),
+            Some(json!({"server": {"name": "renamed"}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(body(&r)["server"]["name"], "renamed");
+    // Placement holds the claim; delete frees it.
+    let a = placement_get(&region.placement, &format!("/allocations/{id}")).await;
+    assert_eq!(a["allocations"].as_object().unwrap().len(), 1, "{a}");
+    let r = region
+        .call(
+            &region.member,
+            "DELETE",
+            &format!("/v2.1/servers/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = region.show(&region.member, &id).await;
+        if r.status == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not deleted: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = placement_get(&region.placement, &format!("/allocations/{id}")).await;
+        if a["allocations"].as_object().is_none_or(|m| m.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "allocation left: {a}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = region
+        .call(&region.member, "GET", "/v2.1/servers", None)
+        .await;
+    assert_eq!(body(&r)["servers"].as_array().unwrap().len(), 1);
+    region.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_valid_host_lands_in_cell0_with_a_fault() {
+    let region = Region::start("compute_nvh", 1, 2).await;
+    let id = region.boot(&region.member, "too-big", "huge").await;
+    let (s, _) = region.wait(&id, |s| s["status"] == "ERROR").await;
+    let fault = &s["fault"];
+    assert!(
+        fault["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("No valid host was found."),
+        "{s}"
+    );
+    assert_eq!(fault["code"], 500);
+    assert!(
+        fault["details"]
+            .as_str()
+            .unwrap()
+            .contains("Placement returned 0 candidate"),
+        "{s}"
+    );
+    // The member does not see a 500's details.
+    let r = region.show(&region.member, &id).await;
+    let s = &body(&r)["server"];
+    assert_eq!(s["status"], "ERROR");
+    assert!(s["fault"].get("details").is_none());
+    // Mapped to cell0; build request gone.
+    let compute_db = api_super::compute_api::db::ComputeDb::new(region.api.clone());
+    assert_eq!(compute_db.rows_for(&id).await.unwrap(), (0, 1, 1));
+    let (cell, _) = compute_db.mapping(&id).await.unwrap().unwrap();
+    let cell0 = region
+        .api
+        .cell(&fabric::ids::CELL0_UUID)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cell, Some(cell0.id));
+    // Forced host for a member is refused; all-or-none for max_count.
+    let r = region.call(&region.member, "POST", "/v2.1/servers",
+        Some(json!({"server": {"name": "f", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "availability_zone": "nova:c1-host1"}}))).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = region.call(&region.admin, "POST", "/v2.1/servers",
+        Some(json!({"server": {"name": "forced", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "availability_zone": "nova:c1-host2"}}))).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let forced = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let (s, _) = region.wait(&forced, |s| s["status"] == "ACTIVE").await;
+    assert_eq!(s["OS-EXT-SRV-ATTR:host"], "c1-host2");
+    // The ERROR server deletes at once (it never reached a host).
+    let r = region
+        .call(
+            &region.member,
+            "DELETE",
+            &format!("/v2.1/servers/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204);
+    assert_eq!(region.show(&region.member, &id).await.status, 404);
+    region.stop().await;
+}

@@ -1,0 +1,450 @@
+//! `region`: the all-in-one region, as a library shared by the `region`
+//! binary, `loadtest` and whole-system tests.
+//!
+//! [`Region::start`] brings up, in one process on the embedded default
+//! (SQLite files in a data directory, in-process buses): identity (Keystone
+//! v3 subset) with an admin and a member user, placement validating identity
+//! tokens, the API database with cell0 and N cells mapped, one cell
+//! conductor per cell, M fake computes per cell reporting to placement with
+//! a service token kept fresh, and host discovery.
+//!
+//! Depends on every service crate; no service crate depends on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use fabric::bus::{self, Transport};
+use fabric::config::TelemetryConfig;
+use fabric::token::SharedToken;
+use serde::{Deserialize, Serialize};
+
+/// The `[region]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegionSection {
+    /// Directory holding one SQLite file per database.
+    pub data_dir: PathBuf,
+    /// Number of cells besides cell0.
+    pub cells: u32,
+    /// Fake compute hosts per cell.
+    pub hosts_per_cell: u32,
+    /// How long a fake spawn takes, in milliseconds.
+    pub fake_spawn_latency_ms: u64,
+    /// Address of the identity API.
+    pub identity_listen: String,
+    /// Address of the placement API.
+    pub placement_listen: String,
+    /// Address of the Compute API.
+    pub compute_listen: String,
+    /// Address of the image API.
+    pub image_listen: String,
+    /// Seconds between compute heartbeats.
+    pub heartbeat_interval_secs: u64,
+}
+
+impl Default for RegionSection {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("data"),
+            cells: 2,
+            hosts_per_cell: 4,
+            fake_spawn_latency_ms: 200,
+            identity_listen: "127.0.0.1:5000".to_owned(),
+            placement_listen: "127.0.0.1:8778".to_owned(),
+            compute_listen: "127.0.0.1:8774".to_owned(),
+            image_listen: "127.0.0.1:9292".to_owned(),
+            heartbeat_interval_secs: 10,
+        }
+    }
+}
+
+/// The region's configuration file (`REGION` prefix).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegionConfig {
+    /// The region.
+    pub region: RegionSection,
+    /// Logging and metrics.
+    pub telemetry: TelemetryConfig,
+}
+
+impl Default for RegionConfig {
+    fn default() -> Self {
+        Self {
+            region: RegionSection::default(),
+            telemetry: TelemetryConfig {
+                metrics_listen: "127.0.0.1:9180".to_owned(),
+                log_filter: "warn,region=info".to_owned(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Credentials of a bootstrapped user.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    /// User name.
+    pub username: String,
+    /// Password.
+    pub password: String,
+    /// Project name.
+    pub project: String,
+}
+
+/// One running cell.
+pub struct CellRuntime {
+    /// Name (`cell1`, …).
+    pub name: String,
+    /// Database URL.
+    pub db_url: String,
+    /// Bus URL.
+    pub bus_url: String,
+    /// The bus.
+    pub bus: Arc<dyn Transport>,
+    /// Its conductor.
+    pub conductor: cell_conductor::Handle,
+    /// Its fake computes.
+    pub hosts: Vec<compute::HostHandle>,
+    /// The fake hypervisor (knobs for tests and loadtest).
+    pub hypervisor: compute::driver::fake::FakeHypervisor,
+}
+
+/// A running region.
+pub struct Region {
+    /// Identity.
+    pub identity: api_super::identity::Running,
+    /// Placement.
+    pub placement: placement::Running,
+    /// The image service.
+    pub image: api_super::image::Running,
+    /// The Compute API (with the super-conductor and scheduler).
+    pub compute: api_super::ComputeRunning,
+    /// The API database URL.
+    pub api_db_url: String,
+    /// cell0's database URL.
+    pub cell0_db_url: String,
+    /// The cells.
+    pub cells: Vec<CellRuntime>,
+    /// The admin's credentials.
+    pub admin: Credentials,
+    /// The member's credentials.
+    pub member: Credentials,
+    /// The services' own token (refreshed in the background).
+    pub service_token: SharedToken,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+fn sqlite_url(dir: &Path, name: &str) -> String {
+    format!("sqlite://{}/{name}.sqlite?mode=rwc", dir.display())
+}
+
+/// A password kept in `<data_dir>/<name>.secret` (created on first start,
+/// readable by the owner only), so restarts keep working credentials.
+fn secret(dir: &Path, name: &str) -> Result<String> {
+    let path = dir.join(format!("{name}.secret"));
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        let s = s.trim().to_owned();
+        if !s.is_empty() {
+            return Ok(s);
+        }
+    }
+    let pw = uuid::Uuid::new_v4().simple().to_string();
+    std::fs::write(&path, &pw).with_context(|| format!("write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(pw)
+}
+
+/// Logs in with a password (project-scoped) and returns the token and its lifetime.
+pub async fn password_token(identity_url: &str, c: &Credentials) -> Result<(String, Duration)> {
+    let body = serde_json::json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": c.username, "domain": {"id": "default"}, "password": c.password}}},
+        "scope": {"project": {"name": c.project, "domain": {"id": "default"}}}
+    }});
+    let resp = reqwest::Client::new()
+        .post(format!("{identity_url}/v3/auth/tokens"))
+        .json(&body)
+        .send()
+        .await
+        .context("log in to identity")?;
+    if resp.status().as_u16() != 201 {
+        bail!("identity refused the service login: HTTP {}", resp.status());
+    }
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .context("no X-Subject-Token")?;
+    let v: serde_json::Value = resp.json().await?;
+    let lifetime = v["token"]["expires_at"]
+        .as_str()
+        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+        .map(|e| {
+            (e.with_timezone(&chrono::Utc) - chrono::Utc::now())
+                .to_std()
+                .unwrap_or_default()
+        })
+        .unwrap_or(Duration::from_secs(600));
+    Ok((token, lifetime))
+}
+
+impl Region {
+    /// Starts the whole region. Idempotent over an existing data directory.
+    pub async fn start(
+        cfg: &RegionConfig,
+        telemetry: Option<fabric::telemetry::Telemetry>,
+    ) -> Result<Region> {
+        let r = &cfg.region;
+        let dir = &r.data_dir;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("create data directory {}", dir.display()))?;
+
+        // Identity, with an admin and a member.
+        let admin = Credentials {
+            username: "admin".into(),
+            password: secret(dir, "admin")?,
+            project: "admin".into(),
+        };
+        let member = Credentials {
+            username: "demo".into(),
+            password: secret(dir, "demo")?,
+            project: "demo".into(),
+        };
+        let mut icfg = api_super::identity::IdentityConfig {
+            listen: r.identity_listen.clone(),
+            ..Default::default()
+        };
+        icfg.database.connection = sqlite_url(dir, "identity");
+        icfg.database.max_connections = 1;
+        icfg.endpoints.placement = format!("http://{}", r.placement_listen);
+        icfg.endpoints.compute = format!("http://{}/v2.1", r.compute_listen);
+        icfg.endpoints.image = format!("http://{}", r.image_listen);
+        let identity = api_super::serve_identity(icfg)
+            .await
+            .context("start identity")?;
+        let boot = identity
+            .identity
+            .bootstrap(&api_super::identity::BootstrapSpec {
+                admin_username: admin.username.clone(),
+                admin_password: admin.password.clone(),
+                admin_project: admin.project.clone(),
+                member: Some((
+                    member.username.clone(),
+                    member.password.clone(),
+                    member.project.clone(),
+                )),
+            })
+            .await
+            .context("bootstrap identity")?;
+        let identity_url = format!("http://{}", identity.addr);
+
+        // Placement, validating the identity's tokens in-process.
+        let pcfg = placement::PlacementConfig {
+            listen: r.placement_listen.clone(),
+            auth_strategy: "keystone".to_owned(),
+            identity_url: identity_url.clone(),
+            database: placement::config::DatabaseConfig {
+                connection: sqlite_url(dir, "placement"),
+                max_connections: 1,
+            },
+            telemetry: cfg.telemetry.clone(),
+        };
+        let placement = placement::serve_with(
+            &pcfg,
+            placement::auth::AuthStrategy::Keystone(identity.identity.validator.clone()),
+            telemetry,
+        )
+        .await
+        .context("start placement")?;
+        let placement_url = format!("http://{}", placement.addr);
+
+        // The services' own token, renewed at half its lifetime.
+        let (token, lifetime) = password_token(&identity_url, &admin).await?;
+        let service_token = SharedToken::fixed(token);
+        let refresher = {
+            let (st, url, creds) = (service_token.clone(), identity_url.clone(), admin.clone());
+            tokio::spawn(async move {
+                let mut wait = lifetime / 2;
+                loop {
+                    tokio::time::sleep(wait.max(Duration::from_secs(5))).await;
+                    match password_token(&url, &creds).await {
+                        Ok((t, l)) => {
+                            st.set(t);
+                            wait = l / 2;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "service token renewal failed; retrying in 10 s");
+                            wait = Duration::from_secs(10);
+                        }
+                    }
+                }
+            })
+        };
+
+        // API database, cell0 and the cells.
+        let api_db_url = sqlite_url(dir, "api");
+        migrations::migrate(migrations::Kind::Api, &api_db_url)
+            .await
+            .context("migrate the API database")?;
+        let api = cell_mapping::ApiDb::open(&api_db_url).await?;
+        let cell0_db_url = sqlite_url(dir, "cell0");
+        cell_mapping::cells::map_cell0(&api, &cell0_db_url)
+            .await
+            .context("map cell0")?;
+        let existing = api.cells().await?;
+        let fake = compute::driver::fake::FakeHypervisor::automatic(Duration::from_millis(
+            r.fake_spawn_latency_ms,
+        ));
+        let mut cells = Vec::new();
+        for i in 1..=r.cells {
+            let name = format!("cell{i}");
+            let db_url = sqlite_url(dir, &name);
+            let bus_url = format!("inproc://{name}");
+            if !existing
+                .iter()
+                .any(|c| c.name.as_deref() == Some(name.as_str()))
+            {
+                cell_mapping::cells::create_cell(
+                    &api,
+                    &cell_mapping::cells::NewCell {
+                        name: Some(name.clone()),
+                        transport_url: bus_url.clone(),
+                        database_connection: db_url.clone(),
+                        disabled: false,
+                    },
+                )
+                .await
+                .with_context(|| format!("create {name}"))?;
+            }
+            let bus = bus::connect(&bus_url).await?;
+            let mut opts = cell_conductor::ConductorOptions::new(&db_url, bus.clone());
+            opts.host = format!("{name}-conductor");
+            opts.placement = Arc::new(cell_conductor::HttpPlacement::with_token(
+                &placement_url,
+                service_token.clone(),
+            )?);
+            let conductor = cell_conductor::run_with(opts)
+                .await
+                .with_context(|| format!("start {name}'s conductor"))?;
+            let compute_placement: Arc<dyn compute::placement::Placement> =
+                Arc::new(compute::placement::HttpPlacement::with_token(
+                    &placement_url,
+                    service_token.clone(),
+                )?);
+            let mut hosts = Vec::new();
+            for j in 1..=r.hosts_per_cell {
+                let host = format!("{name}-host{j:02}");
+                let mut hc = compute::HostConfig::new(&host);
+                hc.heartbeat_interval = Duration::from_secs(r.heartbeat_interval_secs.max(1));
+                hosts.push(compute::start_host(
+                    hc,
+                    bus.clone(),
+                    fake.driver(&host),
+                    compute_placement.clone(),
+                ));
+            }
+            for h in &hosts {
+                tokio::time::timeout(Duration::from_secs(30), h.ready())
+                    .await
+                    .with_context(|| format!("a host of {name} did not register in 30 s"))??;
+            }
+            cells.push(CellRuntime {
+                name,
+                db_url,
+                bus_url,
+                bus,
+                conductor,
+                hosts,
+                hypervisor: fake.clone(),
+            });
+        }
+        let mut quiet = |_line: String| {};
+        cell_mapping::discover_hosts(&api, &cell_mapping::DiscoverOptions::default(), &mut quiet)
+            .await
+            .context("discover hosts")?;
+        api.close().await;
+
+        // Images, with one public image to boot from.
+        let mut imcfg = api_super::ImageConfig {
+            listen: r.image_listen.clone(),
+            ..Default::default()
+        };
+        imcfg.database.connection = sqlite_url(dir, "image");
+        imcfg.filesystem_store_datadir = dir.join("images").display().to_string();
+        let image = api_super::serve_image(imcfg, identity.identity.validator.clone())
+            .await
+            .context("start images")?;
+        api_super::image::seed_cirros_like(&image.service, &boot.admin_project_id)
+            .await
+            .context("seed an image")?;
+
+        // The Compute API, its super-conductor and the global scheduler.
+        api_super::seed_flavors(&api_db_url).await?;
+        let compute = api_super::serve_compute(
+            api_super::ComputeConfig {
+                listen: r.compute_listen.clone(),
+                ..Default::default()
+            },
+            api_super::ComputeDeps {
+                api_database: api_db_url.clone(),
+                auth: identity.identity.validator.clone(),
+                policy: Arc::new(api_super::identity::policy::Policy::defaults()),
+                placement: Arc::new(api_super::scheduler::placement::HttpPlacement::with_token(
+                    &placement_url,
+                    service_token.clone(),
+                )?),
+                images: Some(Arc::new(image.lookup())),
+            },
+        )
+        .await
+        .context("start the Compute API")?;
+        Ok(Region {
+            identity,
+            placement,
+            image,
+            compute,
+            api_db_url,
+            cell0_db_url,
+            cells,
+            admin,
+            member,
+            service_token,
+            refresher,
+        })
+    }
+
+    /// `export OS_…` lines that let the `openstack` CLI act as `c`.
+    pub fn openrc(&self, c: &Credentials) -> String {
+        format!(
+            "export OS_AUTH_URL=http://{}/v3\nexport OS_IDENTITY_API_VERSION=3\nexport OS_USERNAME={}\nexport OS_PASSWORD={}\n\
+             export OS_PROJECT_NAME={}\nexport OS_USER_DOMAIN_NAME=Default\nexport OS_PROJECT_DOMAIN_NAME=Default\n",
+            self.identity.addr, c.username, c.password, c.project
+        )
+    }
+
+    /// Stops the cells' agents and conductors.
+    pub async fn shutdown(mut self) {
+        self.refresher.abort();
+        for c in std::mem::take(&mut self.cells) {
+            for h in c.hosts {
+                h.shutdown().await;
+            }
+            c.conductor.shutdown().await;
+            c.bus.close().await;
+        }
+    }
+}
