@@ -95,6 +95,6 @@ async fn set(
     st.placement
         .refresh(std::slice::from_ref(&row.uuid))
         .await?;
-    let aggs = st.placement.db.provider_aggregates(row.id).await?;
+    // Upstream answers with the list as sent (its order, its spelling).
     Ok(Json(body_json(mv, aggs, generation)))
 }

@@ -65,9 +65,11 @@ struct LegacyBody {
     user_id: Option<String>,
 }
 
+/// One consumer's allocations as `PUT /allocations/{c}` (1.12+),
+/// `POST /allocations` and `POST /reshaper` take them.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ConsumerBody {
+pub(super) struct ConsumerBody {
     allocations: BTreeMap<String, Resources>,
     project_id: String,
     user_id: String,
@@ -123,7 +125,7 @@ fn check_ids(project_id: Option<&str>, user_id: Option<&str>) -> Result<()> {
 }
 
 /// Validates one consumer's body at `mv` into a write.
-fn consumer_write(
+pub(super) fn consumer_write(
     consumer: String,
     body: ConsumerBody,
     mv: Microversion,
@@ -158,6 +160,13 @@ fn consumer_write(
     if let Some(t) = &body.consumer_type {
         check_consumer_type(t)?;
     }
+    if body.mappings.as_ref().is_some_and(BTreeMap::is_empty) {
+        return Err(schema_error(
+            "{} does not have enough properties",
+            "minProperties",
+            &["mappings"],
+        ));
+    }
     if body.allocations.is_empty() && !mv.at_least(28) && !empty_ok {
         return Err(schema_error(
             "{} does not have enough properties",
@@ -190,11 +199,10 @@ fn consumer_write(
     })
 }
 
-/// Checks amounts and classes of every write, then writes them all in one
-/// transaction and mirrors the touched providers into the index.
-async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
+/// Checks the amounts and classes of every write; returns the classes named.
+pub(super) fn check_writes(writes: &[ConsumerWrite]) -> Result<Vec<String>> {
     let mut classes: Vec<String> = Vec::new();
-    for w in &writes {
+    for w in writes {
         for (rp, res) in &w.allocations {
             if res.is_empty() {
                 return Err(PlacementError::bad_request(format!(
@@ -226,6 +234,13 @@ async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
     }
     classes.sort();
     classes.dedup();
+    Ok(classes)
+}
+
+/// Checks amounts and classes of every write, then writes them all in one
+/// transaction and mirrors the touched providers into the index.
+async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
+    let classes = check_writes(&writes)?;
     let ids = st
         .placement
         .class_ids_for(classes.iter(), |c| {

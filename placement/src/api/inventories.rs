@@ -50,9 +50,10 @@ fn d_ratio() -> f64 {
     1.0
 }
 
+/// One inventory's fields as a request body carries them (defaults as upstream).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct InvFields {
+pub(super) struct InvFields {
     total: i64,
     #[serde(default = "d_reserved")]
     reserved: i64,
@@ -67,7 +68,8 @@ struct InvFields {
 }
 
 impl InvFields {
-    fn validate(
+    /// Checks the fields (upstream's schema and rules) into an inventory.
+    pub(super) fn validate(
         &self,
         class: &str,
         uuid: &str,

@@ -9,6 +9,7 @@ mod allocations;
 mod body;
 mod inventories;
 mod query;
+mod reshaper;
 mod resource_classes;
 mod resource_providers;
 mod root;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(aggregates::routes())
         .merge(allocations::routes())
         .merge(usages::routes())
+        .merge(reshaper::routes())
         .layer(axum::middleware::from_fn_with_state(state.clone(), frame))
         .with_state(state);
     // axum adds `Allow` to a 405 outside the route's layers: wrap the whole

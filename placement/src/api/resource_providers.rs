@@ -155,7 +155,11 @@ async fn list(
         })?);
         indexed = true;
     }
-    let required = q.all("required");
+    let mut required = q.all("required");
+    if !mv.at_least(39) && required.len() > 1 {
+        // Before 1.39 only the last `required` counts (as upstream).
+        required.drain(..required.len() - 1);
+    }
     if !required.is_empty() {
         if let Some(r) = required
             .iter()
@@ -163,7 +167,8 @@ async fn list(
             .filter(|_| !mv.at_least(39))
         {
             return Err(PlacementError::bad_request(format!(
-                "The format '{r}' only supported since microversion 1.39."
+                "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' \
+                 only supported since microversion 1.39. Got: {r}"
             )));
         }
         let form = if mv.at_least(22) {

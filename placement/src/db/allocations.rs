@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sqlx::Row;
 
-use super::{now, on_db, placeholders, Db};
+use super::{now, on_db, on_tx, placeholders, Db, Tx};
 use crate::engine::Inventory;
 use crate::error::{ErrorCode, PlacementError, Result};
 
@@ -85,16 +85,41 @@ impl From<PlacementError> for WriteError {
     }
 }
 
+/// Runs `attempt` (one transaction) until it succeeds or fails for good:
+/// a [`WriteError::Retry`] (a provider generation the service read inside
+/// the transaction went stale) is retried a bounded number of times.
+pub(crate) async fn with_retries<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, WriteError>>,
+{
+    const ATTEMPTS: usize = 10;
+    for n in 0..ATTEMPTS {
+        match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(WriteError::Fail(e)) => return Err(e),
+            Err(WriteError::Retry) => {
+                crate::metrics::allocation_retry();
+                let backoff = 1 + (n as u64) * 2;
+                tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
+            }
+        }
+    }
+    Err(PlacementError::generation_conflict(
+        "resource provider generation conflict: allocations could not be written after repeated concurrent updates; retry",
+    ))
+}
+
 /// Creates the project and user rows of a consumer if they are missing.
-async fn ensure_owners<'c, DB>(
-    tx: &mut sqlx::Transaction<'c, DB>,
+async fn ensure_owners<C, DB>(
+    conn: &mut C,
     project: &str,
     user: &str,
     ts: chrono::DateTime<chrono::Utc>,
 ) -> std::result::Result<(), sqlx::Error>
 where
     DB: sqlx::Database,
-    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
+    for<'e> &'e mut C: sqlx::Executor<'e, Database = DB>,
     for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
     for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     chrono::DateTime<chrono::Utc>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -107,10 +132,231 @@ where
         sqlx::query::<DB>(&sql)
             .bind(value)
             .bind(ts)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
     }
     Ok(())
+}
+
+/// Replaces the allocations of every consumer in `writes` on the open
+/// transaction `tx` (the shared core of `PUT`/`POST /allocations` and the
+/// reshaper): consumer generations compared, capacity of every provider
+/// that receives resources checked, its generation compared-and-bumped.
+/// Returns the UUIDs of every provider whose usage changed.
+pub(crate) async fn write_allocations_in(
+    tx: &mut Tx,
+    writes: &[ConsumerWrite],
+    class_ids: &HashMap<String, i64>,
+) -> std::result::Result<Vec<String>, WriteError> {
+    // Every provider named in the new allocations, sorted (lock order).
+    let mut wanted: BTreeSet<&str> = BTreeSet::new();
+    for w in writes {
+        wanted.extend(w.allocations.keys().map(String::as_str));
+    }
+    let consumers: Vec<&str> = writes.iter().map(|w| w.consumer.as_str()).collect();
+    on_tx!(tx, tx => {
+        // Providers: id, generation, read before the capacity check.
+        let mut providers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        if !wanted.is_empty() {
+            let sql = format!("SELECT id, uuid, generation FROM resource_providers WHERE uuid IN ({})", placeholders(1, wanted.len()));
+            let mut q = sqlx::query(&sql);
+            for u in &wanted {
+                q = q.bind(*u);
+            }
+            for r in q.fetch_all(&mut *tx).await? {
+                providers.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
+            }
+            if let Some(missing) = wanted.iter().find(|u| !providers.contains_key(**u)) {
+                return Err(PlacementError::bad_request(format!(
+                    "Allocation for resource provider '{missing}' that does not exist."
+                )).into());
+            }
+        }
+        // Providers that lose allocations (for the index refresh).
+        let mut touched: BTreeSet<String> = providers.keys().cloned().collect();
+        let sql = format!(
+            "SELECT DISTINCT p.uuid FROM allocations a JOIN resource_providers p ON p.id = a.resource_provider_id WHERE a.consumer_id IN ({})",
+            placeholders(1, consumers.len())
+        );
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        for c in &consumers {
+            q = q.bind(*c);
+        }
+        touched.extend(q.fetch_all(&mut *tx).await?);
+
+        let ts = now();
+        for w in writes {
+            let existing = sqlx::query("SELECT id, generation FROM consumers WHERE uuid = $1")
+                .bind(&w.consumer)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let current = match &existing {
+                Some(r) => Some((r.try_get::<i64, _>("id")?, r.try_get::<i64, _>("generation")?)),
+                None => None,
+            };
+            // Upstream's wording: "expected" is what the server holds,
+            // "got" what the client sent.
+            if let Some(sent) = w.expected_generation {
+                match (sent, current) {
+                    (None, Some((_, g))) => return Err(consumer_conflict(format!("expected {g} but got None")).into()),
+                    (Some(e), None) => return Err(consumer_conflict(format!("expected null but got {e}")).into()),
+                    (Some(e), Some((_, g))) if e != g => {
+                        return Err(consumer_conflict(format!("expected {g} but got {e}")).into())
+                    }
+                    _ => {}
+                }
+            }
+            sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
+                .bind(&w.consumer)
+                .execute(&mut *tx)
+                .await?;
+            if w.allocations.values().all(|r| r.is_empty()) {
+                // No allocations left: the consumer goes too (as upstream).
+                if current.is_some() {
+                    sqlx::query("DELETE FROM consumers WHERE uuid = $1").bind(&w.consumer).execute(&mut *tx).await?;
+                }
+                continue;
+            }
+            let type_id: Option<i64> = match &w.consumer_type {
+                Some(t) => {
+                    sqlx::query("INSERT INTO consumer_types (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                        .bind(t)
+                        .bind(ts)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query_scalar("SELECT id FROM consumer_types WHERE name = $1").bind(t).fetch_optional(&mut *tx).await?
+                }
+                None => None,
+            };
+            match current {
+                None => {
+                    // Usually the project and user rows exist already: one
+                    // statement. When the insert finds none, create them
+                    // and insert again.
+                    for attempt in 0..2 {
+                        let res = sqlx::query(
+                            "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
+                             SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5",
+                        )
+                        .bind(&w.consumer)
+                        .bind(type_id)
+                        .bind(ts)
+                        .bind(&w.project_id)
+                        .bind(&w.user_id)
+                        .execute(&mut *tx)
+                        .await?;
+                        if res.rows_affected() == 1 || attempt == 1 {
+                            break;
+                        }
+                        ensure_owners(tx, &w.project_id, &w.user_id, ts).await?;
+                    }
+                }
+                Some((id, g)) => {
+                    ensure_owners(tx, &w.project_id, &w.user_id, ts).await?;
+                    let res = sqlx::query(
+                        "UPDATE consumers SET generation = generation + 1, updated_at = $1, \
+                         project_id = (SELECT id FROM projects WHERE external_id = $2), \
+                         user_id = (SELECT id FROM users WHERE external_id = $3), \
+                         consumer_type_id = COALESCE($4, consumer_type_id) WHERE id = $5 AND generation = $6",
+                    )
+                    .bind(ts)
+                    .bind(&w.project_id)
+                    .bind(&w.user_id)
+                    .bind(type_id)
+                    .bind(id)
+                    .bind(g)
+                    .execute(&mut *tx)
+                    .await?;
+                    if res.rows_affected() != 1 {
+                        return Err(consumer_conflict(format!("consumer {} was changed by another request", w.consumer)).into());
+                    }
+                }
+            }
+            // All of the consumer's allocations in one statement.
+            let rows: Vec<(i64, i64, i64)> = w
+                .allocations
+                .iter()
+                .flat_map(|(rp, resources)| {
+                    let rp_id = providers[rp].0;
+                    resources.iter().map(move |(class, amount)| (rp_id, class_ids[class], *amount))
+                })
+                .collect();
+            let values: Vec<String> = (0..rows.len())
+                .map(|i| format!("(${}, $1, ${}, ${}, $2)", 3 * i + 3, 3 * i + 4, 3 * i + 5))
+                .collect();
+            let sql = format!(
+                "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) VALUES {}",
+                values.join(", ")
+            );
+            let mut q = sqlx::query(&sql).bind(&w.consumer).bind(ts);
+            for (rp_id, class_id, amount) in &rows {
+                q = q.bind(*rp_id).bind(*class_id).bind(*amount);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        // Capacity of every provider that receives resources, then the
+        // compare-and-bump of its generation (in UUID order).
+        for (uuid, (rp_id, seen)) in &providers {
+            let rows = sqlx::query(
+                "SELECT c.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, \
+                 (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a WHERE a.resource_provider_id = i.resource_provider_id \
+                  AND a.resource_class_id = i.resource_class_id) AS used \
+                 FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $1",
+            )
+            .bind(*rp_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut inv: HashMap<String, (Inventory, i64)> = HashMap::new();
+            for r in &rows {
+                inv.insert(
+                    r.try_get("name")?,
+                    (
+                        Inventory {
+                            total: r.try_get::<i64, _>("total")? as u64,
+                            reserved: r.try_get::<i64, _>("reserved")? as u64,
+                            min_unit: r.try_get::<i64, _>("min_unit")? as u64,
+                            max_unit: r.try_get::<i64, _>("max_unit")? as u64,
+                            step_size: r.try_get::<i64, _>("step_size")? as u64,
+                            allocation_ratio: r.try_get("allocation_ratio")?,
+                        },
+                        r.try_get::<i64, _>("used")?,
+                    ),
+                );
+            }
+            for w in writes {
+                let Some(resources) = w.allocations.get(uuid) else { continue };
+                for (class, amount) in resources {
+                    let Some((i, used)) = inv.get(class) else {
+                        return Err(PlacementError::client(
+                            axum::http::StatusCode::CONFLICT,
+                            ErrorCode::Undefined,
+                            format!("Unable to allocate inventory: Inventory for '{class}' on resource provider '{uuid}' invalid."),
+                        ).into());
+                    };
+                    let a = *amount as u64;
+                    if a < i.min_unit || a > i.max_unit || !a.is_multiple_of(i.step_size.max(1)) {
+                        return Err(capacity_error(class, uuid, &format!(
+                            "The requested amount {a} does not satisfy min_unit {}, max_unit {}, step_size {}.",
+                            i.min_unit, i.max_unit, i.step_size
+                        )).into());
+                    }
+                    if *used as u64 > i.capacity() {
+                        return Err(capacity_error(class, uuid, "The requested amount would exceed the capacity.").into());
+                    }
+                }
+            }
+            let res = sqlx::query("UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2 AND generation = $3")
+                .bind(ts)
+                .bind(*rp_id)
+                .bind(*seen)
+                .execute(&mut *tx)
+                .await?;
+            if res.rows_affected() != 1 {
+                return Err(WriteError::Retry);
+            }
+        }
+        Ok(touched.into_iter().collect())
+    })
 }
 
 fn capacity_error(class: &str, uuid: &str, why: &str) -> PlacementError {
@@ -132,21 +378,7 @@ impl Db {
         writes: &[ConsumerWrite],
         class_ids: &HashMap<String, i64>,
     ) -> Result<Vec<String>> {
-        const ATTEMPTS: usize = 10;
-        for attempt in 0..ATTEMPTS {
-            match self.try_write_allocations(writes, class_ids).await {
-                Ok(touched) => return Ok(touched),
-                Err(WriteError::Fail(e)) => return Err(e),
-                Err(WriteError::Retry) => {
-                    crate::metrics::allocation_retry();
-                    let backoff = 1 + (attempt as u64) * 2;
-                    tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
-                }
-            }
-        }
-        Err(PlacementError::generation_conflict(
-            "resource provider generation conflict: allocations could not be written after repeated concurrent updates; retry",
-        ))
+        with_retries(|| self.try_write_allocations(writes, class_ids)).await
     }
 
     async fn try_write_allocations(
@@ -154,215 +386,10 @@ impl Db {
         writes: &[ConsumerWrite],
         class_ids: &HashMap<String, i64>,
     ) -> std::result::Result<Vec<String>, WriteError> {
-        // Every provider named in the new allocations, sorted (lock order).
-        let mut wanted: BTreeSet<&str> = BTreeSet::new();
-        for w in writes {
-            wanted.extend(w.allocations.keys().map(String::as_str));
-        }
-        let consumers: Vec<&str> = writes.iter().map(|w| w.consumer.as_str()).collect();
-        on_db!(self, pool => {
-            let mut tx = pool.begin().await?;
-            // Providers: id, generation, read before the capacity check.
-            let mut providers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-            if !wanted.is_empty() {
-                let sql = format!("SELECT id, uuid, generation FROM resource_providers WHERE uuid IN ({})", placeholders(1, wanted.len()));
-                let mut q = sqlx::query(&sql);
-                for u in &wanted {
-                    q = q.bind(*u);
-                }
-                for r in q.fetch_all(&mut *tx).await? {
-                    providers.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
-                }
-                if let Some(missing) = wanted.iter().find(|u| !providers.contains_key(**u)) {
-                    return Err(PlacementError::bad_request(format!(
-                        "Allocation for resource provider '{missing}' that does not exist."
-                    )).into());
-                }
-            }
-            // Providers that lose allocations (for the index refresh).
-            let mut touched: BTreeSet<String> = providers.keys().cloned().collect();
-            let sql = format!(
-                "SELECT DISTINCT p.uuid FROM allocations a JOIN resource_providers p ON p.id = a.resource_provider_id WHERE a.consumer_id IN ({})",
-                placeholders(1, consumers.len())
-            );
-            let mut q = sqlx::query_scalar::<_, String>(&sql);
-            for c in &consumers {
-                q = q.bind(*c);
-            }
-            touched.extend(q.fetch_all(&mut *tx).await?);
-
-            let ts = now();
-            for w in writes {
-                let existing = sqlx::query("SELECT id, generation FROM consumers WHERE uuid = $1")
-                    .bind(&w.consumer)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let current = match &existing {
-                    Some(r) => Some((r.try_get::<i64, _>("id")?, r.try_get::<i64, _>("generation")?)),
-                    None => None,
-                };
-                if let Some(expected) = w.expected_generation {
-                    match (expected, current) {
-                        (None, Some((_, g))) => return Err(consumer_conflict(format!("expected null but got {g}")).into()),
-                        (Some(e), None) => return Err(consumer_conflict(format!("expected {e} but got null")).into()),
-                        (Some(e), Some((_, g))) if e != g => {
-                            return Err(consumer_conflict(format!("expected {e} but got {g}")).into())
-                        }
-                        _ => {}
-                    }
-                }
-                sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
-                    .bind(&w.consumer)
-                    .execute(&mut *tx)
-                    .await?;
-                if w.allocations.values().all(|r| r.is_empty()) {
-                    // No allocations left: the consumer goes too (as upstream).
-                    if current.is_some() {
-                        sqlx::query("DELETE FROM consumers WHERE uuid = $1").bind(&w.consumer).execute(&mut *tx).await?;
-                    }
-                    continue;
-                }
-                let type_id: Option<i64> = match &w.consumer_type {
-                    Some(t) => {
-                        sqlx::query("INSERT INTO consumer_types (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
-                            .bind(t)
-                            .bind(ts)
-                            .execute(&mut *tx)
-                            .await?;
-                        sqlx::query_scalar("SELECT id FROM consumer_types WHERE name = $1").bind(t).fetch_optional(&mut *tx).await?
-                    }
-                    None => None,
-                };
-                match current {
-                    None => {
-                        // Usually the project and user rows exist already: one
-                        // statement. When the insert finds none, create them
-                        // and insert again.
-                        for attempt in 0..2 {
-                            let res = sqlx::query(
-                                "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
-                                 SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5",
-                            )
-                            .bind(&w.consumer)
-                            .bind(type_id)
-                            .bind(ts)
-                            .bind(&w.project_id)
-                            .bind(&w.user_id)
-                            .execute(&mut *tx)
-                            .await?;
-                            if res.rows_affected() == 1 || attempt == 1 {
-                                break;
-                            }
-                            ensure_owners(&mut tx, &w.project_id, &w.user_id, ts).await?;
-                        }
-                    }
-                    Some((id, g)) => {
-                        ensure_owners(&mut tx, &w.project_id, &w.user_id, ts).await?;
-                        let res = sqlx::query(
-                            "UPDATE consumers SET generation = generation + 1, updated_at = $1, \
-                             project_id = (SELECT id FROM projects WHERE external_id = $2), \
-                             user_id = (SELECT id FROM users WHERE external_id = $3), \
-                             consumer_type_id = COALESCE($4, consumer_type_id) WHERE id = $5 AND generation = $6",
-                        )
-                        .bind(ts)
-                        .bind(&w.project_id)
-                        .bind(&w.user_id)
-                        .bind(type_id)
-                        .bind(id)
-                        .bind(g)
-                        .execute(&mut *tx)
-                        .await?;
-                        if res.rows_affected() != 1 {
-                            return Err(consumer_conflict(format!("consumer {} was changed by another request", w.consumer)).into());
-                        }
-                    }
-                }
-                // All of the consumer's allocations in one statement.
-                let rows: Vec<(i64, i64, i64)> = w
-                    .allocations
-                    .iter()
-                    .flat_map(|(rp, resources)| {
-                        let rp_id = providers[rp].0;
-                        resources.iter().map(move |(class, amount)| (rp_id, class_ids[class], *amount))
-                    })
-                    .collect();
-                let values: Vec<String> = (0..rows.len())
-                    .map(|i| format!("(${}, $1, ${}, ${}, $2)", 3 * i + 3, 3 * i + 4, 3 * i + 5))
-                    .collect();
-                let sql = format!(
-                    "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) VALUES {}",
-                    values.join(", ")
-                );
-                let mut q = sqlx::query(&sql).bind(&w.consumer).bind(ts);
-                for (rp_id, class_id, amount) in &rows {
-                    q = q.bind(*rp_id).bind(*class_id).bind(*amount);
-                }
-                q.execute(&mut *tx).await?;
-            }
-            // Capacity of every provider that receives resources, then the
-            // compare-and-bump of its generation (in UUID order).
-            for (uuid, (rp_id, seen)) in &providers {
-                let rows = sqlx::query(
-                    "SELECT c.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, \
-                     (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a WHERE a.resource_provider_id = i.resource_provider_id \
-                      AND a.resource_class_id = i.resource_class_id) AS used \
-                     FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $1",
-                )
-                .bind(*rp_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                let mut inv: HashMap<String, (Inventory, i64)> = HashMap::new();
-                for r in &rows {
-                    inv.insert(
-                        r.try_get("name")?,
-                        (
-                            Inventory {
-                                total: r.try_get::<i64, _>("total")? as u64,
-                                reserved: r.try_get::<i64, _>("reserved")? as u64,
-                                min_unit: r.try_get::<i64, _>("min_unit")? as u64,
-                                max_unit: r.try_get::<i64, _>("max_unit")? as u64,
-                                step_size: r.try_get::<i64, _>("step_size")? as u64,
-                                allocation_ratio: r.try_get("allocation_ratio")?,
-                            },
-                            r.try_get::<i64, _>("used")?,
-                        ),
-                    );
-                }
-                for w in writes {
-                    let Some(resources) = w.allocations.get(uuid) else { continue };
-                    for (class, amount) in resources {
-                        let Some((i, used)) = inv.get(class) else {
-                            return Err(PlacementError::client(
-                                axum::http::StatusCode::CONFLICT,
-                                ErrorCode::Undefined,
-                                format!("Unable to allocate inventory: Inventory for '{class}' on resource provider '{uuid}' invalid."),
-                            ).into());
-                        };
-                        let a = *amount as u64;
-                        if a < i.min_unit || a > i.max_unit || !a.is_multiple_of(i.step_size.max(1)) {
-                            return Err(capacity_error(class, uuid, &format!(
-                                "The requested amount {a} does not satisfy min_unit {}, max_unit {}, step_size {}.",
-                                i.min_unit, i.max_unit, i.step_size
-                            )).into());
-                        }
-                        if *used as u64 > i.capacity() {
-                            return Err(capacity_error(class, uuid, "The requested amount would exceed the capacity.").into());
-                        }
-                    }
-                }
-                let res = sqlx::query("UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2 AND generation = $3")
-                    .bind(ts)
-                    .bind(*rp_id)
-                    .bind(*seen)
-                    .execute(&mut *tx)
-                    .await?;
-                if res.rows_affected() != 1 {
-                    return Err(WriteError::Retry);
-                }
-            }
-            tx.commit().await?;
-            Ok(touched.into_iter().collect())
-        })
+        let mut tx = self.begin().await?;
+        let touched = write_allocations_in(&mut tx, writes, class_ids).await?;
+        tx.commit().await?;
+        Ok(touched)
     }
 
     /// The allocations of one consumer.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use sqlx::Row;
 
 use super::providers::ProviderRow;
-use super::{bump_generation, now, on_db, Db};
+use super::{bump_generation, now, on_db, on_tx, Db, Tx};
 use crate::engine::Inventory;
 use crate::error::{ErrorCode, PlacementError, Result};
 
@@ -31,6 +31,85 @@ fn below_usage(class: &str, uuid: &str, used: i64, capacity: u64) -> PlacementEr
              ({capacity}) is below what is allocated ({used})."
         ),
     )
+}
+
+/// Creates or overwrites one class's inventory of a provider.
+const UPSERT_INVENTORY: &str = "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     ON CONFLICT (resource_provider_id, resource_class_id) DO UPDATE SET total = $3, reserved = $4, min_unit = $5, \
+     max_unit = $6, step_size = $7, allocation_ratio = $8, updated_at = $9";
+
+/// Whether an inventory write on an open transaction checks usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UsageCheck {
+    /// The state the transaction commits: no inventory may be removed while
+    /// allocated from, nor shrink below what is allocated.
+    Final,
+    /// An interim state inside a transaction that writes the final state
+    /// (with [`UsageCheck::Final`]) before it commits: the reshaper's union
+    /// of old and new inventories, which may briefly hold less than is
+    /// allocated while allocations move.
+    Interim,
+}
+
+/// Replaces all inventories of provider `id` (`uuid`) with `new` on the
+/// open transaction `tx`; the caller bumps the generation. With
+/// [`UsageCheck::Interim`] the classes of `new` are written over the
+/// existing ones and nothing is removed or checked.
+pub(crate) async fn replace_inventories_in(
+    tx: &mut Tx,
+    id: i64,
+    uuid: &str,
+    new: &BTreeMap<String, Inventory>,
+    class_ids: &HashMap<String, i64>,
+    check: UsageCheck,
+) -> Result<()> {
+    on_tx!(tx, tx => {
+        if check == UsageCheck::Final {
+            let usage = sqlx::query(
+                "SELECT c.name, CAST(SUM(a.used) AS BIGINT) AS used FROM allocations a JOIN resource_classes c ON c.id = a.resource_class_id \
+                 WHERE a.resource_provider_id = $1 GROUP BY c.id, c.name ORDER BY c.id",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut removed_in_use: Vec<String> = Vec::new();
+            for u in &usage {
+                let class: String = u.try_get("name")?;
+                let used: i64 = u.try_get("used")?;
+                match new.get(&class) {
+                    None if used > 0 => removed_in_use.push(class),
+                    Some(inv) if (inv.capacity() as i64) < used => {
+                        return Err(below_usage(&class, uuid, used, inv.capacity()))
+                    }
+                    _ => {}
+                }
+            }
+            if !removed_in_use.is_empty() {
+                return Err(in_use(&removed_in_use.join(", "), uuid));
+            }
+            sqlx::query("DELETE FROM inventories WHERE resource_provider_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let ts = now();
+        for (class, inv) in new {
+            sqlx::query(UPSERT_INVENTORY)
+                .bind(id)
+                .bind(class_ids[class])
+                .bind(inv.total as i64)
+                .bind(inv.reserved as i64)
+                .bind(inv.min_unit as i64)
+                .bind(inv.max_unit as i64)
+                .bind(inv.step_size as i64)
+                .bind(inv.allocation_ratio)
+                .bind(ts)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(())
+    })
 }
 
 /// How a single-class write treats an existing inventory.
@@ -82,57 +161,19 @@ impl Db {
         new: &BTreeMap<String, Inventory>,
         class_ids: &HashMap<String, i64>,
     ) -> Result<i64> {
-        on_db!(self, pool => {
-            let mut tx = pool.begin().await?;
-            let generation = bump_generation!(tx, row.id, seen, &row.uuid);
-            let usage = sqlx::query(
-                "SELECT c.name, CAST(SUM(a.used) AS BIGINT) AS used FROM allocations a JOIN resource_classes c ON c.id = a.resource_class_id \
-                 WHERE a.resource_provider_id = $1 GROUP BY c.id, c.name ORDER BY c.id",
-            )
-            .bind(row.id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut removed_in_use: Vec<String> = Vec::new();
-            for u in &usage {
-                let class: String = u.try_get("name")?;
-                let used: i64 = u.try_get("used")?;
-                match new.get(&class) {
-                    None if used > 0 => removed_in_use.push(class),
-                    Some(inv) if (inv.capacity() as i64) < used => {
-                        return Err(below_usage(&class, &row.uuid, used, inv.capacity()))
-                    }
-                    _ => {}
-                }
-            }
-            if !removed_in_use.is_empty() {
-                return Err(in_use(&removed_in_use.join(", "), &row.uuid));
-            }
-            sqlx::query("DELETE FROM inventories WHERE resource_provider_id = $1")
-                .bind(row.id)
-                .execute(&mut *tx)
-                .await?;
-            let ts = now();
-            for (class, inv) in new {
-                let class_id = class_ids[class];
-                sqlx::query(
-                    "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(row.id)
-                .bind(class_id)
-                .bind(inv.total as i64)
-                .bind(inv.reserved as i64)
-                .bind(inv.min_unit as i64)
-                .bind(inv.max_unit as i64)
-                .bind(inv.step_size as i64)
-                .bind(inv.allocation_ratio)
-                .bind(ts)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-            Ok(generation)
-        })
+        let mut tx = self.begin().await?;
+        let generation = on_tx!(&mut tx, tx => bump_generation!(tx, row.id, seen, &row.uuid));
+        replace_inventories_in(
+            &mut tx,
+            row.id,
+            &row.uuid,
+            new,
+            class_ids,
+            UsageCheck::Final,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(generation)
     }
 
     /// Creates or updates one class's inventory. Returns the new generation.
@@ -178,23 +219,18 @@ impl Db {
             if (inv.capacity() as i64) < used {
                 return Err(below_usage(class, &row.uuid, used, inv.capacity()));
             }
-            sqlx::query(
-                "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                 ON CONFLICT (resource_provider_id, resource_class_id) DO UPDATE SET total = $3, reserved = $4, min_unit = $5, \
-                 max_unit = $6, step_size = $7, allocation_ratio = $8, updated_at = $9",
-            )
-            .bind(row.id)
-            .bind(class_id)
-            .bind(inv.total as i64)
-            .bind(inv.reserved as i64)
-            .bind(inv.min_unit as i64)
-            .bind(inv.max_unit as i64)
-            .bind(inv.step_size as i64)
-            .bind(inv.allocation_ratio)
-            .bind(now())
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(UPSERT_INVENTORY)
+                .bind(row.id)
+                .bind(class_id)
+                .bind(inv.total as i64)
+                .bind(inv.reserved as i64)
+                .bind(inv.min_unit as i64)
+                .bind(inv.max_unit as i64)
+                .bind(inv.step_size as i64)
+                .bind(inv.allocation_ratio)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(generation)
         })

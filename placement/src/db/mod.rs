@@ -3,6 +3,11 @@
 //! (sqlx's builders are generic, the SQL is portable: `$n` placeholders,
 //! `ON CONFLICT`, `RETURNING`).
 //!
+//! A write that spans several concerns (the reshaper: inventories, then
+//! allocations, then inventories again) runs the same inner functions on one
+//! open [`Tx`]; [`on_tx!`] compiles a body once per backend on it, as
+//! [`on_db!`] does on the pool.
+//!
 //! Writes are transactions. Every change to a provider compares and bumps its
 //! generation (`UPDATE … WHERE generation = $seen`), so concurrent writers —
 //! in this process or in another placement process on the same PostgreSQL
@@ -13,6 +18,7 @@ pub mod allocations;
 pub mod classes;
 pub mod inventories;
 pub mod providers;
+pub mod reshaper;
 pub mod traits;
 
 use std::time::Duration;
@@ -46,6 +52,43 @@ macro_rules! on_db {
 }
 pub(crate) use on_db;
 
+/// An open transaction on either backend. Dropped without [`Tx::commit`],
+/// it rolls back.
+pub enum Tx {
+    /// On PostgreSQL.
+    Pg(sqlx::Transaction<'static, sqlx::Postgres>),
+    /// On SQLite.
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+}
+
+impl Tx {
+    /// Commits the transaction.
+    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
+        match self {
+            Tx::Pg(t) => t.commit().await,
+            Tx::Sqlite(t) => t.commit().await,
+        }
+    }
+}
+
+/// Runs `$body` with `$conn` bound to the connection of the open
+/// transaction `$tx` (a `&mut Tx`); the body is compiled once per backend.
+macro_rules! on_tx {
+    ($tx:expr, $conn:ident => $body:expr) => {
+        match $tx {
+            $crate::db::Tx::Pg(t) => {
+                let $conn: &mut sqlx::PgConnection = &mut **t;
+                $body
+            }
+            $crate::db::Tx::Sqlite(t) => {
+                let $conn: &mut sqlx::SqliteConnection = &mut **t;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_tx;
+
 impl Db {
     /// Brings the database at `url` up to date and opens a pool on it.
     pub async fn open(url: &str, max_connections: u32) -> Result<Db> {
@@ -77,6 +120,14 @@ impl Db {
                 Ok(Db::Sqlite(pool))
             }
         }
+    }
+
+    /// Opens a transaction.
+    pub async fn begin(&self) -> std::result::Result<Tx, sqlx::Error> {
+        Ok(match self {
+            Db::Pg(p) => Tx::Pg(p.begin().await?),
+            Db::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+        })
     }
 
     /// Which backend this is.

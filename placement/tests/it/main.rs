@@ -11,3 +11,4 @@ mod engine_nested;
 mod fixtures;
 mod inventory_rules;
 mod keystone_auth;
+mod reshaper;

@@ -1,5 +1,6 @@
 //! Integration tests of the all-in-one launcher: the real binary.
 
+mod cells_live;
 mod osc_placement;
 mod servers_cli;
 

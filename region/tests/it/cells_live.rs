@@ -1,0 +1,517 @@
+//! Cells changed while the region runs (issue 4), proven with real boots
+//! through the Compute API on an in-process region (`region::Region`):
+//!
+//! - a second cell (its own SQLite database, `inproc://` bus, conductor and
+//!   two fake computes) added and discovered while the region runs is used
+//!   by the next builds within seconds: no restart, no signal;
+//! - a disabled cell takes no new builds (not even to a forced host) while
+//!   its instances keep working (show, list, rename, delete with the claim
+//!   released); enabled again, it takes builds again within seconds.
+//!
+//! The new cell's hosts are deliberately much smaller than cell1's, so the
+//! RAM and CPU weighers (spreading) always prefer cell1 while it is enabled:
+//! an unforced boot that lands in the new cell proves cell1 is no longer
+//! schedulable, and reaching the new cell while cell1 is enabled takes an
+//! admin's forced host (`availability_zone: "nova:<host>"`).
+//!
+//! In-process rather than the binary: the new cell's `inproc://` bus is
+//! only shared inside one process. Every wait polls with a deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cell_mapping::cells::{CellChange, NewCell};
+use cell_mapping::{ApiDb, DiscoverOptions};
+use compute::driver::fake::FakeHypervisor;
+use fabric::bus::Transport;
+use region::{Region, RegionConfig};
+use serde_json::{json, Value};
+
+/// Longest a change of the cell mappings may take to reach the scheduler:
+/// the cell cache polls every 2 s (the default `cell_cache_refresh_ms`),
+/// the scheduler's host map lives 1 s; the rest is margin for a loaded CI.
+const SEEN_WITHIN: Duration = Duration::from_secs(10);
+/// Longest one build may take to settle (ACTIVE or ERROR).
+const BUILD_WITHIN: Duration = Duration::from_secs(15);
+
+/// The Compute API as a member and as an admin.
+struct Api {
+    http: reqwest::Client,
+    compute: String,
+    placement: String,
+    member: String,
+    admin: String,
+    /// Every server booted (deleted ones included): cleaned up at the end.
+    booted: Vec<String>,
+}
+
+/// A settled build.
+#[derive(Debug)]
+struct Built {
+    id: String,
+    status: String,
+    /// `OS-EXT-SRV-ATTR:host` (admin view); empty when none.
+    host: String,
+    server: Value,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let url = format!("{}{path}", self.compute);
+        let mut req = self
+            .http
+            .request(method.parse().expect("method"), &url)
+            .header("x-auth-token", token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        let v = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, v)
+    }
+
+    /// `POST /servers` (m1.tiny, the seeded image); returns the id.
+    async fn boot(&mut self, admin: bool, name: &str, zone: Option<&str>) -> String {
+        let mut server = json!({
+            "name": name,
+            "flavorRef": "1",
+            "imageRef": "cirros-0.6.2-x86_64-disk",
+        });
+        if let Some(z) = zone {
+            server["availability_zone"] = json!(z);
+        }
+        let token = if admin { &self.admin } else { &self.member };
+        let (status, v) = self
+            .call(
+                token,
+                "POST",
+                "/v2.1/servers",
+                Some(json!({ "server": server })),
+            )
+            .await;
+        assert_eq!(status, 202, "boot {name}: {v}");
+        let id = v["server"]["id"].as_str().expect("server id").to_owned();
+        self.booted.push(id.clone());
+        id
+    }
+
+    /// The admin's view of a server (host attributes included).
+    async fn show(&self, id: &str) -> (u16, Value) {
+        self.call(&self.admin, "GET", &format!("/v2.1/servers/{id}"), None)
+            .await
+    }
+
+    /// Waits until the build of `id` is ACTIVE or ERROR.
+    async fn settle(&self, id: &str) -> Built {
+        let deadline = Instant::now() + BUILD_WITHIN;
+        loop {
+            let (status, v) = self.show(id).await;
+            assert_eq!(status, 200, "show {id}: {v}");
+            let s = &v["server"];
+            let st = s["status"].as_str().unwrap_or_default();
+            if st == "ACTIVE" || st == "ERROR" {
+                return Built {
+                    id: id.to_owned(),
+                    status: st.to_owned(),
+                    host: s["OS-EXT-SRV-ATTR:host"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    server: s.clone(),
+                };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} not settled in {BUILD_WITHIN:?}: {s}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn boot_and_settle(&mut self, admin: bool, name: &str, zone: Option<&str>) -> Built {
+        let id = self.boot(admin, name, zone).await;
+        self.settle(&id).await
+    }
+
+    /// Boots (unforced, as the member) until a build lands on a host
+    /// whose name starts with `prefix`, within [`SEEN_WITHIN`]; returns it
+    /// and how many landed elsewhere first.
+    async fn boot_until_in(&mut self, name: &str, prefix: &str) -> (Built, usize) {
+        let deadline = Instant::now() + SEEN_WITHIN;
+        let mut elsewhere = 0;
+        loop {
+            let b = self
+                .boot_and_settle(false, &format!("{name}-{elsewhere}"), None)
+                .await;
+            assert_eq!(b.status, "ACTIVE", "{:?}", b.server);
+            if b.host.starts_with(prefix) {
+                return (b, elsewhere);
+            }
+            elsewhere += 1;
+            assert!(
+                Instant::now() < deadline,
+                "no build landed on a {prefix}* host within {SEEN_WITHIN:?} ({elsewhere} landed on {})",
+                b.host
+            );
+        }
+    }
+
+    /// `DELETE /servers/{id}` as `token`, then waits for 404.
+    async fn delete(&self, token: &str, id: &str) {
+        self.request_delete(token, id).await;
+        self.wait_gone(id).await;
+    }
+
+    /// `DELETE /servers/{id}` as `token` (204, or 404 when already gone).
+    async fn request_delete(&self, token: &str, id: &str) {
+        let (status, v) = self
+            .call(token, "DELETE", &format!("/v2.1/servers/{id}"), None)
+            .await;
+        assert!(status == 204 || status == 404, "delete {id}: {status} {v}");
+    }
+
+    /// Waits until `id` is gone (404).
+    async fn wait_gone(&self, id: &str) {
+        let deadline = Instant::now() + BUILD_WITHIN;
+        loop {
+            let (status, v) = self.show(id).await;
+            if status == 404 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} not gone in {BUILD_WITHIN:?}: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Placement's allocations of consumer `id`.
+    async fn allocations(&self, id: &str) -> Value {
+        let resp = self
+            .http
+            .get(format!("{}/allocations/{id}", self.placement))
+            .header("x-auth-token", &self.admin)
+            .header("openstack-api-version", "placement 1.28")
+            .send()
+            .await
+            .expect("placement");
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.json::<Value>().await.expect("allocations")["allocations"].clone()
+    }
+}
+
+/// A cell started beside the region: conductor and fake computes.
+struct ExtraCell {
+    bus: Arc<dyn Transport>,
+    conductor: cell_conductor::Handle,
+    hosts: Vec<compute::HostHandle>,
+}
+
+impl ExtraCell {
+    async fn stop(self) {
+        for h in self.hosts {
+            h.shutdown().await;
+        }
+        self.conductor.shutdown().await;
+        self.bus.close().await;
+    }
+}
+
+/// Starts `name`'s services (database migrated, conductor, two small fake
+/// computes reporting to the region's placement with its service token);
+/// the cell is not mapped yet.
+async fn start_cell(region: &Region, name: &str, db_url: &str, bus_url: &str) -> ExtraCell {
+    cell_mapping::cells::migrate_cell_db("cell", db_url)
+        .await
+        .expect("migrate the new cell's database");
+    let placement_url = format!("http://{}", region.placement.addr);
+    let bus = fabric::bus::connect(bus_url).await.expect("bus");
+    let mut opts = cell_conductor::ConductorOptions::new(db_url, bus.clone());
+    opts.host = format!("{name}-conductor");
+    opts.placement = Arc::new(
+        cell_conductor::HttpPlacement::with_token(&placement_url, region.service_token.clone())
+            .expect("conductor placement"),
+    );
+    let conductor = cell_conductor::run_with(opts)
+        .await
+        .expect("the new cell's conductor");
+    let placement: Arc<dyn compute::placement::Placement> = Arc::new(
+        compute::placement::HttpPlacement::with_token(&placement_url, region.service_token.clone())
+            .expect("compute placement"),
+    );
+    let fake = FakeHypervisor::automatic(Duration::from_millis(20));
+    let mut hosts = Vec::new();
+    for j in 1..=2 {
+        let host = format!("{name}-host{j:02}");
+        let mut hc = compute::HostConfig::new(&host);
+        // Far smaller than cell1's hosts (16 vCPU, 64 GiB): the weighers
+        // prefer cell1 whenever it is schedulable.
+        hc.resources.vcpus = 2;
+        hc.resources.memory_mb = 4096;
+        hc.resources.disk_gb = 50;
+        hosts.push(compute::start_host(
+            hc,
+            bus.clone(),
+            fake.driver(&host),
+            placement.clone(),
+        ));
+    }
+    for h in &hosts {
+        tokio::time::timeout(Duration::from_secs(30), h.ready())
+            .await
+            .expect("new host registered in time")
+            .expect("new host registered");
+    }
+    ExtraCell {
+        bus,
+        conductor,
+        hosts,
+    }
+}
+
+fn assert_no_valid_host(b: &Built) {
+    assert_eq!(b.status, "ERROR", "{}", b.server);
+    assert!(b.host.is_empty(), "{}", b.server);
+    let fault = b.server["fault"]["message"].as_str().unwrap_or_default();
+    assert!(fault.contains("No valid host"), "{}", b.server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_added_disabled_and_enabled_while_running() {
+    let began = Instant::now();
+    let dir = testkit::temp_dir("cells_live");
+    let mut cfg = RegionConfig::default();
+    cfg.region.data_dir = dir.clone();
+    cfg.region.cells = 1;
+    cfg.region.hosts_per_cell = 2;
+    cfg.region.fake_spawn_latency_ms = 20;
+    for listen in [
+        &mut cfg.region.identity_listen,
+        &mut cfg.region.placement_listen,
+        &mut cfg.region.compute_listen,
+        &mut cfg.region.image_listen,
+        &mut cfg.telemetry.metrics_listen,
+    ] {
+        *listen = "127.0.0.1:0".to_owned();
+    }
+    let region = Region::start(&cfg, None).await.expect("start the region");
+    let identity = format!("http://{}", region.identity.addr);
+    let member = region::password_token(&identity, &region.member)
+        .await
+        .expect("member token")
+        .0;
+    let admin = region::password_token(&identity, &region.admin)
+        .await
+        .expect("admin token")
+        .0;
+    let mut api = Api {
+        http: reqwest::Client::new(),
+        compute: format!("http://{}", region.compute.addr),
+        placement: format!("http://{}", region.placement.addr),
+        member,
+        admin,
+        booted: Vec::new(),
+    };
+    let op = ApiDb::open(&region.api_db_url).await.expect("API database");
+    let cell1 = op
+        .cells()
+        .await
+        .expect("cells")
+        .into_iter()
+        .find(|c| c.name.as_deref() == Some("cell1"))
+        .expect("cell1 mapped");
+
+    // One cell: the first server runs there.
+    let vm1 = api.boot_and_settle(false, "vm1", None).await;
+    assert_eq!(vm1.status, "ACTIVE", "{}", vm1.server);
+    assert!(vm1.host.starts_with("cell1-"), "{}", vm1.server);
+
+    // cell2's services run and report to placement, but nothing maps them:
+    // even an admin's forced host there finds no valid host.
+    let cell2_db = format!("sqlite://{}/cell2.sqlite?mode=rwc", dir.display());
+    let cell2_bus = "inproc://cell2";
+    let cell2 = start_cell(&region, "cell2", &cell2_db, cell2_bus).await;
+    let early = api
+        .boot_and_settle(true, "early", Some("nova:cell2-host01"))
+        .await;
+    assert_no_valid_host(&early);
+    api.delete(&api.admin, &early.id).await;
+
+    // Map cell2 and discover its hosts while everything runs.
+    let (mapping, _) = cell_mapping::cells::create_cell(
+        &op,
+        &NewCell {
+            name: Some("cell2".into()),
+            transport_url: cell2_bus.into(),
+            database_connection: cell2_db.clone(),
+            disabled: false,
+        },
+    )
+    .await
+    .expect("create cell2");
+    let found = cell_mapping::discover_hosts(&op, &DiscoverOptions::default(), &mut |_| {})
+        .await
+        .expect("discover hosts");
+    assert_eq!(
+        found.mapped_hosts(),
+        vec![
+            (mapping.uuid, "cell2-host01".to_owned()),
+            (mapping.uuid, "cell2-host02".to_owned())
+        ]
+    );
+    let mapped_at = Instant::now();
+
+    // Within seconds a build can land in cell2 (forced: cell1 weighs more).
+    let deadline = mapped_at + SEEN_WITHIN;
+    let in_cell2 = loop {
+        let b = api
+            .boot_and_settle(true, "probe2", Some("nova:cell2-host01"))
+            .await;
+        if b.status == "ACTIVE" {
+            break b;
+        }
+        // Not yet seen: no valid host, nothing held.
+        assert_no_valid_host(&b);
+        api.delete(&api.admin, &b.id).await;
+        assert!(
+            Instant::now() < deadline,
+            "cell2 not schedulable {SEEN_WITHIN:?} after it was mapped"
+        );
+    };
+    assert_eq!(in_cell2.host, "cell2-host01", "{}", in_cell2.server);
+    let new_cell_seen = mapped_at.elapsed();
+    // The member's unforced builds still prefer cell1 (the bigger hosts).
+    let b = api.boot_and_settle(false, "prefers-cell1", None).await;
+    assert_eq!(b.status, "ACTIVE", "{}", b.server);
+    assert!(b.host.starts_with("cell1-"), "{}", b.server);
+
+    // Disable cell1: the next builds all land in cell2.
+    let up = cell_mapping::cells::update_cell(
+        &op,
+        &cell1.uuid,
+        &CellChange {
+            disable: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("disable cell1");
+    assert!(up.cell.disabled);
+    let disabled_at = Instant::now();
+    let (first, late) = api.boot_until_in("after-disable", "cell2-").await;
+    let disable_seen = disabled_at.elapsed();
+    let mut after: Vec<Built> = vec![first];
+    for i in 0..3 {
+        after.push(
+            api.boot_and_settle(false, &format!("disabled-{i}"), None)
+                .await,
+        );
+    }
+    for b in &after {
+        assert_eq!(b.status, "ACTIVE", "{}", b.server);
+        assert!(b.host.starts_with("cell2-"), "{}", b.server);
+    }
+    // Spreading over cell2's two hosts: both took builds.
+    assert!(
+        after.iter().any(|b| b.host == "cell2-host01")
+            && after.iter().any(|b| b.host == "cell2-host02"),
+        "{:?}",
+        after.iter().map(|b| &b.host).collect::<Vec<_>>()
+    );
+    // Not even an admin's forced host reaches the disabled cell.
+    let forced = api
+        .boot_and_settle(true, "forced-cell1", Some(&format!("nova:{}", vm1.host)))
+        .await;
+    assert_no_valid_host(&forced);
+
+    // cell1's server keeps working: shown ACTIVE, listed, renamed, deleted
+    // (claim released).
+    let (status, v) = api
+        .call(
+            &api.member,
+            "GET",
+            &format!("/v2.1/servers/{}", vm1.id),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["server"]["status"], "ACTIVE", "{v}");
+    assert_eq!(v["server"]["OS-EXT-STS:vm_state"], "active", "{v}");
+    let (status, v) = api.call(&api.member, "GET", "/v2.1/servers", None).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        v["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .any(|s| s["id"] == vm1.id.as_str()),
+        "{v}"
+    );
+    let (status, v) = api
+        .call(
+            &api.member,
+            "PUT",
+            &format!("/v2.1/servers/{}", vm1.id),
+            Some(json!({"server": {"name": "vm1-renamed"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.show(&vm1.id).await.1["server"]["name"], "vm1-renamed");
+    assert_ne!(api.allocations(&vm1.id).await, json!({}));
+    api.delete(&api.member, &vm1.id).await;
+    assert_eq!(api.allocations(&vm1.id).await, json!({}));
+
+    // Enable cell1 again: within seconds builds go there again.
+    cell_mapping::cells::update_cell(
+        &op,
+        &cell1.uuid,
+        &CellChange {
+            enable: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("enable cell1");
+    let enabled_at = Instant::now();
+    let (back, _) = api.boot_until_in("after-enable", "cell1-").await;
+    let enable_seen = enabled_at.elapsed();
+    assert_eq!(back.status, "ACTIVE");
+
+    eprintln!(
+        "new cell used {new_cell_seen:?} after mapping; disable seen after {disable_seen:?} \
+         ({late} build(s) still in cell1); enable seen after {enable_seen:?}; total {:?}",
+        began.elapsed()
+    );
+
+    // Clean up: every server deleted, nothing held in placement.
+    let ids = std::mem::take(&mut api.booted);
+    for id in &ids {
+        api.request_delete(&api.admin, id).await;
+    }
+    for id in &ids {
+        api.wait_gone(id).await;
+    }
+    for id in &ids {
+        assert_eq!(api.allocations(id).await, json!({}), "{id}");
+    }
+    op.close().await;
+    cell2.stop().await;
+    region.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
