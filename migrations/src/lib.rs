@@ -189,11 +189,30 @@ pub fn latest(kind: Kind) -> i64 {
 }
 
 /// Brings the `kind` database at `url` up to date. A SQLite file is created
-/// if missing; a PostgreSQL database must already exist. Safe to run
-/// concurrently from several processes on PostgreSQL (sqlx takes an advisory
-/// lock).
+/// if missing; a PostgreSQL database must already exist.
+///
+/// Safe to run concurrently from several processes on either backend: every
+/// migration is one transaction, so when two runs race, the loser's
+/// transaction fails and rolls back (on SQLite nothing locks; on
+/// PostgreSQL the bookkeeping table's creation can race too). The loser then
+/// runs again, a bounded number of times, and finds the work done.
 #[tracing::instrument(skip(url), fields(backend))]
 pub async fn migrate(kind: Kind, url: &str) -> Result<Applied, Error> {
+    const ATTEMPTS: u64 = 5;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match migrate_once(kind, url).await {
+            Err(Error::Migrate { .. }) if attempt < ATTEMPTS => {
+                tracing::debug!(%kind, attempt, "migration raced with another run; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn migrate_once(kind: Kind, url: &str) -> Result<Applied, Error> {
     let backend = Backend::from_url(url)?;
     tracing::Span::current().record("backend", backend.as_str());
     let connect = |source| Error::Connect {
@@ -244,6 +263,25 @@ pub async fn migrate_sqlite(kind: Kind, pool: &SqlitePool) -> Result<Applied, Er
 }
 
 async fn run<C>(kind: Kind, backend: Backend, conn: &mut C) -> Result<Applied, Error>
+where
+    C: Migrate,
+{
+    let migrate_err = |source| Error::Migrate {
+        kind,
+        backend,
+        source,
+    };
+    // Hold the migrator's lock (PostgreSQL: a session advisory lock, which
+    // nests with the one `run_direct` takes; SQLite: none) from before the
+    // "already applied" listing to after the run, so that what this call
+    // reports as applied is what it applied.
+    conn.lock().await.map_err(migrate_err)?;
+    let result = run_locked(kind, backend, conn).await;
+    let _ = conn.unlock().await;
+    result
+}
+
+async fn run_locked<C>(kind: Kind, backend: Backend, conn: &mut C) -> Result<Applied, Error>
 where
     C: Migrate,
 {
@@ -381,6 +419,12 @@ pub static UNIQUE_CONSTRAINTS: &[UniqueConstraint] = &[
         "uniq_cell_mappings0name",
         "cell_mappings",
         &["name"],
+    ),
+    uc(
+        Kind::Api,
+        "uniq_cell_mappings0transport_url0database_connection",
+        "cell_mappings",
+        &["transport_url", "database_connection"],
     ),
     uc(
         Kind::Api,

@@ -42,6 +42,10 @@ pub struct RegionSection {
     pub image_listen: String,
     /// Seconds between compute heartbeats.
     pub heartbeat_interval_secs: u64,
+    /// Periodic host discovery (Nova's `discover_hosts_in_cells_interval`).
+    pub discovery: cell_mapping::DiscoveryConfig,
+    /// How often the Compute API re-reads the cell mappings (ms).
+    pub cell_cache_refresh_ms: u64,
 }
 
 impl Default for RegionSection {
@@ -56,6 +60,11 @@ impl Default for RegionSection {
             compute_listen: "127.0.0.1:8774".to_owned(),
             image_listen: "127.0.0.1:9292".to_owned(),
             heartbeat_interval_secs: 10,
+            discovery: cell_mapping::DiscoveryConfig {
+                interval_secs: 60,
+                by_service: false,
+            },
+            cell_cache_refresh_ms: 2000,
         }
     }
 }
@@ -135,11 +144,13 @@ pub struct Region {
     /// The services' own token (refreshed in the background).
     pub service_token: SharedToken,
     refresher: tokio::task::JoinHandle<()>,
+    discovery: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
         self.refresher.abort();
+        self.discovery.abort();
     }
 }
 
@@ -376,7 +387,12 @@ impl Region {
         cell_mapping::discover_hosts(&api, &cell_mapping::DiscoverOptions::default(), &mut quiet)
             .await
             .context("discover hosts")?;
-        api.close().await;
+        // Hosts added later (more fake computes, a new cell) are found by
+        // the periodic discovery, safe to run next to the operator's CLI.
+        let discovery = tokio::spawn(cell_mapping::discover::run_periodic(
+            api.clone(),
+            r.discovery.clone(),
+        ));
 
         // Images, with one public image to boot from.
         let mut imcfg = api_super::ImageConfig {
@@ -397,6 +413,7 @@ impl Region {
         let compute = api_super::serve_compute(
             api_super::ComputeConfig {
                 listen: r.compute_listen.clone(),
+                cell_cache_refresh_ms: r.cell_cache_refresh_ms,
                 ..Default::default()
             },
             api_super::ComputeDeps {
@@ -424,6 +441,7 @@ impl Region {
             member,
             service_token,
             refresher,
+            discovery,
         })
     }
 
@@ -439,6 +457,7 @@ impl Region {
     /// Stops the cells' agents and conductors.
     pub async fn shutdown(mut self) {
         self.refresher.abort();
+        self.discovery.abort();
         for c in std::mem::take(&mut self.cells) {
             for h in c.hosts {
                 h.shutdown().await;

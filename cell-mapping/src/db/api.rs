@@ -202,8 +202,18 @@ impl ApiDb {
                         Error::DuplicateName(name.unwrap_or_default().to_owned())
                     }
                     Some("uniq_cell_mappings0uuid") => Error::DuplicateCell(uuid),
+                    Some("uniq_cell_mappings0transport_url0database_connection") => {
+                        // A concurrent create won the race for this URL pair.
+                        match self
+                            .cell_using(transport_url, database_connection, None)
+                            .await
+                        {
+                            Ok(Some(other)) => Error::DuplicateCell(other),
+                            _ => e,
+                        }
+                    }
                     _ => e,
-                })
+                });
             }
         };
         Ok(CellMapping {
@@ -236,6 +246,19 @@ impl ApiDb {
             Err(e) => Err(match violated(&e) {
                 Some("uniq_cell_mappings0name") => {
                     Error::DuplicateName(cell.name.clone().unwrap_or_default())
+                }
+                Some("uniq_cell_mappings0transport_url0database_connection") => {
+                    match self
+                        .cell_using(
+                            &cell.transport_url,
+                            &cell.database_connection,
+                            Some(cell.id),
+                        )
+                        .await
+                    {
+                        Ok(Some(other)) => Error::DuplicateCell(other),
+                        _ => e,
+                    }
                 }
                 _ => e,
             }),

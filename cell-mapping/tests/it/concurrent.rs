@@ -108,3 +108,60 @@ async fn concurrent_discovery_sqlite() {
 async fn concurrent_discovery_postgres() {
     concurrent_discovery(Be::Pg, "conc_pg").await;
 }
+
+/// create-cell run from several processes at once with the same URL pair:
+/// exactly one creates the cell, every other one is refused with exit 2,
+/// and the API database holds one mapping (the unique index on the pair
+/// decides, not the order of the checks).
+async fn concurrent_create_cell(be: Be, name: &str) {
+    let Some(r) = region(name, be, 1).await else {
+        return;
+    };
+    let api = r.api.clone();
+    ok(&api, &["api_db", "sync"]);
+    let (db, mq) = r.cells[0].clone();
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_cell-manage"))
+                .args([
+                    "--api-database-connection",
+                    &api,
+                    "cell_v2",
+                    "create-cell",
+                    "--transport-url",
+                    &mq,
+                    "--database-connection",
+                    &db,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<(i32, String)> = children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .collect();
+    let codes: Vec<i32> = outs.iter().map(|(c, _)| *c).collect();
+    assert_eq!(codes.iter().filter(|c| **c == 0).count(), 1, "{outs:?}");
+    assert!(codes.iter().all(|c| *c == 0 || *c == 2), "{outs:?}");
+    let listed = ok(&api, &["cell_v2", "list-cells"]);
+    assert_eq!(listed.matches(&db).count(), 1, "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_create_cell_sqlite() {
+    concurrent_create_cell(Be::Sqlite, "conc_create_sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_create_cell_postgres() {
+    concurrent_create_cell(Be::Pg, "conc_create_pg").await;
+}

@@ -113,7 +113,7 @@ fn unique_constraint_list_is_consistent() {
     }
     for kind in Kind::ALL {
         assert!(migrations::unique_constraints(kind).count() > 0);
-        assert_eq!(migrations::latest(kind), 1);
+        assert!(migrations::latest(kind) >= 1);
         for backend in Backend::ALL {
             assert_eq!(
                 migrations::migrator(kind, backend)
@@ -149,4 +149,37 @@ async fn backends_have_the_same_columns() {
         lite.close().await;
         drop(guard);
     }
+}
+
+/// Several migrations of one fresh database at once (two services starting
+/// together): every run succeeds and the schema is applied once.
+async fn concurrent_runs(url: &str) {
+    let runs: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.to_owned();
+            tokio::spawn(async move { migrations::migrate(migrations::Kind::Cell, &url).await })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    for r in runs {
+        let a = r.await.unwrap().expect("every concurrent run succeeds");
+        applied.extend(a.applied);
+    }
+    applied.sort_unstable();
+    let all: Vec<i64> = (1..=migrations::latest(migrations::Kind::Cell)).collect();
+    assert_eq!(applied, all, "each migration applied exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrations_sqlite() {
+    let db = testkit::sqlite("migrations_concurrent");
+    concurrent_runs(&db.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrations_postgres() {
+    let Some(db) = testkit::postgres("migrations_concurrent").await else {
+        return;
+    };
+    concurrent_runs(&db.url).await;
 }
