@@ -1,14 +1,19 @@
 //! `loadtest`: the fleet-scale load generator and scenario runner, and the
 //! project's macro-benchmark.
 //!
-//! Today it drives the placement API (`placement` scenarios: seeding a fleet
-//! of providers, concurrent claims with consumer generations, allocation
+//! It drives the placement API (`placement` scenarios: seeding a fleet of
+//! providers, concurrent claims with consumer generations, allocation
 //! candidates at scale), against an embedded placement on any database URL or
-//! against a running placement by URL. The boot scenarios of the fleet
-//! (cells × hosts of fake computes) come with the boot path.
+//! against a running placement by URL; and the whole boot path ([`boot`]:
+//! boot N servers through the Compute API, time-to-ACTIVE, the server list,
+//! delete and the no-leak invariants), against an embedded region (cells ×
+//! hosts of fake computes, [`embed`]) or a running Compute API.
 //!
-//! May depend on: `fabric`, the public APIs' wire shapes, and the service
-//! crates it embeds in-process (today `placement`).
+//! May depend on: `fabric`, the public APIs' wire shapes, `region` (the
+//! in-process harness) and the service crates it embeds in-process.
 
+pub mod api;
+pub mod boot;
+pub mod embed;
 pub mod placement_load;
 pub mod stats;

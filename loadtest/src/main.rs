@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use loadtest::placement_load::{self, FleetSpec, Target};
 use serde_json::json;
@@ -20,6 +20,333 @@ enum Command {
     /// Seed a fleet of providers in placement, then measure claims and
     /// allocation candidates.
     Placement(PlacementArgs),
+    /// Boot servers through the Compute API (an embedded region, or a
+    /// running one), measure time-to-ACTIVE and the server list, delete
+    /// everything and check that nothing leaked.
+    Boot(BootArgs),
+}
+
+#[derive(Debug, Args)]
+struct BootArgs {
+    /// Cells of the embedded region (besides cell0).
+    #[arg(long, default_value_t = 2)]
+    cells: u32,
+    /// Fake hosts per cell of the embedded region.
+    #[arg(long, default_value_t = 100)]
+    hosts_per_cell: u32,
+    /// How long a fake spawn takes, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    fake_spawn_latency_ms: u64,
+    /// The embedded region's data directory (default: a fresh temporary one,
+    /// removed at the end unless --keep-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Keep the embedded region's data directory.
+    #[arg(long)]
+    keep_data: bool,
+    /// Attach to a running Compute API (`http://host:8774`) instead of
+    /// embedding a region; needs --identity-url and credentials.
+    #[arg(long, requires = "identity_url")]
+    compute_url: Option<String>,
+    /// Identity (Keystone v3) of the running region.
+    #[arg(long)]
+    identity_url: Option<String>,
+    /// Placement of the running region, for the invariants (default: from
+    /// the catalog; the check needs an administrator).
+    #[arg(long)]
+    placement_url: Option<String>,
+    /// User name (attached mode).
+    #[arg(long, env = "OS_USERNAME")]
+    username: Option<String>,
+    /// Password (attached mode).
+    #[arg(long, env = "OS_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+    /// Project name (attached mode).
+    #[arg(long, env = "OS_PROJECT_NAME")]
+    project: Option<String>,
+    /// Boot as the embedded region's `member` or `admin`.
+    #[arg(long, default_value = "member")]
+    as_user: String,
+    /// Servers to boot.
+    #[arg(long, default_value_t = 100)]
+    servers: usize,
+    /// Creates (and deletes) in flight.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Flavor name or id.
+    #[arg(long, default_value = "m1.tiny")]
+    flavor: String,
+    /// Image name or id.
+    #[arg(long, default_value = api_super::image::CIRROS_NAME)]
+    image: String,
+    /// Milliseconds between polls of the BUILD list.
+    #[arg(long, default_value_t = 100)]
+    poll_interval_ms: u64,
+    /// Give up waiting for ACTIVE (and for the deletes) after this long.
+    #[arg(long, default_value_t = 900)]
+    timeout_secs: u64,
+    /// Runs of `GET /servers/detail?limit=1000` to time (0: skip).
+    #[arg(long, default_value_t = 50)]
+    list_runs: usize,
+    /// Delete every server at the end and check the invariants.
+    #[arg(long)]
+    delete: bool,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+    /// Write the JSON report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+async fn boot(args: BootArgs) -> Result<()> {
+    use loadtest::api::{self, Compute, Placement};
+    use loadtest::boot::{self as scenario, BootSpec};
+
+    let mut region = None;
+    let mut metrics_before = None;
+    let mut data_dir = None;
+    let mut shape = json!(null);
+    let t_start = Instant::now();
+    let (compute, placement, image_url) = match &args.compute_url {
+        None => {
+            let telemetry = fabric::telemetry::init(
+                "loadtest",
+                &fabric::config::TelemetryConfig {
+                    log_filter: "warn".to_owned(),
+                    ..Default::default()
+                },
+            )?;
+            let dir = args
+                .data_dir
+                .clone()
+                .unwrap_or_else(loadtest::embed::temp_data_dir);
+            let spec = loadtest::embed::RegionSpec {
+                cells: args.cells,
+                hosts_per_cell: args.hosts_per_cell,
+                fake_spawn_latency_ms: args.fake_spawn_latency_ms,
+                data_dir: dir.clone(),
+            };
+            eprintln!(
+                "starting an embedded region: {} cells x {} fake hosts, spawn {} ms, data in {}",
+                spec.cells,
+                spec.hosts_per_cell,
+                spec.fake_spawn_latency_ms,
+                dir.display()
+            );
+            let r = loadtest::embed::start(&spec, Some(telemetry.clone())).await?;
+            eprintln!("region up in {:.1}s", t_start.elapsed().as_secs_f64());
+            shape = json!({"embedded": true, "cells": spec.cells, "hosts_per_cell": spec.hosts_per_cell,
+                "fake_spawn_latency_ms": spec.fake_spawn_latency_ms, "region_start_seconds": t_start.elapsed().as_secs_f64()});
+            let identity_url = format!("http://{}", r.identity.addr);
+            let creds = if args.as_user == "admin" {
+                &r.admin
+            } else {
+                &r.member
+            };
+            let (token, _) = region::password_token(&identity_url, creds).await?;
+            let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
+            let compute = Compute::new(&format!("http://{}", r.compute.addr), &token)?;
+            let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
+            let image_url = r.image.url();
+            metrics_before = Some((telemetry, String::new()));
+            data_dir = Some(dir);
+            region = Some(r);
+            (compute, Some(placement), Some((image_url, token)))
+        }
+        Some(url) => {
+            let identity_url = args.identity_url.clone().unwrap_or_default();
+            let creds = region::Credentials {
+                username: args
+                    .username
+                    .clone()
+                    .context("--username (or OS_USERNAME)")?,
+                password: args
+                    .password
+                    .clone()
+                    .context("--password (or OS_PASSWORD)")?,
+                project: args
+                    .project
+                    .clone()
+                    .context("--project (or OS_PROJECT_NAME)")?,
+            };
+            let (token, _) = region::password_token(&identity_url, &creds).await?;
+            let placement_url = match &args.placement_url {
+                Some(u) => Some(u.clone()),
+                None => api::catalog_url(&identity_url, &token, "placement")
+                    .await
+                    .ok(),
+            };
+            let placement = match placement_url {
+                Some(u) => {
+                    let p = Placement::new(&u, &token)?;
+                    match p.total_usage().await {
+                        Ok(_) => Some(p),
+                        Err(e) => {
+                            eprintln!("placement invariants skipped: {e:#}");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            let image_url = api::catalog_url(&identity_url, &token, "image")
+                .await
+                .ok()
+                .map(|u| (u, token.clone()));
+            shape = json!({"embedded": false, "compute_url": url});
+            (Compute::new(url, &token)?, placement, image_url)
+        }
+    };
+    let image = match &image_url {
+        Some((u, tok)) if uuid::Uuid::parse_str(&args.image).is_err() => {
+            api::image_id_by_name(u, tok, &args.image).await?
+        }
+        _ => args.image.clone(),
+    };
+    let flavor = compute.flavor_id(&args.flavor).await?;
+    let spec = BootSpec {
+        servers: args.servers,
+        concurrency: args.concurrency,
+        flavor,
+        image,
+        name_prefix: format!("lt-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]),
+        poll_interval: Duration::from_millis(args.poll_interval_ms),
+        active_timeout: Duration::from_secs(args.timeout_secs),
+        list_runs: args.list_runs,
+        delete: args.delete,
+        progress: !args.quiet,
+    };
+    if let Some((t, before)) = metrics_before.as_mut() {
+        *before = t.render();
+    }
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "booting {} servers, {} in flight (flavor {}, image {})",
+        spec.servers, spec.concurrency, spec.flavor, spec.image
+    );
+    let target = scenario::Target { compute, placement };
+    let report = scenario::run(&target, &spec).await?;
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let time_spent = metrics_before
+        .as_ref()
+        .map(|(t, before)| scenario::time_spent(before, &t.render()))
+        .unwrap_or_default();
+    print_summary(&report, &time_spent);
+    if let Some(path) = &args.report {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0);
+        let full = json!({
+            "region": shape,
+            "machine": {"cores": cores, "loadavg_before": load_before.trim(), "loadavg_after": load_after.trim()},
+            "report": report,
+            "invariants_hold": report.invariants_hold(),
+            "time_spent": time_spent,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&full)?)?;
+        println!("  report        {}", path.display());
+    }
+    if let Some(r) = region {
+        r.shutdown().await;
+    }
+    if let (Some(dir), false) = (data_dir, args.keep_data || args.data_dir.is_some()) {
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    if !report.invariants_hold() {
+        anyhow::bail!("invariants do not hold (see the summary above)");
+    }
+    Ok(())
+}
+
+fn print_summary(r: &loadtest::boot::BootReport, spent: &[loadtest::boot::TimeSpent]) {
+    let b = &r.boot;
+    println!(
+        "boot: {} servers, {} in flight",
+        r.spec.servers, r.spec.concurrency
+    );
+    println!(
+        "  accepted      {:>6}  refused {:?}  ({:.0}/s over {:.1}s)",
+        b.accepted, b.refused, b.accepts_per_second, b.submit_seconds
+    );
+    for s in &b.refusal_samples {
+        println!("    refused: {s}");
+    }
+    println!(
+        "  ACTIVE        {:>6}  ERROR {}  still BUILD {}  other {}",
+        b.active, b.error, b.stuck_in_build, b.other
+    );
+    for f in &b.faults {
+        println!("    fault x{}: {}", f.count, f.message);
+    }
+    println!(
+        "  boots/s       {:>8.1}  (end to end: first POST to last ACTIVE, {:.1}s)",
+        b.boots_per_second, b.seconds
+    );
+    let row = |name: &str, s: &loadtest::stats::Summary| {
+        println!(
+            "  {name:<13} p50 {:>8.1} ms  p95 {:>8.1} ms  p99 {:>8.1} ms  max {:>8.1} ms  (n={})",
+            s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms, s.count
+        );
+    };
+    row("POST -> 202", &b.accept_latency);
+    row("to ACTIVE", &b.time_to_active);
+    row("BUILD poll", &b.polls);
+    if let Some(cpu) = r.boot_cpu_seconds {
+        println!(
+            "  CPU           {cpu:>8.1} s over {:.1}s of boots ({:.2} cores busy)",
+            b.seconds,
+            cpu / b.seconds.max(1e-9)
+        );
+    }
+    if let Some(l) = &r.list {
+        row(
+            &format!("list {}/{}", l.page_size, l.servers_total),
+            &l.latency,
+        );
+    }
+    if let Some(d) = &r.delete {
+        println!(
+            "  delete        {:?}  all gone after {:.1}s ({:.0}/s), servers left {}",
+            d.statuses, d.seconds_until_gone, d.deletes_per_second, d.servers_left
+        );
+        row("DELETE", &d.latency);
+        if let Some(p) = &d.placement {
+            println!(
+                "  placement     usage before {:?}, peak {:?}, after {:?} over {} providers: {} (settled {} ms after)",
+                p.usage_before,
+                p.usage_peak,
+                p.usage_after,
+                p.providers,
+                if p.released { "released" } else { "LEAKED" },
+                p.settle_ms
+            );
+            if p.leaked > 0 {
+                println!(
+                    "    {} of our servers still hold allocations, e.g. {:?}",
+                    p.leaked,
+                    &p.leaked_consumers[..p.leaked_consumers.len().min(3)]
+                );
+            }
+        }
+    }
+    if !spent.is_empty() {
+        println!("  time spent in the region (histogram sums, boot + list + delete):");
+        for t in spent.iter().take(15) {
+            println!(
+                "    {:>8.2} s  {:>7} x {:>8.2} ms  {}",
+                t.total_seconds, t.count, t.mean_ms, t.series
+            );
+        }
+    }
+    println!(
+        "  invariants    {}",
+        if r.invariants_hold() {
+            "hold"
+        } else {
+            "VIOLATED"
+        }
+    );
 }
 
 #[derive(Debug, Args)]
@@ -143,5 +470,6 @@ async fn placement(args: PlacementArgs) -> Result<()> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Placement(a) => placement(a).await,
+        Command::Boot(a) => boot(a).await,
     }
 }

@@ -711,3 +711,43 @@ pub fn unique_violation(err: &sqlx::Error) -> Option<&'static str> {
         .find(|c| c.table == table && c.columns == columns.as_slice())
         .map(|c| c.name)
 }
+
+/// Begins a transaction that will write.
+///
+/// On SQLite a plain `BEGIN` is deferred: a transaction that reads and then
+/// writes must upgrade its lock, and when another connection (another pool,
+/// another process) wrote in between, SQLite answers "database is locked" at
+/// once — the busy timeout does not cover a lock upgrade. `BEGIN IMMEDIATE`
+/// takes the write lock up front, so writers queue behind each other (up to
+/// the busy timeout) instead of failing. On PostgreSQL it is a plain `BEGIN`.
+pub trait BeginWrite {
+    /// The backend.
+    type Db: sqlx::Database;
+    /// A transaction that holds the right to write from its first statement.
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>>
+           + Send;
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<
+        Output = Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error>,
+    > + Send {
+        self.begin_with("BEGIN IMMEDIATE")
+    }
+}
+
+impl BeginWrite for PgPool {
+    type Db = sqlx::Postgres;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<
+        Output = Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error>,
+    > + Send {
+        self.begin()
+    }
+}

@@ -9,6 +9,7 @@
 use cell_mapping::db::{InstanceFlavor, Pool};
 use cell_mapping::ApiDb;
 use chrono::{DateTime, Utc};
+use migrations::BeginWrite;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
@@ -232,7 +233,7 @@ impl ComputeDb {
     ) -> Result<(), ApiError> {
         let t = Utc::now();
         on_pool!(self.pool(), p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             for (b, spec) in builds {
                 let inst = serde_json::to_string(b).map_err(ApiError::internal)?;
                 let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
@@ -295,7 +296,7 @@ impl ComputeDb {
     /// deleted the server while it was being scheduled).
     pub async fn finish_build(&self, uuid: &str, cell_id: i64) -> Result<bool, ApiError> {
         Ok(on_pool!(self.pool(), p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let n = sqlx::query("DELETE FROM build_requests WHERE instance_uuid = $1")
                 .bind(uuid).execute(&mut *tx).await.map_err(db("build_request_delete"))?
                 .rows_affected();
@@ -317,7 +318,7 @@ impl ComputeDb {
     /// mapping); false when its build request is gone (it was scheduled).
     pub async fn delete_build(&self, uuid: &str) -> Result<bool, ApiError> {
         Ok(on_pool!(self.pool(), p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let n = sqlx::query("DELETE FROM build_requests WHERE instance_uuid = $1")
                 .bind(uuid).execute(&mut *tx).await.map_err(db("build_request_delete"))?
                 .rows_affected();

@@ -7,6 +7,7 @@
 //! are removed (no soft delete): their properties and tags go with them
 //! (`ON DELETE CASCADE`).
 
+use migrations::BeginWrite;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -223,7 +224,7 @@ impl Db {
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
         );
         on_db!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             sqlx::query(&sql)
                 .bind(&r.id).bind(&r.name).bind(&r.owner).bind(&r.status).bind(&r.visibility)
                 .bind(r.protected).bind(r.os_hidden).bind(&r.disk_format).bind(&r.container_format)
@@ -249,7 +250,7 @@ impl Db {
     pub async fn update(&self, img: &Image) -> Result<bool> {
         let r = &img.row;
         let found = on_db!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let n = sqlx::query(
                 "UPDATE images SET name = $2, owner = $3, visibility = $4, protected = $5, \
                  os_hidden = $6, disk_format = $7, container_format = $8, min_ram = $9, \
@@ -372,7 +373,7 @@ impl Db {
     /// Removes an image (its properties and tags cascade); false when absent.
     pub async fn delete(&self, id: &str) -> Result<bool> {
         let n = on_db!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             // Explicit deletes: SQLite enforces ON DELETE CASCADE only with
             // foreign keys on, which a foreign pool may not have.
             sqlx::query("DELETE FROM image_properties WHERE image_id = $1")

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use fabric::ids::InstanceUuid;
+use migrations::BeginWrite;
 
 use super::{on_db, CellDb};
 use crate::error::{db, Result};
@@ -168,7 +169,7 @@ impl CellDb {
     /// Records one action event (its own transaction).
     pub async fn record_event(&self, ev: &Event) -> Result<()> {
         on_db!(self, p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             record_event!(tx, ev);
             tx.commit().await.map_err(db("commit"))?;
         });
@@ -179,7 +180,7 @@ impl CellDb {
     pub async fn record_fault(&self, instance: InstanceUuid, fault: &Fault) -> Result<()> {
         let uuid = instance.to_string();
         on_db!(self, p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             insert_fault!(tx, &uuid, fault);
             tx.commit().await.map_err(db("commit"))?;
         });

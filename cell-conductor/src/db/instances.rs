@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use fabric::ids::InstanceUuid;
 use fabric::rpc::{self, task_state as ts, vm_state as vs, FlavorResources};
+use migrations::BeginWrite;
 
 use super::actions::{insert_fault, record_event};
 use super::{now, on_db, CellDb};
@@ -98,7 +99,7 @@ impl CellDb {
         let uuid = n.uuid.to_string();
         let t = now();
         Ok(on_db!(self, p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let row: InstanceRow = measured("instance_insert", sqlx::query_as(&sql)
                 .bind(&uuid).bind(&n.project_id).bind(&n.user_id).bind(&n.display_name)
                 .bind(vs::BUILDING).bind(ts::SCHEDULING).bind(rpc::power_state::NOSTATE as i64)
@@ -155,7 +156,7 @@ impl CellDb {
         // the UPDATE match nothing and the whole check runs again.
         for _ in 0..5 {
             let done: Option<InstanceRow> = on_db!(self, p => {
-                let mut tx = p.begin().await.map_err(db("begin"))?;
+                let mut tx = p.begin_write().await.map_err(db("begin"))?;
                 let cur: Option<InstanceRow> = measured("instance_get",
                     sqlx::query_as(&select).bind(&key).fetch_optional(&mut *tx)).await
                     .map_err(db("instance_get"))?;
@@ -212,7 +213,7 @@ impl CellDb {
         );
         let key = uuid.to_string();
         Ok(on_db!(self, p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let row: Option<InstanceRow> = measured("instance_set_error", sqlx::query_as(&sql)
                 .bind(vs::ERROR).bind(now()).bind(&key)
                 .fetch_optional(&mut *tx)).await.map_err(db("instance_set_error"))?;
@@ -240,7 +241,7 @@ impl CellDb {
         let key = uuid.to_string();
         let t = now();
         let row: Option<InstanceRow> = on_db!(self, p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let row: Option<InstanceRow> = measured("instance_delete", sqlx::query_as(&sql)
                 .bind(t).bind(vs::DELETED).bind(rpc::power_state::NOSTATE as i64).bind(&key)
                 .fetch_optional(&mut *tx)).await.map_err(db("instance_delete"))?;

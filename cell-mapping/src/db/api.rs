@@ -2,6 +2,7 @@
 
 use chrono::Utc;
 use fabric::ids::CellUuid;
+use migrations::BeginWrite;
 
 use super::{placeholders, with_pool, ApiDb, Pool, CHUNK};
 use crate::metrics::measured;
@@ -284,7 +285,7 @@ impl ApiDb {
              AND NOT EXISTS (SELECT 1 FROM host_mappings WHERE cell_id = $1) \
              AND NOT EXISTS (SELECT 1 FROM instance_mappings WHERE cell_id = $1)";
         with_pool!(self.pool(), p => {
-            let mut tx = measured("cell_delete_begin", p.begin()).await?;
+            let mut tx = measured("cell_delete_begin", p.begin_write()).await?;
             if force {
                 measured("cell_delete_instance_mappings",
                     sqlx::query("DELETE FROM instance_mappings WHERE cell_id = $1")
@@ -467,7 +468,7 @@ impl ApiDb {
     /// whose project is [`MAP_MARKER_PROJECT`], with spaces for dashes.
     pub async fn take_map_marker(&self) -> Result<Option<String>, Error> {
         with_pool!(self.pool(), p => {
-            let mut tx = measured("map_marker_begin", p.begin()).await?;
+            let mut tx = measured("map_marker_begin", p.begin_write()).await?;
             let m: Option<String> = measured("map_marker_get", sqlx::query_scalar(
                 "DELETE FROM instance_mappings WHERE project_id = $1 RETURNING instance_uuid")
                 .bind(MAP_MARKER_PROJECT).fetch_optional(&mut *tx)).await?;

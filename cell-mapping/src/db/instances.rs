@@ -9,6 +9,7 @@
 //! both write the same columns with the same vocabulary (`fabric::rpc`).
 
 use chrono::{DateTime, Utc};
+use migrations::BeginWrite;
 
 use super::{placeholders, with_pool, CellDb, CHUNK};
 use crate::metrics::measured;
@@ -192,7 +193,7 @@ impl CellDb {
         let flavor = serde_json::to_string(&n.flavor).unwrap_or_default();
         let t = Utc::now();
         with_pool!(self.pool(), p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             measured("api_instance_insert", sqlx::query(
                 "INSERT INTO instances (uuid, project_id, user_id, display_name, hostname, vm_state, \
                  task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, host, node, \
@@ -325,7 +326,7 @@ impl CellDb {
     ) -> Result<bool, Error> {
         let t = Utc::now();
         Ok(with_pool!(self.pool(), p => {
-            let mut tx = p.begin().await.map_err(db("begin"))?;
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let n = measured("api_instance_deleting", sqlx::query(
                 "UPDATE instances SET task_state = $1, updated_at = $2 WHERE uuid = $3 AND NOT deleted")
                 .bind(fabric::rpc::task_state::DELETING).bind(t).bind(uuid)

@@ -1,5 +1,7 @@
 //! Small loadtest scenarios with their invariants (one test binary).
 
+mod boot;
+
 use std::time::Duration;
 
 use loadtest::placement_load::{self, FleetSpec, Target};

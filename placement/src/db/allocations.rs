@@ -172,28 +172,30 @@ pub(crate) async fn write_allocations_in(
                 )).into());
             }
         }
-        // Providers that lose allocations (for the index refresh).
+        // The consumers that exist already, and the providers they hold
+        // allocations on (these lose them: index refresh), in one query.
         let mut touched: BTreeSet<String> = providers.keys().cloned().collect();
+        let mut existing: HashMap<String, (i64, i64)> = HashMap::new();
         let sql = format!(
-            "SELECT DISTINCT p.uuid FROM allocations a JOIN resource_providers p ON p.id = a.resource_provider_id WHERE a.consumer_id IN ({})",
+            "SELECT c.uuid, c.id, c.generation, p.uuid AS rp FROM consumers c \
+             LEFT JOIN allocations a ON a.consumer_id = c.uuid \
+             LEFT JOIN resource_providers p ON p.id = a.resource_provider_id WHERE c.uuid IN ({})",
             placeholders(1, consumers.len())
         );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        let mut q = sqlx::query(&sql);
         for c in &consumers {
             q = q.bind(*c);
         }
-        touched.extend(q.fetch_all(&mut *tx).await?);
+        for r in q.fetch_all(&mut *tx).await? {
+            existing.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
+            if let Some(rp) = r.try_get::<Option<String>, _>("rp")? {
+                touched.insert(rp);
+            }
+        }
 
         let ts = now();
         for w in writes {
-            let existing = sqlx::query("SELECT id, generation FROM consumers WHERE uuid = $1")
-                .bind(&w.consumer)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let current = match &existing {
-                Some(r) => Some((r.try_get::<i64, _>("id")?, r.try_get::<i64, _>("generation")?)),
-                None => None,
-            };
+            let current = existing.get(&w.consumer).copied();
             // Upstream's wording: "expected" is what the server holds,
             // "got" what the client sent.
             if let Some(sent) = w.expected_generation {
@@ -206,10 +208,14 @@ pub(crate) async fn write_allocations_in(
                     _ => {}
                 }
             }
-            sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
-                .bind(&w.consumer)
-                .execute(&mut *tx)
-                .await?;
+            // A consumer that does not exist holds no allocations (the
+            // foreign key sees to it): nothing to delete then.
+            if current.is_some() {
+                sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
+                    .bind(&w.consumer)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             if w.allocations.values().all(|r| r.is_empty()) {
                 // No allocations left: the consumer goes too (as upstream).
                 if current.is_some() {
@@ -219,12 +225,24 @@ pub(crate) async fn write_allocations_in(
             }
             let type_id: Option<i64> = match &w.consumer_type {
                 Some(t) => {
-                    sqlx::query("INSERT INTO consumer_types (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                    let known: Option<i64> = sqlx::query_scalar("SELECT id FROM consumer_types WHERE name = $1")
                         .bind(t)
-                        .bind(ts)
-                        .execute(&mut *tx)
+                        .fetch_optional(&mut *tx)
                         .await?;
-                    sqlx::query_scalar("SELECT id FROM consumer_types WHERE name = $1").bind(t).fetch_optional(&mut *tx).await?
+                    match known {
+                        Some(id) => Some(id),
+                        None => {
+                            sqlx::query("INSERT INTO consumer_types (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                                .bind(t)
+                                .bind(ts)
+                                .execute(&mut *tx)
+                                .await?;
+                            sqlx::query_scalar("SELECT id FROM consumer_types WHERE name = $1")
+                                .bind(t)
+                                .fetch_optional(&mut *tx)
+                                .await?
+                        }
+                    }
                 }
                 None => None,
             };

@@ -1,0 +1,305 @@
+//! Thin clients of the public APIs the boot scenario drives: the Compute
+//! API (servers), the image API (resolve the image by name), placement
+//! (usages) and identity (the catalog).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+/// The Compute API microversion the scenario speaks (networks required,
+/// fault in the detail view).
+pub const COMPUTE_MICROVERSION: &str = "2.90";
+
+/// A server as the list shows it.
+#[derive(Debug, Clone)]
+pub struct ListedServer {
+    /// Its id.
+    pub id: String,
+    /// `ACTIVE`, `BUILD`, `ERROR`, … (empty in the brief view).
+    pub status: String,
+    /// The fault message of a server in ERROR (detail view only).
+    pub fault: Option<String>,
+}
+
+/// The Compute API at `<base>/v2.1` with a token.
+#[derive(Clone)]
+pub struct Compute {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// What a `POST /servers` answered.
+#[derive(Debug)]
+pub enum Created {
+    /// 202 with the server id.
+    Accepted(String),
+    /// Anything else: status and body.
+    Refused(u16, String),
+}
+
+impl Compute {
+    /// `url` is the API root (`http://host:8774`) or its `/v2.1`.
+    pub fn new(url: &str, token: &str) -> Result<Self> {
+        let url = url.trim_end_matches('/');
+        let base = url.strip_suffix("/v2.1").unwrap_or(url).to_owned();
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1024)
+            .timeout(Duration::from_secs(120))
+            .build()?;
+        Ok(Self {
+            base,
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    fn req(&self, method: reqwest::Method, path_and_query: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}/v2.1{path_and_query}", self.base))
+            .header("x-auth-token", &self.token)
+            .header(
+                "openstack-api-version",
+                format!("compute {COMPUTE_MICROVERSION}"),
+            )
+    }
+
+    /// `POST /servers` of one m1.tiny-like server with no network.
+    pub async fn create(&self, name: &str, flavor: &str, image: &str) -> Result<Created> {
+        let body = json!({"server": {
+            "name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}});
+        let resp = self
+            .req(reqwest::Method::POST, "/servers")
+            .json(&body)
+            .send()
+            .await
+            .context("POST /servers")?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        if status != 202 {
+            return Ok(Created::Refused(status, text));
+        }
+        let v: Value = serde_json::from_str(&text).context("POST /servers: body")?;
+        let id = v["server"]["id"]
+            .as_str()
+            .context("POST /servers: no server id")?;
+        Ok(Created::Accepted(id.to_owned()))
+    }
+
+    /// `DELETE /servers/{id}`: the status (204 accepted, 404 gone already).
+    pub async fn delete(&self, id: &str) -> Result<u16> {
+        let resp = self
+            .req(reqwest::Method::DELETE, &format!("/servers/{id}"))
+            .send()
+            .await
+            .with_context(|| format!("DELETE /servers/{id}"))?;
+        Ok(resp.status().as_u16())
+    }
+
+    /// One `GET` of a list page; returns the servers and the marker of the
+    /// next page (when the answer links one).
+    pub async fn list_page(&self, path_and_query: &str) -> Result<(Vec<ListedServer>, bool)> {
+        let resp = self
+            .req(reqwest::Method::GET, path_and_query)
+            .send()
+            .await
+            .with_context(|| format!("GET {path_and_query}"))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        if status != 200 {
+            bail!("GET {path_and_query}: HTTP {status}: {text}");
+        }
+        let v: Value = serde_json::from_str(&text).context("list body")?;
+        let servers = v["servers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| ListedServer {
+                        id: s["id"].as_str().unwrap_or_default().to_owned(),
+                        status: s["status"].as_str().unwrap_or_default().to_owned(),
+                        fault: s["fault"]["message"].as_str().map(str::to_owned),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let more = v["servers_links"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x["rel"] == "next"));
+        Ok((servers, more))
+    }
+
+    /// Every server a list names, page after page (`limit=1000` pages,
+    /// following the marker). `query` is e.g. `status=BUILD` or empty.
+    pub async fn list_all(&self, detail: bool, query: &str) -> Result<Vec<ListedServer>> {
+        let path = if detail {
+            "/servers/detail"
+        } else {
+            "/servers"
+        };
+        let mut out: Vec<ListedServer> = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let mut q = vec!["limit=1000".to_owned()];
+            if !query.is_empty() {
+                q.push(query.to_owned());
+            }
+            if let Some(m) = &marker {
+                q.push(format!("marker={m}"));
+            }
+            let (page, more) = self.list_page(&format!("{path}?{}", q.join("&"))).await?;
+            let last = page.last().map(|s| s.id.clone());
+            out.extend(page);
+            match (more, last) {
+                (true, Some(l)) => marker = Some(l),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+/// An image id by name through the image API (`GET /v2/images?name=`).
+pub async fn image_id_by_name(image_url: &str, token: &str, name: &str) -> Result<String> {
+    let url = format!("{}/v2/images", image_url.trim_end_matches('/'));
+    let resp = reqwest::Client::new()
+        .get(&url)
+        .query(&[("name", name)])
+        .header("x-auth-token", token)
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?;
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if status != 200 {
+        bail!("GET {url}?name={name}: HTTP {status}: {v}");
+    }
+    v["images"]
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|i| i["id"].as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("no image named {name} at {image_url}"))
+}
+
+/// The public URL of `service_type` in the caller's catalog
+/// (`GET /v3/auth/catalog`).
+pub async fn catalog_url(identity_url: &str, token: &str, service_type: &str) -> Result<String> {
+    let url = format!("{}/v3/auth/catalog", identity_url.trim_end_matches('/'));
+    let v: Value = reqwest::Client::new()
+        .get(&url)
+        .header("x-auth-token", token)
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?
+        .error_for_status()?
+        .json()
+        .await?;
+    v["catalog"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["type"] == service_type)
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .find(|e| e["interface"] == "public")
+        .and_then(|e| e["url"].as_str().map(str::to_owned))
+        .with_context(|| format!("no public {service_type} endpoint in the catalog"))
+}
+
+/// Placement, for the scenario's invariants.
+#[derive(Clone)]
+pub struct Placement {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Placement {
+    /// Placement at `base` with `token` (an administrator's).
+    pub fn new(base: &str, token: &str) -> Result<Self> {
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .timeout(Duration::from_secs(60))
+                .build()?,
+        })
+    }
+
+    async fn get(&self, path: &str) -> Result<Value> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("x-auth-token", &self.token)
+            .header("openstack-api-version", "placement 1.36")
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        if status != 200 {
+            bail!("placement GET {path}: HTTP {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Sum of every provider's usages, by resource class, and the number of
+    /// providers.
+    pub async fn total_usage(&self) -> Result<(std::collections::BTreeMap<String, u64>, usize)> {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let rps = self.get("/resource_providers").await?;
+        let uuids: Vec<String> = rps["resource_providers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uuid"].as_str().map(str::to_owned))
+            .collect();
+        let usages: Vec<Value> = stream::iter(uuids.iter())
+            .map(|u| self.get_owned(format!("/resource_providers/{u}/usages")))
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        let mut total = std::collections::BTreeMap::new();
+        for u in usages {
+            if let Some(m) = u["usages"].as_object() {
+                for (rc, n) in m {
+                    *total.entry(rc.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+                }
+            }
+        }
+        Ok((total, uuids.len()))
+    }
+
+    async fn get_owned(&self, path: String) -> Result<Value> {
+        self.get(&path).await
+    }
+
+    /// Whether `consumer` still holds an allocation.
+    pub async fn has_allocations(&self, consumer: &str) -> Result<bool> {
+        let v = self.get(&format!("/allocations/{consumer}")).await?;
+        Ok(v["allocations"].as_object().is_some_and(|m| !m.is_empty()))
+    }
+}
+
+impl Compute {
+    /// The id of the flavor named `name` (or `name` itself when it is an id).
+    pub async fn flavor_id(&self, name: &str) -> Result<String> {
+        let resp = self
+            .req(reqwest::Method::GET, "/flavors")
+            .send()
+            .await
+            .context("GET /flavors")?;
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        if status != 200 {
+            bail!("GET /flavors: HTTP {status}: {v}");
+        }
+        v["flavors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|f| f["name"] == name || f["id"] == name)
+            .and_then(|f| f["id"].as_str().map(str::to_owned))
+            .with_context(|| format!("no flavor {name}"))
+    }
+}
