@@ -481,7 +481,7 @@ impl Host {
             )
             .await
         {
-            return self.abandon(&e, false, instance).await;
+            return self.abandon(&e, false, instance, &ids).await;
         }
         // (No volumes yet: block devices are the image's local disk.)
         metrics::phase("block_device_mapping", t.elapsed());
@@ -502,7 +502,7 @@ impl Host {
             )
             .await
         {
-            return self.abandon(&e, false, instance).await;
+            return self.abandon(&e, false, instance, &ids).await;
         }
         metrics::phase("networking", t.elapsed());
         // 3. spawning.
@@ -522,7 +522,7 @@ impl Host {
             )
             .await
         {
-            return self.abandon(&e, false, instance).await;
+            return self.abandon(&e, false, instance, &ids).await;
         }
         let spec = SpawnSpec {
             instance,
@@ -556,7 +556,7 @@ impl Host {
             None,
         ));
         if let Err(e) = self.step(&b, &ids, u, Some(action::EV_SPAWN), &[]).await {
-            return self.abandon(&e, true, instance).await;
+            return self.abandon(&e, true, instance, &ids).await;
         }
         metrics::phase("total", total.elapsed());
         metrics::build("active");
@@ -565,7 +565,13 @@ impl Host {
 
     /// A build step was refused or could not be reported: stop (destroying
     /// the guest if it was spawned).
-    async fn abandon(&self, e: &ComputeError, spawned: bool, instance: InstanceUuid) {
+    async fn abandon(
+        &self,
+        e: &ComputeError,
+        spawned: bool,
+        instance: InstanceUuid,
+        ids: &RequestIds,
+    ) {
         if spawned {
             if let Err(d) = self.driver.destroy(instance).await {
                 warn!(error = %chain(&d), "could not destroy the abandoned guest");
@@ -574,10 +580,42 @@ impl Host {
         if superseded(e) {
             info!(error = %chain(e), "build superseded (deleted or moved on); stopped");
             metrics::build("aborted");
-        } else {
-            error!(error = %chain(e), "build could not be reported; stopped");
-            metrics::build("failed");
+            return;
         }
+        // The build cannot go on: never leave the server in BUILD. Put it in
+        // ERROR with a fault naming this host, retrying a few times while
+        // the conductor is busy or briefly away.
+        error!(error = %chain(e), "build could not be reported; setting ERROR");
+        metrics::build("failed");
+        let host = &self.cfg.host;
+        let fault = rpc::InstanceFault {
+            instance_uuid: instance.to_string(),
+            code: 500,
+            message: format!(
+                "Build of instance {instance} failed on host {host}: {}",
+                chain(e)
+            ),
+            details: chain(e),
+            host: host.clone(),
+        };
+        let u = InstanceUpdate {
+            instance_uuid: instance.to_string(),
+            vm_state: Some(vs::ERROR.to_owned()),
+            task_state: NullableString::null(),
+            ..Default::default()
+        };
+        for attempt in 1..=5u64 {
+            let _ = self.conductor.fault(&fault, ids).await;
+            match self.conductor.update_instance(&u, ids).await {
+                Ok(_) => return,
+                Err(err) if superseded(&err) => return,
+                Err(err) => {
+                    warn!(attempt, error = %chain(&err), "could not set ERROR yet");
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
+            }
+        }
+        error!("could not set ERROR; the instance stays in its last task state until healed");
     }
 
     /// The driver failed: clean up, record the failed events, and ask the
@@ -615,7 +653,7 @@ impl Host {
         };
         if let Err(e) = self.conductor.update_instance(&u, ids).await {
             if superseded(&e) {
-                return self.abandon(&e, false, instance).await;
+                return self.abandon(&e, false, instance, ids).await;
             }
             warn!(error = %chain(&e), "could not record the failed events");
         }
@@ -639,7 +677,7 @@ impl Host {
                 info!("no alternate left: the conductor set ERROR");
                 metrics::build("failed");
             }
-            Err(e) if superseded(&e) => self.abandon(&e, false, instance).await,
+            Err(e) if superseded(&e) => self.abandon(&e, false, instance, ids).await,
             Err(re) => {
                 // The conductor could not decide: put the instance in ERROR
                 // ourselves, with a fault naming this host and the error.

@@ -3,6 +3,7 @@
 //! fake hosts against a stub conductor (the flows through the real
 //! conductor and cell database are tested in `cell-conductor`'s tests).
 
+mod abandon;
 mod fake_driver;
 mod fleet;
 mod placement_e2e;
