@@ -2,6 +2,7 @@
 
 mod cells_live;
 mod osc_placement;
+mod policy_matrix;
 mod servers_cli;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,259 @@
+//! Roles × APIs across the whole region: for each API that exists, which of
+//! admin, member, reader and no token may call it. One table; add a row for
+//! every API that is added.
+
+use std::net::SocketAddr;
+
+use serde_json::Value;
+use testkit::http::Client;
+
+#[derive(Clone, Copy, Debug)]
+enum Svc {
+    Identity,
+    Compute,
+    Image,
+    Placement,
+}
+
+/// (service, method, path, body, admin, member, reader, no token)
+type Row = (
+    Svc,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    u16,
+    u16,
+    u16,
+    u16,
+);
+
+const TABLE: &[Row] = &[
+    // identity
+    (
+        Svc::Identity,
+        "GET",
+        "/v3/auth/projects",
+        None,
+        200,
+        200,
+        200,
+        401,
+    ),
+    (Svc::Identity, "GET", "/v3/users", None, 200, 403, 403, 401),
+    (
+        Svc::Identity,
+        "GET",
+        "/v3/projects",
+        None,
+        200,
+        403,
+        403,
+        401,
+    ),
+    (
+        Svc::Identity,
+        "GET",
+        "/v3/role_assignments",
+        None,
+        200,
+        403,
+        403,
+        401,
+    ),
+    // compute
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/flavors",
+        None,
+        200,
+        200,
+        200,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/flavors/detail",
+        None,
+        200,
+        200,
+        200,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/servers",
+        None,
+        200,
+        200,
+        200,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/servers/detail",
+        None,
+        200,
+        200,
+        200,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/servers/detail?all_tenants=1",
+        None,
+        200,
+        403,
+        403,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "POST",
+        "/v2.1/servers",
+        Some(
+            r#"{"server": {"name": "m", "flavorRef": "1", "imageRef": "cirros-0.6.2-x86_64-disk", "networks": "none"}}"#,
+        ),
+        202,
+        202,
+        403,
+        401,
+    ),
+    // image
+    (Svc::Image, "GET", "/v2/images", None, 200, 200, 200, 401),
+    (
+        Svc::Image,
+        "POST",
+        "/v2/images",
+        Some(r#"{"name": "m", "disk_format": "qcow2", "container_format": "bare"}"#),
+        201,
+        201,
+        403,
+        401,
+    ),
+    // placement: an administrator's API
+    (
+        Svc::Placement,
+        "GET",
+        "/resource_providers",
+        None,
+        200,
+        403,
+        403,
+        401,
+    ),
+    (
+        Svc::Placement,
+        "GET",
+        "/resource_classes",
+        None,
+        200,
+        403,
+        403,
+        401,
+    ),
+    (Svc::Placement, "GET", "/traits", None, 200, 403, 403, 401),
+    (
+        Svc::Placement,
+        "PUT",
+        "/traits/CUSTOM_MATRIX",
+        None,
+        201,
+        403,
+        403,
+        401,
+    ),
+];
+
+fn call(
+    addr: SocketAddr,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut c = Client::new(addr)
+        .with_header("openstack-api-version", "placement 1.39")
+        .with_header("x-openstack-nova-api-version", "2.90");
+    if let Some(t) = token {
+        c = c.with_header("x-auth-token", t);
+    }
+    let r = c.request(method, path, body).expect("request");
+    (r.status, r.body)
+}
+
+#[test]
+fn roles_by_api_across_the_region() {
+    let dir = testkit::temp_dir("region_policy_matrix");
+    let r = super::start(&dir);
+    let identity = r.addr("identity");
+    let admin = super::login(identity, "admin", &r.export("OS_PASSWORD", 0), "admin");
+    let member = super::login(identity, "demo", &r.export("OS_PASSWORD", 1), "demo");
+
+    // A reader on the member's project, made through the admin API.
+    let get = |path: &str| -> Value {
+        let (s, b) = call(identity, Some(&admin), "GET", path, None);
+        assert_eq!(s, 200, "{path}: {b}");
+        serde_json::from_str(&b).unwrap()
+    };
+    let project = get("/v3/projects?name=demo")["projects"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let role = get("/v3/roles?name=reader")["roles"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, b) = call(
+        identity,
+        Some(&admin),
+        "POST",
+        "/v3/users",
+        Some(
+            r#"{"user": {"name": "viewer", "domain_id": "default", "password": "viewer-pass-1"}}"#,
+        ),
+    );
+    assert_eq!(s, 201, "{b}");
+    let user: Value = serde_json::from_str(&b).unwrap();
+    let user = user["user"]["id"].as_str().unwrap().to_owned();
+    let (s, b) = call(
+        identity,
+        Some(&admin),
+        "PUT",
+        &format!("/v3/projects/{project}/users/{user}/roles/{role}"),
+        None,
+    );
+    assert!(s == 204 || s == 201, "{s}: {b}");
+    let reader = super::login(identity, "viewer", "viewer-pass-1", "demo");
+
+    let addr = |svc: Svc| match svc {
+        Svc::Identity => identity,
+        Svc::Compute => r.addr("compute"),
+        Svc::Image => r.addr("image"),
+        Svc::Placement => r.addr("placement"),
+    };
+    let mut failures = Vec::new();
+    for &(svc, method, path, body, want_admin, want_member, want_reader, want_none) in TABLE {
+        for (who, token, want) in [
+            ("admin", Some(admin.as_str()), want_admin),
+            ("member", Some(member.as_str()), want_member),
+            ("reader", Some(reader.as_str()), want_reader),
+            ("no token", None, want_none),
+        ] {
+            let (got, b) = call(addr(svc), token, method, path, body);
+            if got != want {
+                failures.push(format!(
+                    "{svc:?} {method} {path} as {who}: got {got}, want {want}: {}",
+                    b.chars().take(200).collect::<String>()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    drop(r);
+    std::fs::remove_dir_all(&dir).ok();
+}
