@@ -751,3 +751,30 @@ impl BeginWrite for PgPool {
         self.begin()
     }
 }
+
+/// Opens a PostgreSQL pool the way every service of the region does
+/// (`max_connections`, 10 s to acquire a connection).
+pub async fn open_pg(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(std::time::Duration::from_secs(10))
+        .connect(url)
+        .await
+}
+
+/// Opens a SQLite pool the way every service of the region does: the file
+/// is created if missing, WAL journal, foreign keys on, a 30 s busy timeout,
+/// and one connection (SQLite has one writer anyway; with one connection a
+/// process never contends with itself).
+pub async fn open_sqlite(url: &str) -> Result<SqlitePool, sqlx::Error> {
+    let opts = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .foreign_keys(true)
+        .busy_timeout(std::time::Duration::from_secs(30));
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(30))
+        .connect_with(opts)
+        .await
+}

@@ -9,11 +9,8 @@
 
 use migrations::BeginWrite;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use migrations::Backend;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{PgPool, SqlitePool};
 
 use super::error::{ImageError, Result};
@@ -188,27 +185,8 @@ impl Db {
         let db = match Backend::from_url(url)
             .map_err(|e| ImageError::Config(format!("image database URL: {e}")))?
         {
-            Backend::Postgres => Db::Pg(
-                PgPoolOptions::new()
-                    .max_connections(max_connections.max(1))
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect(url)
-                    .await?,
-            ),
-            Backend::Sqlite => {
-                let opts: SqliteConnectOptions = url.parse()?;
-                let opts = opts
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .foreign_keys(true)
-                    .busy_timeout(Duration::from_secs(10));
-                Db::Sqlite(
-                    SqlitePoolOptions::new()
-                        .max_connections(1)
-                        .connect_with(opts)
-                        .await?,
-                )
-            }
+            Backend::Postgres => Db::Pg(migrations::open_pg(url, max_connections).await?),
+            Backend::Sqlite => Db::Sqlite(migrations::open_sqlite(url).await?),
         };
         for stmt in SCHEMA {
             on_db!(&db, pool => sqlx::query(stmt).execute(pool).await.map(|r| r.rows_affected()))?;

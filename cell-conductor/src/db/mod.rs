@@ -17,12 +17,7 @@ pub mod compute_nodes;
 pub mod instances;
 pub mod services;
 
-use std::str::FromStr;
-use std::time::Duration;
-
 use migrations::{Backend, Kind};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{PgPool, SqlitePool};
 
 use crate::error::{ConductorError, Result};
@@ -62,32 +57,14 @@ impl CellDb {
     pub async fn connect(url: &str, max_connections: u32) -> Result<CellDb> {
         let open = crate::error::db("open");
         match Backend::from_url(url).map_err(ConductorError::Open)? {
-            Backend::Postgres => {
-                let opts = PgConnectOptions::from_str(url).map_err(open)?;
-                let pool = PgPoolOptions::new()
-                    .max_connections(max_connections.max(1))
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_with(opts)
+            Backend::Postgres => Ok(CellDb::Pg(
+                migrations::open_pg(url, max_connections)
                     .await
-                    .map_err(crate::error::db("open"))?;
-                Ok(CellDb::Pg(pool))
-            }
-            Backend::Sqlite => {
-                let opts = SqliteConnectOptions::from_str(url)
-                    .map_err(open)?
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .foreign_keys(true)
-                    .busy_timeout(Duration::from_secs(30));
-                // One connection: SQLite has one writer anyway.
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .connect_with(opts)
-                    .await
-                    .map_err(crate::error::db("open"))?;
-                Ok(CellDb::Sqlite(pool))
-            }
+                    .map_err(open)?,
+            )),
+            Backend::Sqlite => Ok(CellDb::Sqlite(
+                migrations::open_sqlite(url).await.map_err(open)?,
+            )),
         }
     }
 

@@ -21,12 +21,8 @@ pub mod providers;
 pub mod reshaper;
 pub mod traits;
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use migrations::{Backend, Kind};
-use sqlx::postgres::PgPoolOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{PgPool, SqlitePool};
 
 use crate::error::{PlacementError, Result};
@@ -96,29 +92,8 @@ impl Db {
             .await
             .map_err(PlacementError::Migrate)?;
         match Backend::from_url(url).map_err(PlacementError::Migrate)? {
-            Backend::Postgres => {
-                let pool = PgPoolOptions::new()
-                    .max_connections(max_connections.max(1))
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect(url)
-                    .await?;
-                Ok(Db::Pg(pool))
-            }
-            Backend::Sqlite => {
-                let opts: SqliteConnectOptions = url.parse()?;
-                let opts = opts
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .foreign_keys(true)
-                    .busy_timeout(Duration::from_secs(10));
-                // One connection: SQLite has one writer anyway, and a single
-                // connection never meets "database is locked".
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect_with(opts)
-                    .await?;
-                Ok(Db::Sqlite(pool))
-            }
+            Backend::Postgres => Ok(Db::Pg(migrations::open_pg(url, max_connections).await?)),
+            Backend::Sqlite => Ok(Db::Sqlite(migrations::open_sqlite(url).await?)),
         }
     }
 
