@@ -163,6 +163,9 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// The database of a PostgreSQL URL could not be created.
+    #[error("cannot create the PostgreSQL database {name:?}: {detail}")]
+    Create { name: String, detail: String },
 }
 
 /// The embedded migrator for one kind and backend (also usable with
@@ -777,4 +780,53 @@ pub async fn open_sqlite(url: &str) -> Result<SqlitePool, sqlx::Error> {
         .acquire_timeout(std::time::Duration::from_secs(30))
         .connect_with(opts)
         .await
+}
+
+/// Creates the database a PostgreSQL URL names, if it does not exist yet,
+/// by connecting to the same server's `postgres` maintenance database; a
+/// no-op for SQLite (files are created on first open). Safe to run
+/// concurrently: losing the race to another creator is success.
+pub async fn ensure_database(url: &str) -> Result<(), Error> {
+    if Backend::from_url(url)? != Backend::Postgres {
+        return Ok(());
+    }
+    let create = |name: &str, detail: String| Error::Create {
+        name: name.to_owned(),
+        detail,
+    };
+    let opts = PgConnectOptions::from_str(url).map_err(|e| create("?", e.to_string()))?;
+    let Some(name) = opts.get_database().map(str::to_owned) else {
+        return Err(create("", "the URL names no database".into()));
+    };
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(create(&name, "use letters, digits and '_' only".into()));
+    }
+    let mut conn = opts
+        .clone()
+        .database("postgres")
+        .connect()
+        .await
+        .map_err(|e| create(&name, e.to_string()))?;
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(&name)
+        .fetch_optional(&mut conn)
+        .await
+        .map_err(|e| create(&name, e.to_string()))?;
+    if exists.is_none() {
+        if let Err(e) = sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+        {
+            // 42P04 duplicate_database; 23505 when two creators race on the catalog.
+            let code = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .map(|c| c.into_owned());
+            if !matches!(code.as_deref(), Some("42P04") | Some("23505")) {
+                return Err(create(&name, e.to_string()));
+            }
+        }
+    }
+    conn.close().await.ok();
+    Ok(())
 }

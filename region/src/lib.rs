@@ -24,8 +24,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegionSection {
-    /// Directory holding one SQLite file per database.
+    /// Directory holding one SQLite file per database (on the embedded
+    /// default), the generated passwords and the image files.
     pub data_dir: PathBuf,
+    /// Where the databases live. Empty: SQLite files in `data_dir` (the
+    /// embedded default). Otherwise a PostgreSQL URL template with `{db}`,
+    /// replaced by `api`, `cell0`, `cell1`, …, `placement`, `identity` and
+    /// `image` (one database each, created if missing), e.g.
+    /// `postgresql://root@127.0.0.1:5432/region_{db}`.
+    pub database_url: String,
+    /// Where each cell's bus lives. Empty: in-process buses (`inproc://cellN`).
+    /// Otherwise an `amqp://` URL template with `{cell}`, replaced by the
+    /// cell's name, one vhost per cell (the vhosts must exist:
+    /// `rabbitmqctl add_vhost`), e.g.
+    /// `amqp://guest:guest@127.0.0.1:5672/region_{cell}`.
+    pub transport_url: String,
     /// Number of cells besides cell0.
     pub cells: u32,
     /// Fake compute hosts per cell.
@@ -52,6 +65,8 @@ impl Default for RegionSection {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("data"),
+            database_url: String::new(),
+            transport_url: String::new(),
             cells: 2,
             hosts_per_cell: 4,
             fake_spawn_latency_ms: 200,
@@ -158,6 +173,74 @@ fn sqlite_url(dir: &Path, name: &str) -> String {
     format!("sqlite://{}/{name}.sqlite?mode=rwc", dir.display())
 }
 
+impl RegionSection {
+    /// Whether the databases are PostgreSQL (else SQLite files).
+    pub fn on_postgres(&self) -> bool {
+        !self.database_url.is_empty()
+    }
+
+    /// The URL of database `name` (`api`, `cell1`, `placement`, …).
+    pub fn db_url(&self, name: &str) -> String {
+        if self.on_postgres() {
+            self.database_url.replace("{db}", name)
+        } else {
+            sqlite_url(&self.data_dir, name)
+        }
+    }
+
+    /// The bus URL of cell `name`.
+    pub fn bus_url(&self, name: &str) -> String {
+        if self.transport_url.is_empty() {
+            format!("inproc://{name}")
+        } else {
+            self.transport_url.replace("{cell}", name)
+        }
+    }
+
+    /// Pool size for a service's database: SQLite has one writer.
+    fn pool_size(&self) -> u32 {
+        if self.on_postgres() {
+            8
+        } else {
+            1
+        }
+    }
+
+    /// Refuses templates that would put two databases or two cells on one URL.
+    fn check(&self) -> Result<()> {
+        if self.on_postgres() {
+            if !self.database_url.contains("{db}") {
+                bail!(
+                    "region.database_url must contain {{db}} (one database per service and cell)"
+                );
+            }
+            if !(self.database_url.starts_with("postgres://")
+                || self.database_url.starts_with("postgresql://"))
+            {
+                bail!("region.database_url must be a postgres:// or postgresql:// URL template");
+            }
+        }
+        if !self.transport_url.is_empty() {
+            if !self.transport_url.contains("{cell}") {
+                bail!("region.transport_url must contain {{cell}} (one vhost per cell)");
+            }
+            if !self.transport_url.starts_with("amqp://") {
+                bail!("region.transport_url must be an amqp:// URL template");
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the PostgreSQL database `name` if missing; the URL.
+    async fn prepare_db(&self, name: &str) -> Result<String> {
+        let url = self.db_url(name);
+        migrations::ensure_database(&url)
+            .await
+            .with_context(|| format!("prepare the {name} database"))?;
+        Ok(url)
+    }
+}
+
 /// A password kept in `<data_dir>/<name>.secret` (created on first start,
 /// readable by the owner only), so restarts keep working credentials.
 fn secret(dir: &Path, name: &str) -> Result<String> {
@@ -220,6 +303,7 @@ impl Region {
         telemetry: Option<fabric::telemetry::Telemetry>,
     ) -> Result<Region> {
         let r = &cfg.region;
+        r.check()?;
         let dir = &r.data_dir;
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create data directory {}", dir.display()))?;
@@ -239,8 +323,8 @@ impl Region {
             listen: r.identity_listen.clone(),
             ..Default::default()
         };
-        icfg.database.connection = sqlite_url(dir, "identity");
-        icfg.database.max_connections = 1;
+        icfg.database.connection = r.prepare_db("identity").await?;
+        icfg.database.max_connections = r.pool_size();
         icfg.endpoints.placement = format!("http://{}", r.placement_listen);
         icfg.endpoints.compute = format!("http://{}/v2.1", r.compute_listen);
         icfg.endpoints.image = format!("http://{}", r.image_listen);
@@ -269,8 +353,8 @@ impl Region {
             auth_strategy: "keystone".to_owned(),
             identity_url: identity_url.clone(),
             database: placement::config::DatabaseConfig {
-                connection: sqlite_url(dir, "placement"),
-                max_connections: 1,
+                connection: r.prepare_db("placement").await?,
+                max_connections: r.pool_size(),
             },
             telemetry: cfg.telemetry.clone(),
         };
@@ -307,12 +391,12 @@ impl Region {
         };
 
         // API database, cell0 and the cells.
-        let api_db_url = sqlite_url(dir, "api");
+        let api_db_url = r.prepare_db("api").await?;
         migrations::migrate(migrations::Kind::Api, &api_db_url)
             .await
             .context("migrate the API database")?;
         let api = cell_mapping::ApiDb::open(&api_db_url).await?;
-        let cell0_db_url = sqlite_url(dir, "cell0");
+        let cell0_db_url = r.prepare_db("cell0").await?;
         cell_mapping::cells::map_cell0(&api, &cell0_db_url)
             .await
             .context("map cell0")?;
@@ -323,8 +407,8 @@ impl Region {
         let mut cells = Vec::new();
         for i in 1..=r.cells {
             let name = format!("cell{i}");
-            let db_url = sqlite_url(dir, &name);
-            let bus_url = format!("inproc://{name}");
+            let db_url = r.prepare_db(&name).await?;
+            let bus_url = r.bus_url(&name);
             if !existing
                 .iter()
                 .any(|c| c.name.as_deref() == Some(name.as_str()))
@@ -341,7 +425,9 @@ impl Region {
                 .await
                 .with_context(|| format!("create {name}"))?;
             }
-            let bus = bus::connect(&bus_url).await?;
+            let bus = bus::connect(&bus_url)
+                .await
+                .with_context(|| format!("connect to {name}'s bus (does its vhost exist?)"))?;
             let mut opts = cell_conductor::ConductorOptions::new(&db_url, bus.clone());
             opts.host = format!("{name}-conductor");
             opts.placement = Arc::new(cell_conductor::HttpPlacement::with_token(
@@ -399,7 +485,7 @@ impl Region {
             listen: r.image_listen.clone(),
             ..Default::default()
         };
-        imcfg.database.connection = sqlite_url(dir, "image");
+        imcfg.database.connection = r.prepare_db("image").await?;
         imcfg.filesystem_store_datadir = dir.join("images").display().to_string();
         let image = api_super::serve_image(imcfg, identity.identity.validator.clone())
             .await

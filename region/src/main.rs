@@ -10,7 +10,7 @@ use region::{Region, RegionConfig};
 #[derive(Debug, Parser)]
 #[command(
     name = "region",
-    about = "Run a whole region in one process on the embedded default"
+    about = "Run a whole region in one process, on the embedded default or on PostgreSQL and RabbitMQ"
 )]
 struct Cli {
     /// TOML configuration file (see docs/CONFIG.md; REGION_CONFIG also names one).
@@ -33,10 +33,27 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     let telemetry = fabric::telemetry::init("region", &cfg.telemetry)?;
-    println!(
-        "region: embedded default in {}",
-        cfg.region.data_dir.display()
-    );
+    if cfg.region.on_postgres() || !cfg.region.transport_url.is_empty() {
+        println!(
+            "region: databases on {}, buses on {}, files in {}",
+            if cfg.region.on_postgres() {
+                "PostgreSQL"
+            } else {
+                "SQLite"
+            },
+            if cfg.region.transport_url.is_empty() {
+                "in-process"
+            } else {
+                "RabbitMQ"
+            },
+            cfg.region.data_dir.display()
+        );
+    } else {
+        println!(
+            "region: embedded default in {}",
+            cfg.region.data_dir.display()
+        );
+    }
     let region = Region::start(&cfg, Some(telemetry)).await?;
     println!("  identity  http://{}/v3", region.identity.addr);
     println!(
@@ -52,12 +69,17 @@ async fn main() -> Result<()> {
         region.image.addr,
         api_super::image::CIRROS_NAME
     );
+    let db_kind = if cfg.region.on_postgres() {
+        "postgresql"
+    } else {
+        "sqlite"
+    };
     for c in &region.cells {
         println!(
-            "  {:<9} sqlite with {} fake hosts, conductor up, bus {}",
+            "  {:<9} {db_kind} with {} fake hosts, conductor up, bus {}",
             c.name,
             c.hosts.len(),
-            c.bus_url
+            redact(&c.bus_url)
         );
     }
     if !cfg.telemetry.metrics_listen.is_empty() {
@@ -79,4 +101,18 @@ async fn main() -> Result<()> {
     tokio::signal::ctrl_c().await?;
     region.shutdown().await;
     Ok(())
+}
+
+/// A URL with its password replaced by `***` (for printing).
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
 }

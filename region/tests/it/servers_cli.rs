@@ -1,10 +1,26 @@
 //! Servers through the real clients (python-openstackclient and
-//! openstacksdk from PyPI) on the embedded default: boot, list, show,
-//! delete; afterwards placement holds no allocation.
+//! openstacksdk from PyPI), on the embedded default and on PostgreSQL +
+//! RabbitMQ (a database per cell, a vhost per cell): boot, list, show,
+//! delete; afterwards placement holds no allocation and no cell a live
+//! instance.
 
+use std::path::Path;
 use std::process::Command;
 
 use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
+
+/// Starts the region binary in `dir` with `extra` settings, on ports the
+/// catalog can name before they are bound.
+fn start(dir: &Path, extra: &[(&str, String)]) -> super::Running {
+    let port = || format!("127.0.0.1:{}", super::free_port());
+    let mut env = vec![
+        ("REGION__REGION__PLACEMENT_LISTEN", port()),
+        ("REGION__REGION__COMPUTE_LISTEN", port()),
+        ("REGION__REGION__IMAGE_LISTEN", port()),
+    ];
+    env.extend(extra.iter().cloned());
+    super::start_with(dir, &env)
+}
 
 #[test]
 fn openstack_cli_boots_lists_shows_and_deletes_servers() {
@@ -12,23 +28,114 @@ fn openstack_cli_boots_lists_shows_and_deletes_servers() {
         return;
     };
     let dir = testkit::temp_dir("region_servers_cli");
-    // The catalog must name the ports really used.
-    let port = || format!("127.0.0.1:{}", super::free_port());
-    let r = super::start_with(
+    let r = start(&dir, &[]);
+    boot_list_show_delete(&r, &bin);
+    drop(r);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The same flow on two cells with a PostgreSQL database and a RabbitMQ
+/// vhost each (and the API, placement, identity and image databases on
+/// PostgreSQL too).
+#[test]
+fn openstack_cli_boots_servers_on_postgresql_and_rabbitmq() {
+    let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Fresh databases and vhosts, named t_region_pg_<name>.
+    let mut db_template = None;
+    for db in [
+        "api",
+        "cell0",
+        "cell1",
+        "cell2",
+        "placement",
+        "identity",
+        "image",
+    ] {
+        let Some(pg) = rt.block_on(testkit::postgres(&format!("region_pg_{db}"))) else {
+            return;
+        };
+        db_template = Some(pg.url.replace(&format!("region_pg_{db}"), "region_pg_{db}"));
+    }
+    let mut bus_template = None;
+    for cell in ["cell1", "cell2"] {
+        let Some(url) = testkit::rabbitmq(&format!("region_pg_{cell}")) else {
+            return;
+        };
+        bus_template = Some(url.replace(&format!("region_pg_{cell}"), "region_pg_{cell}"));
+    }
+    let dir = testkit::temp_dir("region_servers_pg");
+    let r = start(
         &dir,
         &[
-            ("REGION__REGION__PLACEMENT_LISTEN", port()),
-            ("REGION__REGION__COMPUTE_LISTEN", port()),
-            ("REGION__REGION__IMAGE_LISTEN", port()),
+            ("REGION__REGION__DATABASE_URL", db_template.unwrap()),
+            ("REGION__REGION__TRANSPORT_URL", bus_template.unwrap()),
         ],
     );
+    assert!(
+        r.lines
+            .iter()
+            .any(|l| l.contains("databases on PostgreSQL, buses on RabbitMQ")),
+        "{:?}",
+        r.lines
+    );
+    let cells: Vec<&String> = r
+        .lines
+        .iter()
+        .filter(|l| l.contains("postgresql with 2 fake hosts"))
+        .collect();
+    assert_eq!(cells.len(), 2, "{:?}", r.lines);
+    assert!(
+        cells.iter().all(|l| l.contains("amqp://guest:***@")),
+        "the bus password must not be printed: {cells:?}"
+    );
+    boot_list_show_delete(&r, &bin);
+    // No cell database holds a live instance.
+    let db_url = |db: &str| format!("{}/t_region_pg_{db}", pg_base());
+    for cell in ["cell1", "cell2"] {
+        let live: i64 = rt.block_on(async {
+            let pool = sqlx_pool(&db_url(cell)).await;
+            sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE NOT deleted")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        });
+        assert_eq!(live, 0, "{cell} still has live instances");
+    }
+    drop(r);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn pg_base() -> String {
+    let admin = testkit::pg_admin_url();
+    admin
+        .rsplit_once('/')
+        .map(|(b, _)| b.to_owned())
+        .unwrap_or(admin)
+}
+
+async fn sqlx_pool(url: &str) -> sqlx::PgPool {
+    sqlx::PgPool::connect(url)
+        .await
+        .expect("connect to a cell database")
+}
+
+/// Boots, lists, shows and deletes a server with the CLI and openstacksdk,
+/// as a member, and checks placement is empty afterwards.
+fn boot_list_show_delete(r: &super::Running, bin: &Path) {
+    let bin = bin.to_path_buf();
     let admin = Cli {
         bin: bin.clone(),
-        env: os_env(&r, "admin", 0, "admin"),
+        env: os_env(r, "admin", 0, "admin"),
     };
     let member = Cli {
         bin: bin.clone(),
-        env: os_env(&r, "demo", 1, "demo"),
+        env: os_env(r, "demo", 1, "demo"),
     };
 
     let flavors = member.json(&["flavor", "list"]);
@@ -124,6 +231,4 @@ fn openstack_cli_boots_lists_shows_and_deletes_servers() {
             assert_eq!(u["usage"], 0, "{uuid}: {u}");
         }
     }
-    drop(r);
-    std::fs::remove_dir_all(&dir).ok();
 }
