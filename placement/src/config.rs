@@ -35,6 +35,10 @@ pub struct PlacementConfig {
     pub identity_url: String,
     /// The database.
     pub database: DatabaseConfig,
+    /// On PostgreSQL, how often (seconds) the in-memory index is rebuilt
+    /// from the database in case a change announcement from another
+    /// placement process was lost; 0: never.
+    pub index_reconcile_secs: u64,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
 }
@@ -46,6 +50,7 @@ impl Default for PlacementConfig {
             auth_strategy: "noauth2".to_owned(),
             identity_url: String::new(),
             database: DatabaseConfig::default(),
+            index_reconcile_secs: 60,
             telemetry: TelemetryConfig::default(),
         }
     }

@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod changes;
 pub mod config;
 pub mod db;
 pub mod engine;
@@ -40,6 +41,9 @@ pub struct Running {
     pub placement: Arc<Placement>,
     /// The server task.
     pub task: tokio::task::JoinHandle<()>,
+    /// Follows other processes' index changes (PostgreSQL only); stops
+    /// when dropped.
+    pub follower: Option<changes::Follower>,
 }
 
 /// Opens the database and serves the API on `cfg.listen` (port 0 picks one).
@@ -65,6 +69,12 @@ pub async fn serve_with(
             .await
             .map_err(|e| anyhow::anyhow!("cannot open the placement database: {e}"))?,
     );
+    let follower = changes::follow(
+        placement.clone(),
+        &cfg.database.connection,
+        std::time::Duration::from_secs(cfg.index_reconcile_secs),
+    )
+    .await?;
     let state = api::AppState {
         placement: placement.clone(),
         auth: Arc::new(auth),
@@ -85,5 +95,6 @@ pub async fn serve_with(
         addr,
         placement,
         task,
+        follower,
     })
 }

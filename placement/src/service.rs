@@ -1,13 +1,16 @@
 //! The placement service: the database (source of truth) plus the
 //! in-memory index (for candidates and list filters), kept coherent: after
 //! every committed write the affected providers are re-read from the
-//! database and mirrored into the index.
+//! database and mirrored into the index, and on PostgreSQL the change is
+//! announced to the other placement processes on the same database (see
+//! [`crate::changes`]).
 
 use std::collections::HashMap;
 use std::sync::RwLock;
 
 use fabric::ids::ProviderUuid;
 
+use crate::changes::{self, Change};
 use crate::db::Db;
 use crate::engine::Index;
 use crate::error::{PlacementError, Result};
@@ -26,6 +29,8 @@ pub struct Placement {
     pub db: Db,
     index: RwLock<Index>,
     classes: RwLock<HashMap<String, i64>>,
+    /// Names this process in change notifications (to skip its own).
+    pub(crate) origin: String,
 }
 
 impl Placement {
@@ -46,6 +51,7 @@ impl Placement {
             db,
             index: RwLock::new(index),
             classes: RwLock::new(classes),
+            origin: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
 
@@ -56,8 +62,16 @@ impl Placement {
     }
 
     /// Re-reads the given providers from the database into the index;
-    /// providers gone from the database leave the index.
+    /// providers gone from the database leave the index. Other processes
+    /// are told to do the same.
     pub async fn refresh(&self, uuids: &[String]) -> Result<()> {
+        self.refresh_local(uuids).await?;
+        self.announce(Change::Providers, uuids).await;
+        Ok(())
+    }
+
+    /// [`Self::refresh`] without telling other processes.
+    pub(crate) async fn refresh_local(&self, uuids: &[String]) -> Result<()> {
         let records = self.db.provider_records(Some(uuids)).await?;
         let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
         let present: Vec<String> = records.iter().map(|r| r.uuid.to_string()).collect();
@@ -77,7 +91,15 @@ impl Placement {
     /// After an allocation write: re-reads only generation and usage of the
     /// touched providers (one query) into the index. A provider the index
     /// does not hold yet (created by another process) is read in full.
+    /// Other processes are told to do the same.
     pub async fn refresh_usages(&self, uuids: &[String]) -> Result<()> {
+        self.refresh_usages_local(uuids).await?;
+        self.announce(Change::Usages, uuids).await;
+        Ok(())
+    }
+
+    /// [`Self::refresh_usages`] without telling other processes.
+    pub(crate) async fn refresh_usages_local(&self, uuids: &[String]) -> Result<()> {
         let states = self.db.usage_states(uuids).await?;
         let mut missing = Vec::new();
         {
@@ -101,12 +123,19 @@ impl Placement {
         if missing.is_empty() {
             Ok(())
         } else {
-            self.refresh(&missing).await
+            self.refresh_local(&missing).await
         }
     }
 
-    /// Rebuilds the whole index from the database.
+    /// Rebuilds the whole index from the database; other processes too.
     pub async fn refresh_all(&self) -> Result<()> {
+        self.refresh_all_local().await?;
+        self.announce(Change::All, &[]).await;
+        Ok(())
+    }
+
+    /// [`Self::refresh_all`] without telling other processes.
+    pub(crate) async fn refresh_all_local(&self) -> Result<()> {
         let records = self.db.provider_records(None).await?;
         let fresh = Index::from_snapshot(records).map_err(|e| {
             PlacementError::Db(sqlx::Error::Protocol(format!(
@@ -151,10 +180,28 @@ impl Placement {
         }
     }
 
-    /// Forgets the class cache (after a class was created, renamed or deleted).
+    /// Forgets the class cache (after a class was created, renamed or
+    /// deleted); other processes too.
     pub async fn reload_classes(&self) -> Result<()> {
+        self.reload_classes_local().await?;
+        self.announce(Change::Classes, &[]).await;
+        Ok(())
+    }
+
+    /// [`Self::reload_classes`] without telling other processes.
+    pub(crate) async fn reload_classes_local(&self) -> Result<()> {
         let fresh = self.db.class_ids().await?;
         *self.classes.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         Ok(())
+    }
+
+    /// Tells the other processes on this database (PostgreSQL only) what
+    /// changed. A lost announcement costs staleness until the next
+    /// reconcile, never correctness: writes re-check generations and
+    /// capacity in the database.
+    async fn announce(&self, change: Change, uuids: &[String]) {
+        if let Err(e) = changes::announce(&self.db, &self.origin, change, uuids).await {
+            tracing::warn!(error = %e, "could not announce an index change to other placement processes");
+        }
     }
 }

@@ -357,6 +357,7 @@ impl Region {
                 max_connections: r.pool_size(),
             },
             telemetry: cfg.telemetry.clone(),
+            ..Default::default()
         };
         let placement = placement::serve_with(
             &pcfg,

@@ -176,3 +176,130 @@ fn two_processes_never_over_allocate() {
         retries.load(Ordering::SeqCst)
     );
 }
+
+/// Polls `path` on `addr` until `done` holds for the parsed body, for at
+/// most 10 s; the last body when it never does.
+fn eventually(
+    addr: SocketAddr,
+    path: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> Result<std::time::Duration, String> {
+    let started = std::time::Instant::now();
+    let mut c = client(addr).with_header("openstack-api-version", "placement 1.39");
+    loop {
+        let r = c.request("GET", path, None).unwrap();
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        if done(&v) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            return Err(r.body);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn candidates(v: &serde_json::Value) -> usize {
+    v["allocation_requests"].as_array().map_or(0, Vec::len)
+}
+
+/// What one process writes, the other's in-memory index (allocation
+/// candidates) reflects within seconds: new providers, claims, traits,
+/// deletions — also after its LISTEN connection was killed.
+#[test]
+fn index_changes_reach_the_other_process() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(db) = rt.block_on(testkit::postgres("placement_index_follow")) else {
+        return;
+    };
+    let a = start(&db.url);
+    let b = start(&db.url);
+    let mut ca = client(a.addr).with_header("openstack-api-version", "placement 1.39");
+    let rp = uuid();
+    let r = ca
+        .request(
+            "POST",
+            "/resource_providers",
+            Some(&format!(r#"{{"name": "follow1", "uuid": "{rp}"}}"#)),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = ca
+        .request(
+            "PUT",
+            &format!("/resource_providers/{rp}/inventories"),
+            Some(r#"{"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 2}}}"#),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // A new provider with inventory.
+    let two = "/allocation_candidates?resources=VCPU:2";
+    let took = eventually(b.addr, two, |v| candidates(v) == 1).expect("B never saw the provider");
+    eprintln!("new provider seen by the other process after {took:?}");
+
+    // A claim of everything: no candidate left on B.
+    let consumer = uuid();
+    let r = ca
+        .request(
+            "PUT",
+            &format!("/allocations/{consumer}"),
+            Some(&format!(
+                r#"{{"allocations": {{"{rp}": {{"resources": {{"VCPU": 2}}}}}}, "project_id": "p", "user_id": "u", "consumer_generation": null}}"#
+            )),
+        )
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.body);
+    let one = "/allocation_candidates?resources=VCPU:1";
+    eventually(b.addr, one, |v| candidates(v) == 0).expect("B never saw the claim");
+
+    // Freed again, and a trait.
+    let r = ca
+        .request("DELETE", &format!("/allocations/{consumer}"), None)
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.body);
+    eventually(b.addr, one, |v| candidates(v) == 1).expect("B never saw the release");
+    let r = ca.request("PUT", "/traits/CUSTOM_FOLLOW", None).unwrap();
+    assert_eq!(r.status, 201, "{}", r.body);
+    let gen = ca
+        .request("GET", &format!("/resource_providers/{rp}"), None)
+        .unwrap();
+    let gen: serde_json::Value = serde_json::from_str(&gen.body).unwrap();
+    let r = ca
+        .request(
+            "PUT",
+            &format!("/resource_providers/{rp}/traits"),
+            Some(&format!(
+                r#"{{"resource_provider_generation": {}, "traits": ["CUSTOM_FOLLOW"]}}"#,
+                gen["generation"]
+            )),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let traited = "/allocation_candidates?resources=VCPU:1&required=CUSTOM_FOLLOW";
+    eventually(b.addr, traited, |v| candidates(v) == 1).expect("B never saw the trait");
+
+    // Kill every LISTEN connection on this database, then change again:
+    // the follower reconnects and catches up.
+    let killed: i64 = rt.block_on(async {
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    });
+    assert!(
+        killed >= 2,
+        "expected both processes' LISTEN connections, killed {killed}"
+    );
+    let r = ca
+        .request("DELETE", &format!("/resource_providers/{rp}"), None)
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.body);
+    eventually(b.addr, one, |v| candidates(v) == 0)
+        .expect("B never saw the deletion after its LISTEN connection was killed");
+}
