@@ -14,6 +14,11 @@
 //! schedulable, and reaching the new cell while cell1 is enabled takes an
 //! admin's forced host (`availability_zone: "nova:<host>"`).
 //!
+//! It runs twice: on the embedded default (SQLite files, `inproc://` buses)
+//! and on the production backends (a PostgreSQL database and a RabbitMQ
+//! vhost per cell, the API, placement, identity and image databases on
+//! PostgreSQL too).
+//!
 //! In-process rather than the binary: the new cell's `inproc://` bus is
 //! only shared inside one process. Every wait polls with a deadline.
 
@@ -294,9 +299,69 @@ fn assert_no_valid_host(b: &Built) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cells_added_disabled_and_enabled_while_running() {
-    let began = Instant::now();
     let dir = testkit::temp_dir("cells_live");
+    let cell2_db = format!("sqlite://{}/cell2.sqlite?mode=rwc", dir.display());
+    cells_live(
+        RegionConfig::default(),
+        dir,
+        cell2_db,
+        "inproc://cell2".into(),
+    )
+    .await;
+}
+
+/// The same on PostgreSQL and RabbitMQ: every database on PostgreSQL, each
+/// cell on its own vhost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_added_disabled_and_enabled_while_running_on_postgresql_and_rabbitmq() {
+    let mut db_template = String::new();
+    let mut cell2_db = String::new();
+    for db in [
+        "api",
+        "cell0",
+        "cell1",
+        "cell2",
+        "placement",
+        "identity",
+        "image",
+    ] {
+        let name = format!("cells_live_pg_{db}");
+        let Some(pg) = testkit::postgres(&name).await else {
+            return;
+        };
+        db_template = pg.url.replace(&name, "cells_live_pg_{db}");
+        if db == "cell2" {
+            cell2_db = pg.url;
+        }
+    }
+    let mut bus_template = String::new();
+    let mut cell2_bus = String::new();
+    for cell in ["cell1", "cell2"] {
+        let name = format!("cells_live_pg_{cell}");
+        let Some(url) = testkit::rabbitmq(&name) else {
+            return;
+        };
+        bus_template = url.replace(&name, "cells_live_pg_{cell}");
+        if cell == "cell2" {
+            cell2_bus = url;
+        }
+    }
     let mut cfg = RegionConfig::default();
+    cfg.region.database_url = db_template;
+    cfg.region.transport_url = bus_template;
+    let dir = testkit::temp_dir("cells_live_pg");
+    cells_live(cfg, dir, cell2_db, cell2_bus).await;
+}
+
+/// Starts a one-cell region on `cfg`'s backends, adds cell2 (database
+/// `cell2_db`, bus `cell2_bus`) while it runs, disables and enables cell1.
+async fn cells_live(
+    mut cfg: RegionConfig,
+    dir: std::path::PathBuf,
+    cell2_db: String,
+    cell2_bus: String,
+) {
+    let began = Instant::now();
     cfg.region.data_dir = dir.clone();
     cfg.region.cells = 1;
     cfg.region.hosts_per_cell = 2;
@@ -344,9 +409,7 @@ async fn cells_added_disabled_and_enabled_while_running() {
 
     // cell2's services run and report to placement, but nothing maps them:
     // even an admin's forced host there finds no valid host.
-    let cell2_db = format!("sqlite://{}/cell2.sqlite?mode=rwc", dir.display());
-    let cell2_bus = "inproc://cell2";
-    let cell2 = start_cell(&region, "cell2", &cell2_db, cell2_bus).await;
+    let cell2 = start_cell(&region, "cell2", &cell2_db, &cell2_bus).await;
     let early = api
         .boot_and_settle(true, "early", Some("nova:cell2-host01"))
         .await;
@@ -358,7 +421,7 @@ async fn cells_added_disabled_and_enabled_while_running() {
         &op,
         &NewCell {
             name: Some("cell2".into()),
-            transport_url: cell2_bus.into(),
+            transport_url: cell2_bus.clone(),
             database_connection: cell2_db.clone(),
             disabled: false,
         },
