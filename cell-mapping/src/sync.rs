@@ -13,6 +13,10 @@ pub struct DbStatus {
     pub label: String,
     /// Ok(version, versions applied now) or the error.
     pub result: Result<(Option<i64>, Vec<i64>), Error>,
+    /// 1-based position among the databases of this run, and their number.
+    pub position: (usize, usize),
+    /// How long this database took.
+    pub elapsed: std::time::Duration,
 }
 
 /// Migrates the API database at `api_url`.
@@ -38,16 +42,23 @@ pub async fn sync_all(
     api_url: &str,
     progress: &mut (dyn FnMut(&DbStatus) + Send),
 ) -> Result<Vec<DbStatus>, Error> {
+    let started = std::time::Instant::now();
     let applied = sync_api(api_url).await?;
-    let mut out = vec![DbStatus {
-        label: "api".to_owned(),
-        result: Ok((Some(applied.version), applied.applied)),
-    }];
-    progress(&out[0]);
+    let api_elapsed = started.elapsed();
     let api = ApiDb::open(api_url).await?;
     let cells = api.cells().await;
     api.close().await;
-    for cell in cells? {
+    let cells = cells?;
+    let total = cells.len() + 1;
+    let mut out = vec![DbStatus {
+        label: "api".to_owned(),
+        result: Ok((Some(applied.version), applied.applied)),
+        position: (1, total),
+        elapsed: api_elapsed,
+    }];
+    progress(&out[0]);
+    for (i, cell) in cells.into_iter().enumerate() {
+        let started = std::time::Instant::now();
         let result = migrations::migrate(Kind::Cell, &cell.database_connection)
             .await
             .map(|a| (Some(a.version), a.applied))
@@ -59,6 +70,8 @@ pub async fn sync_all(
         let st = DbStatus {
             label: cell_label(&cell),
             result,
+            position: (i + 2, total),
+            elapsed: started.elapsed(),
         };
         progress(&st);
         out.push(st);
@@ -79,6 +92,8 @@ pub async fn versions(api_url: &str) -> Result<Vec<DbStatus>, Error> {
     let mut out = vec![DbStatus {
         label: "api".to_owned(),
         result: Ok((v, vec![])),
+        position: (1, 1),
+        elapsed: std::time::Duration::ZERO,
     }];
     if v.is_none() {
         return Ok(out);
@@ -98,6 +113,8 @@ pub async fn versions(api_url: &str) -> Result<Vec<DbStatus>, Error> {
         out.push(DbStatus {
             label: cell_label(&cell),
             result,
+            position: (0, 0),
+            elapsed: std::time::Duration::ZERO,
         });
     }
     Ok(out)

@@ -369,14 +369,19 @@ async fn db_sync(ctx: &Ctx) -> i32 {
         Ok(u) => u,
         Err(e) => return fail(&e, 1),
     };
-    let mut print = |st: &sync::DbStatus| match &st.result {
-        Ok((v, applied)) => println!(
-            "{}: version {}{}",
-            st.label,
-            v.unwrap_or(0),
-            applied_note(applied)
-        ),
-        Err(e) => eprintln!("error: {}: {}", st.label, e.one_line()),
+    // One line per database as it finishes: position, label, version, time.
+    let mut print = |st: &sync::DbStatus| {
+        let (i, n) = st.position;
+        let ms = st.elapsed.as_millis();
+        match &st.result {
+            Ok((v, applied)) => println!(
+                "[{i}/{n}] {}: version {}{} ({ms} ms)",
+                st.label,
+                v.unwrap_or(0),
+                applied_note(applied)
+            ),
+            Err(e) => eprintln!("[{i}/{n}] error: {}: {} ({ms} ms)", st.label, e.one_line()),
+        }
     };
     match sync::sync_all(url, &mut print).await {
         Ok(all) if all.iter().all(|s| s.result.is_ok()) => 0,

@@ -648,6 +648,14 @@ async fn onboarding_and_refusals(be: Be, name: &str) {
         out.contains("api: version") && out.contains("cell cell0") && out.contains("cell cell2b"),
         "{out}"
     );
+    // Progress: every line numbered out of the total, API first.
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (i, l) in lines.iter().enumerate() {
+        assert!(l.starts_with(&format!("[{}/3] ", i + 1)), "{out}");
+        assert!(l.ends_with(" ms)"), "{out}");
+    }
+    assert!(lines[0].starts_with("[1/3] api: version"), "{out}");
     let out = ok(api, &["db", "version"]);
     assert!(out.lines().count() == 3, "{out}");
 
@@ -743,4 +751,98 @@ async fn simple_cell_setup_sqlite() {
 #[tokio::test(flavor = "multi_thread")]
 async fn simple_cell_setup_postgres() {
     simple_setup(Be::Pg, "simple_pg").await;
+}
+
+/// `discover-hosts --by-service`: maps hosts that have a compute service
+/// but no compute node yet (upstream's ironic-style flow), leaves other
+/// binaries and deleted services alone, and is idempotent (`--strict` then
+/// exits 1, nothing new).
+async fn by_service(be: Be, name: &str) {
+    let Some(r) = region(name, be, 1).await else {
+        return;
+    };
+    let api = r.api.as_str();
+    let (db, mq) = (&r.cells[0].0, &r.cells[0].1);
+    ok(api, &["api_db", "sync"]);
+    let cell = ok(
+        api,
+        &[
+            "cell_v2",
+            "create-cell",
+            "--name",
+            "cell1",
+            "--transport-url",
+            mq,
+            "--database-connection",
+            db,
+        ],
+    )
+    .trim()
+    .to_owned();
+    let p = cell_pool(db).await;
+    let service = |host: &str, binary: &str, deleted: bool| {
+        let (p, host, binary) = (&p, host.to_owned(), binary.to_owned());
+        async move {
+            exec(
+                p,
+                &format!(
+                    "INSERT INTO services (uuid, host, \"binary\", topic, deleted) VALUES ($1, $2, $3, $4, {})",
+                    if deleted { "TRUE" } else { "FALSE" }
+                ),
+                &[&uuid::Uuid::new_v4().to_string(), &host, &binary, &format!("{binary}-{host}")],
+            )
+            .await;
+        }
+    };
+    service("svc1", "nova-compute", false).await;
+    service("svc2", "nova-compute", false).await;
+    service("cond1", "nova-conductor", false).await;
+    service("gone1", "nova-compute", true).await;
+    add_compute(&p, "node1").await;
+
+    // By compute node: only node1 (no node exists for svc1/svc2).
+    let out = ok(api, &["cell_v2", "discover-hosts", "--verbose"]);
+    assert!(out.contains("Getting compute nodes"), "{out}");
+    assert_eq!(
+        host_mappings(api).await,
+        vec![("node1".to_owned(), cell.clone())]
+    );
+    // By service: the two live compute services, not the conductor, not the deleted one.
+    let out = ok(
+        api,
+        &["cell_v2", "discover-hosts", "--by-service", "--verbose"],
+    );
+    assert!(out.contains("Getting compute services"), "{out}");
+    assert!(
+        out.contains("Mapped host 'svc1'") && out.contains("Mapped host 'svc2'"),
+        "{out}"
+    );
+    assert_eq!(
+        host_mappings(api).await,
+        vec![
+            ("node1".to_owned(), cell.clone()),
+            ("svc1".to_owned(), cell.clone()),
+            ("svc2".to_owned(), cell.clone())
+        ]
+    );
+    // Again: nothing new (upstream's --strict exit 1).
+    expect(
+        cm(
+            api,
+            &["cell_v2", "discover-hosts", "--by-service", "--strict"],
+        ),
+        1,
+    );
+    assert_eq!(host_mappings(api).await.len(), 3);
+    p.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn discover_hosts_by_service_sqlite() {
+    by_service(Be::Sqlite, "by_service_sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn discover_hosts_by_service_postgres() {
+    by_service(Be::Pg, "by_service_pg").await;
 }
