@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Every binary: the distributed-deployment test runs them as separate processes.
+cargo build --workspace --bins --locked
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

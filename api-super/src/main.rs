@@ -1,5 +1,7 @@
-//! The `api-super` binary: serves the identity API, and the operator
-//! commands `bootstrap` (as `keystone-manage bootstrap`) and `rotate-keys`.
+//! The `api-super` binary: serves the identity API and, given an API
+//! database, the image API, the Compute API with its super-conductor and
+//! scheduler, and periodic host discovery; plus the operator commands
+//! `bootstrap` (as `keystone-manage bootstrap`) and `rotate-keys`.
 
 use std::path::PathBuf;
 
@@ -12,7 +14,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Parser)]
 #[command(
     name = "api-super",
-    about = "Compute API layer: identity (Keystone v3 subset)"
+    about = "API layer: identity (Keystone v3 subset), images and the Compute API"
 )]
 struct Cli {
     /// TOML configuration file (API_SUPER_CONFIG also names one).
@@ -27,7 +29,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the identity API (the default).
+    /// Serve identity, and with `[api_database] connection` set also images,
+    /// the Compute API and host discovery (the default).
     Serve {
         /// Address to listen on (overrides identity.listen).
         #[arg(long)]
@@ -67,7 +70,37 @@ enum Command {
 #[serde(default, deny_unknown_fields)]
 struct ApiSuperConfig {
     identity: IdentityConfig,
+    /// The API database; empty: serve identity only.
+    api_database: ApiDatabaseSection,
+    /// The Compute API (listen address, scheduler, …).
+    compute: api_super::ComputeConfig,
+    /// The image API.
+    image: api_super::ImageConfig,
+    /// Placement, for the scheduler's claims.
+    placement: PlacementSection,
+    /// Periodic host discovery (0: off).
+    discovery: cell_mapping::DiscoveryConfig,
+    /// Create Nova's m1.* flavors when missing.
+    seed_flavors: bool,
     telemetry: TelemetryConfig,
+}
+
+/// `[api_database]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ApiDatabaseSection {
+    /// `postgresql://…` or `sqlite://…`; migrated with `cell-manage api_db sync`.
+    connection: String,
+}
+
+/// `[placement]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct PlacementSection {
+    /// Base URL of placement, e.g. `http://127.0.0.1:8778`.
+    endpoint: String,
+    /// The scheduler's service user (`[placement.auth]`); its token is kept fresh.
+    auth: fabric::login::ServiceCredentials,
 }
 
 #[tokio::main]
@@ -124,10 +157,93 @@ async fn main() -> anyhow::Result<()> {
                 cfg.identity.listen = l;
             }
             let _t = fabric::telemetry::init("api-super", &cfg.telemetry)?;
-            let running = identity::serve_identity(cfg.identity).await?;
+            let running = identity::serve_identity(cfg.identity.clone()).await?;
             println!("identity listening on http://{}", running.addr);
+            let rest = if cfg.api_database.connection.is_empty() {
+                None
+            } else {
+                Some(serve_compute_side(&cfg, &running).await?)
+            };
             tokio::signal::ctrl_c().await?;
+            drop(rest);
         }
     }
     Ok(())
+}
+
+/// What `serve` runs besides identity; stops when dropped.
+struct ComputeSide {
+    _image: api_super::image::Running,
+    _compute: api_super::ComputeRunning,
+    _login: fabric::login::KeptToken,
+    discovery: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ComputeSide {
+    fn drop(&mut self) {
+        self.discovery.abort();
+    }
+}
+
+/// Images, the Compute API (super-conductor, scheduler claiming in
+/// placement with a service token kept fresh) and periodic discovery.
+async fn serve_compute_side(
+    cfg: &ApiSuperConfig,
+    identity: &identity::Running,
+) -> anyhow::Result<ComputeSide> {
+    use anyhow::Context;
+    let api_db = cfg.api_database.connection.clone();
+    if cfg.placement.endpoint.is_empty() || !cfg.placement.auth.is_set() {
+        anyhow::bail!(
+            "serving the Compute API needs placement.endpoint and a service user in [placement.auth]"
+        );
+    }
+    let mut creds = cfg.placement.auth.clone();
+    if creds.auth_url.is_empty() {
+        creds.auth_url = format!("http://{}", identity.addr);
+    }
+    let login = fabric::login::keep_token(creds)
+        .await
+        .context("the scheduler's service login")?;
+    let image = api_super::serve_image(cfg.image.clone(), identity.identity.validator.clone())
+        .await
+        .context("start the image API")?;
+    println!("image listening on http://{}", image.addr);
+    if cfg.seed_flavors {
+        let n = api_super::seed_flavors(&api_db).await?;
+        if n > 0 {
+            println!("created {n} flavors");
+        }
+    }
+    let compute = api_super::serve_compute(
+        cfg.compute.clone(),
+        api_super::ComputeDeps {
+            api_database: api_db.clone(),
+            auth: identity.identity.validator.clone(),
+            policy: std::sync::Arc::new(identity::policy::Policy::defaults()),
+            placement: std::sync::Arc::new(
+                api_super::scheduler::placement::HttpPlacement::with_token(
+                    &cfg.placement.endpoint,
+                    login.token.clone(),
+                )?,
+            ),
+            images: Some(std::sync::Arc::new(image.lookup())),
+        },
+    )
+    .await
+    .context("start the Compute API")?;
+    println!("compute listening on http://{}/v2.1", compute.addr);
+    let api = cell_mapping::ApiDb::open(&api_db)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the API database: {e}"))?;
+    let discovery = tokio::spawn(cell_mapping::discover::run_periodic(
+        api,
+        cfg.discovery.clone(),
+    ));
+    Ok(ComputeSide {
+        _image: image,
+        _compute: compute,
+        _login: login,
+        discovery,
+    })
 }

@@ -68,8 +68,13 @@ pub struct PlacementSection {
     /// Base URL of the placement API; empty: no placement (reschedules end
     /// in ERROR, deletes remove no allocations).
     pub endpoint: String,
-    /// `X-Auth-Token` sent to placement.
+    /// A fixed `X-Auth-Token` sent to placement (development: `admin`
+    /// with noauth2). Ignored when `auth.username` is set.
     pub token: String,
+    /// A service user that logs in to identity and keeps its token fresh
+    /// (`[placement.auth]`: auth_url, username, password, project_name,
+    /// user_domain_name, project_domain_name).
+    pub auth: fabric::login::ServiceCredentials,
 }
 
 /// The whole file.

@@ -34,14 +34,16 @@ async fn main() -> Result<()> {
     let bus = fabric::bus::connect(&cfg.bus.transport_url)
         .await
         .context("connect to the cell's bus")?;
+    let mut _login = None;
     let placement: Arc<dyn PlacementClient> = if cfg.placement.endpoint.is_empty() {
         tracing::warn!("no placement endpoint: reschedules cannot move claims");
         Arc::new(NoPlacement)
     } else {
-        Arc::new(HttpPlacement::new(
-            &cfg.placement.endpoint,
-            &cfg.placement.token,
-        )?)
+        let (token, kept) = fabric::login::service_token(&cfg.placement.token, &cfg.placement.auth)
+            .await
+            .context("log in for placement")?;
+        _login = kept;
+        Arc::new(HttpPlacement::with_token(&cfg.placement.endpoint, token)?)
     };
     let mut opts = ConductorOptions::new(&cfg.database.connection, bus.clone());
     opts.placement = placement;

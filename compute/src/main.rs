@@ -44,14 +44,16 @@ async fn main() -> Result<()> {
     let bus = fabric::bus::connect(&cfg.bus.transport_url)
         .await
         .context("connect to the cell's bus")?;
+    let mut _login = None;
     let placement: Arc<dyn Placement> = if cfg.placement.endpoint.is_empty() {
         tracing::warn!("no placement endpoint: inventory is not reported");
         Arc::new(NoPlacement)
     } else {
-        Arc::new(HttpPlacement::new(
-            &cfg.placement.endpoint,
-            &cfg.placement.token,
-        )?)
+        let (token, kept) = fabric::login::service_token(&cfg.placement.token, &cfg.placement.auth)
+            .await
+            .context("log in for placement")?;
+        _login = kept;
+        Arc::new(HttpPlacement::with_token(&cfg.placement.endpoint, token)?)
     };
     let hv = FakeHypervisor::automatic(Duration::from_millis(cfg.compute.fake_spawn_latency_ms));
     let hosts: Vec<_> = cfg

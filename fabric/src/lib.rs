@@ -17,6 +17,7 @@
 pub mod bus;
 pub mod config;
 pub mod ids;
+pub mod login;
 pub mod rpc;
 pub mod telemetry;
 pub mod token;

@@ -530,9 +530,31 @@ pub enum RefreshError {
     Protocol(String),
 }
 
-/// A minimal HTTP/1.1 GET over plain TCP (`http://host:port/path`), enough
-/// for polling our own identity service; TLS is not supported.
-async fn http_get_json<T: serde::de::DeserializeOwned>(url: &str) -> Result<T, RefreshError> {
+/// An HTTP answer: status, headers (names lowercased), body.
+pub(crate) struct HttpAnswer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl HttpAnswer {
+    /// The first value of header `name` (lowercase).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A minimal HTTP/1.1 request over plain TCP (`http://host:port/path`),
+/// enough for talking to our own identity service; TLS is not supported.
+/// `body` is sent as JSON. Every step has a 5 s timeout.
+pub(crate) async fn http_request(
+    method: &str,
+    url: &str,
+    body: Option<&[u8]>,
+) -> Result<HttpAnswer, RefreshError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url
         .strip_prefix("http://")
@@ -541,37 +563,71 @@ async fn http_get_json<T: serde::de::DeserializeOwned>(url: &str) -> Result<T, R
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
+    let timeout = |what| RefreshError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, what));
     let connect = tokio::net::TcpStream::connect(host);
     let mut stream = tokio::time::timeout(Duration::from_secs(5), connect)
         .await
-        .map_err(|_| RefreshError::Io(std::io::ErrorKind::TimedOut.into()))?
+        .map_err(|_| timeout("connect"))?
         .map_err(RefreshError::Io)?;
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nhost: {host}\r\naccept: application/json\r\nconnection: close\r\n\r\n"
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\naccept: application/json\r\nconnection: close\r\n"
     );
-    stream
-        .write_all(req.as_bytes())
+    if let Some(b) = body {
+        req.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    if let Some(b) = body {
+        bytes.extend_from_slice(b);
+    }
+    tokio::time::timeout(Duration::from_secs(5), stream.write_all(&bytes))
         .await
+        .map_err(|_| timeout("send"))?
         .map_err(RefreshError::Io)?;
     let mut buf = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf))
         .await
-        .map_err(|_| RefreshError::Io(std::io::ErrorKind::TimedOut.into()))?
+        .map_err(|_| timeout("read"))?
         .map_err(RefreshError::Io)?;
     let split = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .ok_or_else(|| RefreshError::Protocol("no header end".into()))?;
-    let head = String::from_utf8_lossy(&buf[..split]).to_ascii_lowercase();
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(RefreshError::Protocol(format!("status {status}")));
-    }
+    let head = String::from_utf8_lossy(&buf[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| RefreshError::Protocol("no status line".into()))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
     let mut body = buf[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"))
+    {
         body = dechunk(&body).ok_or_else(|| RefreshError::Protocol("bad chunking".into()))?;
     }
-    serde_json::from_slice(&body).map_err(|e| RefreshError::Protocol(e.to_string()))
+    Ok(HttpAnswer {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// GET `url` and parse the JSON answer (200 only).
+async fn http_get_json<T: serde::de::DeserializeOwned>(url: &str) -> Result<T, RefreshError> {
+    let a = http_request("GET", url, None).await?;
+    if a.status != 200 {
+        return Err(RefreshError::Protocol(format!("status {}", a.status)));
+    }
+    serde_json::from_slice(&a.body).map_err(|e| RefreshError::Protocol(e.to_string()))
 }
 
 fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {

@@ -158,13 +158,12 @@ pub struct Region {
     pub member: Credentials,
     /// The services' own token (refreshed in the background).
     pub service_token: SharedToken,
-    refresher: tokio::task::JoinHandle<()>,
+    _service_login: fabric::login::KeptToken,
     discovery: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        self.refresher.abort();
         self.discovery.abort();
     }
 }
@@ -263,37 +262,20 @@ fn secret(dir: &Path, name: &str) -> Result<String> {
 
 /// Logs in with a password (project-scoped) and returns the token and its lifetime.
 pub async fn password_token(identity_url: &str, c: &Credentials) -> Result<(String, Duration)> {
-    let body = serde_json::json!({"auth": {
-        "identity": {"methods": ["password"], "password": {"user": {
-            "name": c.username, "domain": {"id": "default"}, "password": c.password}}},
-        "scope": {"project": {"name": c.project, "domain": {"id": "default"}}}
-    }});
-    let resp = reqwest::Client::new()
-        .post(format!("{identity_url}/v3/auth/tokens"))
-        .json(&body)
-        .send()
-        .await
-        .context("log in to identity")?;
-    if resp.status().as_u16() != 201 {
-        bail!("identity refused the service login: HTTP {}", resp.status());
+    Ok(fabric::login::password_token(&c.service(identity_url)).await?)
+}
+
+impl Credentials {
+    /// As service credentials against the identity at `identity_url`.
+    pub fn service(&self, identity_url: &str) -> fabric::login::ServiceCredentials {
+        fabric::login::ServiceCredentials {
+            auth_url: identity_url.to_owned(),
+            username: self.username.clone(),
+            password: self.password.clone(),
+            project_name: self.project.clone(),
+            ..Default::default()
+        }
     }
-    let token = resp
-        .headers()
-        .get("x-subject-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .context("no X-Subject-Token")?;
-    let v: serde_json::Value = resp.json().await?;
-    let lifetime = v["token"]["expires_at"]
-        .as_str()
-        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
-        .map(|e| {
-            (e.with_timezone(&chrono::Utc) - chrono::Utc::now())
-                .to_std()
-                .unwrap_or_default()
-        })
-        .unwrap_or(Duration::from_secs(600));
-    Ok((token, lifetime))
 }
 
 impl Region {
@@ -369,27 +351,10 @@ impl Region {
         let placement_url = format!("http://{}", placement.addr);
 
         // The services' own token, renewed at half its lifetime.
-        let (token, lifetime) = password_token(&identity_url, &admin).await?;
-        let service_token = SharedToken::fixed(token);
-        let refresher = {
-            let (st, url, creds) = (service_token.clone(), identity_url.clone(), admin.clone());
-            tokio::spawn(async move {
-                let mut wait = lifetime / 2;
-                loop {
-                    tokio::time::sleep(wait.max(Duration::from_secs(5))).await;
-                    match password_token(&url, &creds).await {
-                        Ok((t, l)) => {
-                            st.set(t);
-                            wait = l / 2;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "service token renewal failed; retrying in 10 s");
-                            wait = Duration::from_secs(10);
-                        }
-                    }
-                }
-            })
-        };
+        let kept = fabric::login::keep_token(admin.service(&identity_url))
+            .await
+            .context("the services' login")?;
+        let service_token = kept.token.clone();
 
         // API database, cell0 and the cells.
         let api_db_url = r.prepare_db("api").await?;
@@ -527,7 +492,7 @@ impl Region {
             admin,
             member,
             service_token,
-            refresher,
+            _service_login: kept,
             discovery,
         })
     }
@@ -543,7 +508,6 @@ impl Region {
 
     /// Stops the cells' agents and conductors.
     pub async fn shutdown(mut self) {
-        self.refresher.abort();
         self.discovery.abort();
         for c in std::mem::take(&mut self.cells) {
             for h in c.hosts {

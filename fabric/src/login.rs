@@ -1,0 +1,215 @@
+//! Service credentials: how a service that is not the identity service
+//! (a cell conductor, a compute agent, api-super's scheduler) gets a token
+//! for placement and keeps it fresh.
+//!
+//! The service logs in with a password (Keystone v3 password method,
+//! project scope), holds the token in a [`SharedToken`] that its HTTP
+//! clients read on every request, and logs in again at half the token's
+//! lifetime (10 s after a failure). The password never appears in a log
+//! line or in `Debug` output.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::token::{http_request, RefreshError, SharedToken};
+
+/// A service user's credentials (the `[placement]` sections of the
+/// conductor and compute configuration files, api-super's service user).
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceCredentials {
+    /// The identity service, e.g. `http://127.0.0.1:5000` (with or without `/v3`).
+    pub auth_url: String,
+    /// User name.
+    pub username: String,
+    /// Password.
+    pub password: String,
+    /// Project the token is scoped to.
+    pub project_name: String,
+    /// Domain of the user (by name).
+    pub user_domain_name: String,
+    /// Domain of the project (by name).
+    pub project_domain_name: String,
+}
+
+impl std::fmt::Debug for ServiceCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceCredentials")
+            .field("auth_url", &self.auth_url)
+            .field("username", &self.username)
+            .field("password", &"***")
+            .field("project_name", &self.project_name)
+            .finish()
+    }
+}
+
+impl ServiceCredentials {
+    /// Whether a user name is configured (else: a fixed token, or none).
+    pub fn is_set(&self) -> bool {
+        !self.username.is_empty()
+    }
+
+    fn domain(name: &str) -> &str {
+        if name.is_empty() {
+            "Default"
+        } else {
+            name
+        }
+    }
+}
+
+/// Why a login failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    /// The identity service could not be reached or answered nonsense.
+    #[error(transparent)]
+    Transport(#[from] RefreshError),
+    /// The identity service refused the credentials.
+    #[error("the identity service refused the service login (HTTP {0})")]
+    Refused(u16),
+}
+
+/// Logs in once; the token and how long it lives.
+pub async fn password_token(c: &ServiceCredentials) -> Result<(String, Duration), LoginError> {
+    let base = c.auth_url.trim_end_matches('/').trim_end_matches("/v3");
+    let body = serde_json::json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": c.username,
+            "domain": {"name": ServiceCredentials::domain(&c.user_domain_name)},
+            "password": c.password}}},
+        "scope": {"project": {"name": c.project_name,
+            "domain": {"name": ServiceCredentials::domain(&c.project_domain_name)}}}
+    }});
+    let body = serde_json::to_vec(&body).map_err(|e| RefreshError::Protocol(e.to_string()))?;
+    let a = http_request("POST", &format!("{base}/v3/auth/tokens"), Some(&body)).await?;
+    if a.status != 201 {
+        return Err(LoginError::Refused(a.status));
+    }
+    let token = a
+        .header("x-subject-token")
+        .ok_or_else(|| RefreshError::Protocol("no X-Subject-Token".into()))?
+        .to_owned();
+    #[derive(Deserialize)]
+    struct Doc {
+        token: Tok,
+    }
+    #[derive(Deserialize)]
+    struct Tok {
+        expires_at: String,
+    }
+    let doc: Doc =
+        serde_json::from_slice(&a.body).map_err(|e| RefreshError::Protocol(e.to_string()))?;
+    let lifetime = parse_lifetime(&doc.token.expires_at).unwrap_or(Duration::from_secs(600));
+    Ok((token, lifetime))
+}
+
+/// Seconds from now until an RFC 3339 UTC instant (`2026-11-29T21:00:00.000000Z`).
+fn parse_lifetime(expires_at: &str) -> Option<Duration> {
+    let s = expires_at.trim_end_matches('Z');
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec = t.next()?.parse::<f64>().ok()?;
+    // Days from the civil date (proleptic Gregorian), after H. Hinnant.
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let at = days * 86_400 + h * 3600 + min * 60;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let left = at as f64 + sec - now;
+    Some(Duration::from_secs_f64(left.max(0.0)))
+}
+
+/// A token kept fresh in the background; stops renewing when dropped.
+pub struct KeptToken {
+    /// The current token.
+    pub token: SharedToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KeptToken {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Logs in (failing at once if that is refused) and renews the token at
+/// half its lifetime, retrying every 10 s after a failure.
+pub async fn keep_token(c: ServiceCredentials) -> Result<KeptToken, LoginError> {
+    let (token, lifetime) = password_token(&c).await?;
+    let shared = SharedToken::fixed(token);
+    let st = shared.clone();
+    let task = tokio::spawn(async move {
+        let mut wait = lifetime / 2;
+        loop {
+            tokio::time::sleep(wait.max(Duration::from_secs(5))).await;
+            match password_token(&c).await {
+                Ok((t, l)) => {
+                    st.set(t);
+                    wait = l / 2;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, user = %c.username, "service token renewal failed; retrying in 10 s");
+                    wait = Duration::from_secs(10);
+                }
+            }
+        }
+    });
+    Ok(KeptToken {
+        token: shared,
+        task,
+    })
+}
+
+/// The token a service sends to placement: one logged in with `auth` and
+/// kept fresh when a user name is set (keep the [`KeptToken`] alive), else
+/// the `fixed` one.
+pub async fn service_token(
+    fixed: &str,
+    auth: &ServiceCredentials,
+) -> Result<(SharedToken, Option<KeptToken>), LoginError> {
+    if auth.is_set() {
+        let kept = keep_token(auth.clone()).await?;
+        Ok((kept.token.clone(), Some(kept)))
+    } else {
+        Ok((SharedToken::fixed(fixed), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_parse_and_passwords_stay_hidden() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        // 2030-01-01T00:00:00Z is day 21915 since the epoch.
+        let at = 21_915 * 86_400 + 30;
+        let got = parse_lifetime("2030-01-01T00:00:30.000000Z").unwrap();
+        let want = (at - now) as f64;
+        assert!(want > 0.0);
+        assert!((got.as_secs_f64() - want).abs() < 2.0, "{got:?} vs {want}");
+        assert!(parse_lifetime("not a date").is_none());
+        let c = ServiceCredentials {
+            username: "svc".into(),
+            password: "hunter2".into(),
+            ..Default::default()
+        };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,431 @@
+//! The distributed deployment: every component its own process, as an
+//! operator runs them (docs/OPERATIONS.md), on PostgreSQL and RabbitMQ:
+//!
+//! - `api-super bootstrap`, then `api-super serve` (identity, images, the
+//!   Compute API with its scheduler, periodic host discovery);
+//! - `placement` validating identity tokens;
+//! - `cell-manage` onboarding cell0 and two cells (a database and a vhost each);
+//! - one `cell-conductor` and one `compute` process (two fake hosts) per
+//!   cell, logging in to identity as a service user for placement;
+//!
+//! then the real `openstack` CLI uploads an image and boots, lists, shows
+//! and deletes a server, and placement holds nothing afterwards.
+//!
+//! The binaries of the other crates are found next to the `region` binary
+//! (the workspace build puts them there; `scripts/test.sh` builds them).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::osc_placement::{Cli, PACKAGES, VENV};
+
+/// A child process, killed on drop; its stderr goes to a file.
+struct Proc {
+    child: Child,
+    name: String,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// The tail of its log (for failure messages).
+    fn tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        format!(
+            "--- {} ---\n{}",
+            self.name,
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        )
+    }
+
+    /// Fails if it has exited.
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("{} exited with {status}\n{}", self.name, self.tail());
+        }
+    }
+}
+
+fn bin(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_region"))
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+fn spawn(dir: &Path, name: &str, exe: &str, args: &[&str], env: &[(&str, String)]) -> Proc {
+    let log = dir.join(format!("{name}.log"));
+    let child = Command::new(bin(exe))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {name}: {e}"));
+    Proc {
+        child,
+        name: name.to_owned(),
+        log,
+    }
+}
+
+/// Reads the process's stdout until a line contains `marker` (30 s).
+fn wait_line(p: &mut Proc, marker: &str) -> String {
+    let out = p.child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.contains(&marker) {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{} never printed the line\n{}", p.name, p.tail()))
+}
+
+fn port() -> String {
+    format!("127.0.0.1:{}", super::free_port())
+}
+
+fn cell_manage(api_db: &str, args: &[&str]) -> String {
+    let out = Command::new(bin("cell-manage"))
+        .arg("--api-database-connection")
+        .arg(api_db)
+        .args(args)
+        .output()
+        .expect("run cell-manage");
+    assert!(
+        out.status.success(),
+        "cell-manage {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn openstack_cli_boots_on_the_distributed_deployment() {
+    let Some(py) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut db = std::collections::HashMap::new();
+    for name in [
+        "identity",
+        "api",
+        "placement",
+        "image",
+        "cell0",
+        "cell1",
+        "cell2",
+    ] {
+        let Some(pg) = rt.block_on(testkit::postgres(&format!("dist_{name}"))) else {
+            return;
+        };
+        db.insert(name, pg.url);
+    }
+    let mut mq = std::collections::HashMap::new();
+    for cell in ["cell1", "cell2"] {
+        let Some(url) = testkit::rabbitmq(&format!("dist_{cell}")) else {
+            return;
+        };
+        mq.insert(cell, url);
+    }
+    let dir = testkit::temp_dir("distributed");
+    let (identity, compute, image, placement) = (port(), port(), port(), port());
+    let admin_pw = uuid::Uuid::new_v4().simple().to_string();
+    let demo_pw = uuid::Uuid::new_v4().simple().to_string();
+
+    // Identity: bootstrap the admin (also the services' user) and a member.
+    let api_env = vec![
+        (
+            "API_SUPER__IDENTITY__DATABASE__CONNECTION",
+            db["identity"].clone(),
+        ),
+        ("API_SUPER__IDENTITY__LISTEN", identity.clone()),
+        (
+            "API_SUPER__IDENTITY__ENDPOINTS__COMPUTE",
+            format!("http://{compute}/v2.1"),
+        ),
+        (
+            "API_SUPER__IDENTITY__ENDPOINTS__PLACEMENT",
+            format!("http://{placement}"),
+        ),
+        (
+            "API_SUPER__IDENTITY__ENDPOINTS__IMAGE",
+            format!("http://{image}"),
+        ),
+        ("API_SUPER__API_DATABASE__CONNECTION", db["api"].clone()),
+        ("API_SUPER__COMPUTE__LISTEN", compute.clone()),
+        ("API_SUPER__IMAGE__LISTEN", image.clone()),
+        (
+            "API_SUPER__IMAGE__DATABASE__CONNECTION",
+            db["image"].clone(),
+        ),
+        (
+            "API_SUPER__IMAGE__FILESYSTEM_STORE_DATADIR",
+            dir.join("images").display().to_string(),
+        ),
+        (
+            "API_SUPER__PLACEMENT__ENDPOINT",
+            format!("http://{placement}"),
+        ),
+        ("API_SUPER__PLACEMENT__AUTH__USERNAME", "admin".into()),
+        ("API_SUPER__PLACEMENT__AUTH__PASSWORD", admin_pw.clone()),
+        ("API_SUPER__PLACEMENT__AUTH__PROJECT_NAME", "admin".into()),
+        ("API_SUPER__DISCOVERY__INTERVAL_SECS", "2".into()),
+        ("API_SUPER__SEED_FLAVORS", "true".into()),
+    ];
+    let out = Command::new(bin("api-super"))
+        .args([
+            "bootstrap",
+            "--bootstrap-password",
+            &admin_pw,
+            "--member-username",
+            "demo",
+            "--member-password",
+            &demo_pw,
+        ])
+        .envs(api_env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("api-super bootstrap");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The API and cell databases, as an operator onboards them.
+    let api_db = db["api"].as_str();
+    cell_manage(api_db, &["api_db", "sync"]);
+    cell_manage(
+        api_db,
+        &[
+            "cell_v2",
+            "map-cell0",
+            "--database-connection",
+            &db["cell0"],
+        ],
+    );
+    for cell in ["cell1", "cell2"] {
+        cell_manage(
+            api_db,
+            &[
+                "cell_v2",
+                "create-cell",
+                "--name",
+                cell,
+                "--transport-url",
+                &mq[cell],
+                "--database-connection",
+                &db[cell],
+            ],
+        );
+    }
+
+    let mut api = spawn(&dir, "api-super", "api-super", &["serve"], &api_env);
+    wait_line(&mut api, "compute listening");
+    let mut procs = vec![];
+    let mut pl = spawn(
+        &dir,
+        "placement",
+        "placement",
+        &[
+            "--database",
+            &db["placement"],
+            "--listen",
+            &placement,
+            "--auth-strategy",
+            "keystone",
+        ],
+        &[("PLACEMENT__IDENTITY_URL", format!("http://{identity}"))],
+    );
+    wait_line(&mut pl, "placement listening");
+    procs.push(pl);
+    let service_user = |prefix: &str| -> Vec<(String, String)> {
+        vec![
+            (
+                format!("{prefix}__PLACEMENT__ENDPOINT"),
+                format!("http://{placement}"),
+            ),
+            (
+                format!("{prefix}__PLACEMENT__AUTH__AUTH_URL"),
+                format!("http://{identity}/v3"),
+            ),
+            (
+                format!("{prefix}__PLACEMENT__AUTH__USERNAME"),
+                "admin".into(),
+            ),
+            (
+                format!("{prefix}__PLACEMENT__AUTH__PASSWORD"),
+                admin_pw.clone(),
+            ),
+            (
+                format!("{prefix}__PLACEMENT__AUTH__PROJECT_NAME"),
+                "admin".into(),
+            ),
+        ]
+    };
+    for cell in ["cell1", "cell2"] {
+        let mut env: Vec<(String, String)> = service_user("CELL_CONDUCTOR");
+        env.push((
+            "CELL_CONDUCTOR__DATABASE__CONNECTION".into(),
+            db[cell].clone(),
+        ));
+        env.push((
+            "CELL_CONDUCTOR__BUS__TRANSPORT_URL".into(),
+            mq[cell].clone(),
+        ));
+        env.push((
+            "CELL_CONDUCTOR__CONDUCTOR__HOST".into(),
+            format!("{cell}-conductor"),
+        ));
+        let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        procs.push(spawn(
+            &dir,
+            &format!("{cell}-conductor"),
+            "cell-conductor",
+            &[],
+            &env,
+        ));
+        let mut env: Vec<(String, String)> = service_user("COMPUTE");
+        env.push(("COMPUTE__BUS__TRANSPORT_URL".into(), mq[cell].clone()));
+        env.push(("COMPUTE__COMPUTE__HOST".into(), format!("{cell}-host")));
+        env.push(("COMPUTE__COMPUTE__FAKE_HOSTS".into(), "2".into()));
+        env.push((
+            "COMPUTE__COMPUTE__FAKE_SPAWN_LATENCY_MS".into(),
+            "50".into(),
+        ));
+        env.push((
+            "COMPUTE__COMPUTE__HEARTBEAT_INTERVAL_SECS".into(),
+            "2".into(),
+        ));
+        let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        procs.push(spawn(
+            &dir,
+            &format!("{cell}-compute"),
+            "compute",
+            &[],
+            &env,
+        ));
+    }
+
+    // The periodic discovery maps the four hosts.
+    let started = Instant::now();
+    loop {
+        let hosts = cell_manage(api_db, &["cell_v2", "list-hosts"]);
+        if hosts.matches("-host-").count() == 4 {
+            break;
+        }
+        for p in &mut procs {
+            p.assert_running();
+        }
+        api.assert_running();
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "hosts not discovered in 60 s:\n{hosts}\n{}",
+            procs.iter().map(Proc::tail).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let env = |user: &str, pw: &str| -> Vec<(String, String)> {
+        vec![
+            ("OS_AUTH_URL".into(), format!("http://{identity}/v3")),
+            ("OS_IDENTITY_API_VERSION".into(), "3".into()),
+            ("OS_USERNAME".into(), user.into()),
+            ("OS_PASSWORD".into(), pw.into()),
+            ("OS_PROJECT_NAME".into(), user.into()),
+            ("OS_USER_DOMAIN_NAME".into(), "Default".into()),
+            ("OS_PROJECT_DOMAIN_NAME".into(), "Default".into()),
+        ]
+    };
+    let admin = Cli {
+        bin: py.clone(),
+        env: env("admin", &admin_pw),
+    };
+    let member = Cli {
+        bin: py.clone(),
+        env: env("demo", &demo_pw),
+    };
+    let file = dir.join("tiny.img");
+    std::fs::write(&file, vec![0u8; 4096]).unwrap();
+    let img = admin.json(&[
+        "image",
+        "create",
+        "--file",
+        &file.display().to_string(),
+        "--disk-format",
+        "raw",
+        "--container-format",
+        "bare",
+        "--public",
+        "tiny",
+    ]);
+    assert_eq!(img["status"], "active", "{img}");
+    let server = member.json(&[
+        "server", "create", "--flavor", "m1.tiny", "--image", "tiny", "--nic", "none", "--wait",
+        "dist1",
+    ]);
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    let shown = admin.json(&["server", "show", server["id"].as_str().unwrap()]);
+    let host = shown["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or_default();
+    assert!(
+        host.starts_with("cell1-host-") || host.starts_with("cell2-host-"),
+        "{shown}"
+    );
+    let listed = member.json(&["server", "list"]);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    member.ok(&["server", "delete", "--wait", "dist1"]);
+    assert_eq!(
+        member.json(&["server", "list"]).as_array().unwrap().len(),
+        0
+    );
+    for rp in admin
+        .json(&["resource", "provider", "list"])
+        .as_array()
+        .unwrap()
+    {
+        let uuid = rp["uuid"].as_str().unwrap();
+        for u in admin
+            .json(&["resource", "provider", "usage", "show", uuid])
+            .as_array()
+            .unwrap()
+        {
+            assert_eq!(u["usage"], 0, "{uuid}: {u}");
+        }
+    }
+    // Nobody logged a password.
+    for p in procs.iter().chain(std::iter::once(&api)) {
+        let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+        assert!(
+            !log.contains(&admin_pw) && !log.contains(&demo_pw),
+            "{} logged a password",
+            p.name
+        );
+    }
+    drop(procs);
+    drop(api);
+    std::fs::remove_dir_all(&dir).ok();
+}
