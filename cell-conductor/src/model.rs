@@ -29,19 +29,33 @@ fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-const VM_STATES: [&str; 5] = [
+const VM_STATES: [&str; 7] = [
     vs::BUILDING,
     vs::ACTIVE,
     vs::STOPPED,
+    vs::PAUSED,
+    vs::SUSPENDED,
     vs::ERROR,
     vs::DELETED,
 ];
-const TASK_STATES: [&str; 5] = [
+const TASK_STATES: [&str; 17] = [
     ts::SCHEDULING,
     ts::BLOCK_DEVICE_MAPPING,
     ts::NETWORKING,
     ts::SPAWNING,
     ts::DELETING,
+    ts::POWERING_OFF,
+    ts::POWERING_ON,
+    ts::REBOOTING,
+    ts::REBOOT_STARTED,
+    ts::REBOOTING_HARD,
+    ts::REBOOT_STARTED_HARD,
+    ts::PAUSING,
+    ts::UNPAUSING,
+    ts::SUSPENDING,
+    ts::RESUMING,
+    ts::REBUILDING,
+    ts::REBUILD_SPAWNING,
 ];
 
 fn task_state(s: &str) -> Result<&'static str, ConductorError> {
@@ -58,6 +72,12 @@ fn task_state(s: &str) -> Result<&'static str, ConductorError> {
 /// step; anything may become `deleting`, and once `deleting` only a delete
 /// may finish it (the instance is marked deleted, not updated). Setting the
 /// current value again is allowed (redelivered messages).
+///
+/// Server actions: the API sets the action's task state (`powering-off`,
+/// `rebooting`, …) in the database itself; the compute may then move a
+/// reboot to `reboot_started(_hard)` and a rebuild to `rebuild_spawning`,
+/// and finishes every action with NULL. The conductor never starts an
+/// action's task state on behalf of a compute.
 pub fn transition_allowed(from: Option<&str>, to: Option<&str>) -> bool {
     if from == to {
         return true;
@@ -65,6 +85,9 @@ pub fn transition_allowed(from: Option<&str>, to: Option<&str>) -> bool {
     match (from, to) {
         (_, Some(ts::DELETING)) => true,
         (Some(ts::DELETING), _) => false,
+        (Some(ts::REBOOTING), Some(ts::REBOOT_STARTED)) => true,
+        (Some(ts::REBOOTING_HARD), Some(ts::REBOOT_STARTED_HARD)) => true,
+        (Some(ts::REBUILDING), Some(ts::REBUILD_SPAWNING)) => true,
         (None | Some(ts::SCHEDULING), Some(ts::BLOCK_DEVICE_MAPPING)) => true,
         (Some(ts::BLOCK_DEVICE_MAPPING), Some(ts::NETWORKING)) => true,
         (Some(ts::NETWORKING), Some(ts::SPAWNING)) => true,
@@ -116,6 +139,8 @@ pub struct Event {
     pub result: Option<String>,
     /// Error chain on a failed finish.
     pub traceback: Option<String>,
+    /// One-line error on a failed finish (`details`).
+    pub details: Option<String>,
     /// When.
     pub at: DateTime<Utc>,
 }
@@ -148,6 +173,7 @@ impl TryFrom<rpc::ActionEvent> for Event {
             phase,
             result,
             traceback: non_empty(e.traceback),
+            details: non_empty(e.details),
             at: time(e.at_unix_ms),
         })
     }
@@ -281,5 +307,30 @@ mod tests {
         assert!(!transition_allowed(Some(ts::DELETING), None));
         assert!(transition_allowed(Some(ts::SPAWNING), Some(ts::SCHEDULING)));
         assert!(transition_allowed(Some(ts::SPAWNING), Some(ts::DELETING)));
+    }
+
+    #[test]
+    fn action_walks_are_allowed_and_cannot_be_started_by_a_compute() {
+        for (a, b) in [
+            (ts::REBOOTING, ts::REBOOT_STARTED),
+            (ts::REBOOTING_HARD, ts::REBOOT_STARTED_HARD),
+            (ts::REBUILDING, ts::REBUILD_SPAWNING),
+        ] {
+            assert!(transition_allowed(Some(a), Some(b)));
+            assert!(transition_allowed(Some(b), None));
+            assert!(!transition_allowed(Some(b), Some(a)));
+        }
+        for t in [ts::POWERING_OFF, ts::PAUSING, ts::REBUILDING, ts::REBOOTING] {
+            assert!(transition_allowed(Some(t), None));
+            assert!(!transition_allowed(None, Some(t)), "{t}");
+        }
+        assert!(!transition_allowed(
+            Some(ts::DELETING),
+            Some(ts::REBOOT_STARTED)
+        ));
+        assert!(!transition_allowed(
+            Some(ts::PAUSING),
+            Some(ts::REBUILD_SPAWNING)
+        ));
     }
 }

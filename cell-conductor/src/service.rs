@@ -193,6 +193,7 @@ impl Conductor {
                 phase: Phase::Finish,
                 result: Some(action::SUCCESS.to_owned()),
                 traceback: None,
+                details: None,
                 at: chrono::Utc::now(),
             });
         }
@@ -244,6 +245,9 @@ impl Conductor {
                 .then(|| build.global_request_id.clone()),
             phase: Phase::Finish,
             result: Some(result.to_owned()),
+            details: traceback
+                .as_ref()
+                .and_then(|t| t.lines().next().map(str::to_owned)),
             traceback,
             at: chrono::Utc::now(),
         };

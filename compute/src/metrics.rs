@@ -10,6 +10,9 @@ pub const BUILD_PHASE_SECONDS: &str = "compute_build_phase_seconds";
 pub const BUILDS: &str = "compute_builds_total";
 /// Terminates finished, by outcome (`deleted`, `failed`).
 pub const TERMINATES: &str = "compute_terminates_total";
+/// Server actions finished, by action (`stop`, `reboot`, …) and outcome
+/// (`done`, `failed`, `aborted`).
+pub const ACTIONS: &str = "compute_actions_total";
 /// Heartbeats, by outcome (`ok`, `error`).
 pub const HEARTBEATS: &str = "compute_heartbeats_total";
 /// Hosts whose agent runs in this process and is registered.
@@ -28,6 +31,11 @@ pub fn build(outcome: &'static str) {
 /// Counts one finished terminate.
 pub fn terminate(outcome: &'static str) {
     metrics::counter!(TERMINATES, "outcome" => outcome).increment(1);
+}
+
+/// Counts one finished server action.
+pub fn action(action: &'static str, outcome: &'static str) {
+    metrics::counter!(ACTIONS, "action" => action, "outcome" => outcome).increment(1);
 }
 
 /// Counts one heartbeat.

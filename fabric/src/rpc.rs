@@ -16,6 +16,7 @@
 //! | [`method::RESCHEDULE`] | compute → `conductor` | call | [`Reschedule`] → [`RescheduleResult`] |
 //! | [`method::BUILD_AND_RUN_INSTANCE`] | super-conductor or conductor → `compute.<host>` | cast | [`BuildAndRunInstance`] |
 //! | [`method::TERMINATE_INSTANCE`] | API → `compute.<host>` | cast | [`TerminateInstance`] |
+//! | [`method::STOP_INSTANCE`], [`method::START_INSTANCE`], [`method::REBOOT_INSTANCE`], [`method::PAUSE_INSTANCE`], [`method::UNPAUSE_INSTANCE`], [`method::SUSPEND_INSTANCE`], [`method::RESUME_INSTANCE`], [`method::REBUILD_INSTANCE`] | API → `compute.<host>` | cast | [`InstanceActionRequest`] |
 //!
 //! Failed calls answer with the envelope's `error` set; the codes are in
 //! [`code`].
@@ -81,6 +82,22 @@ pub mod method {
     pub const BUILD_AND_RUN_INSTANCE: &str = "build_and_run_instance";
     /// Destroy an instance on this host (cast to `compute.<host>`).
     pub const TERMINATE_INSTANCE: &str = "terminate_instance";
+    /// Power the guest off (`os-stop`; cast to `compute.<host>`).
+    pub const STOP_INSTANCE: &str = "stop_instance";
+    /// Power the guest on (`os-start`).
+    pub const START_INSTANCE: &str = "start_instance";
+    /// Reboot the guest (soft or hard).
+    pub const REBOOT_INSTANCE: &str = "reboot_instance";
+    /// Pause the guest.
+    pub const PAUSE_INSTANCE: &str = "pause_instance";
+    /// Unpause the guest.
+    pub const UNPAUSE_INSTANCE: &str = "unpause_instance";
+    /// Suspend the guest.
+    pub const SUSPEND_INSTANCE: &str = "suspend_instance";
+    /// Resume the suspended guest.
+    pub const RESUME_INSTANCE: &str = "resume_instance";
+    /// Rebuild the guest from an image.
+    pub const REBUILD_INSTANCE: &str = "rebuild_instance";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.
@@ -110,6 +127,10 @@ pub mod vm_state {
     pub const ACTIVE: &str = "active";
     /// Stopped.
     pub const STOPPED: &str = "stopped";
+    /// Paused.
+    pub const PAUSED: &str = "paused";
+    /// Suspended.
+    pub const SUSPENDED: &str = "suspended";
     /// Failed; a fault says why.
     pub const ERROR: &str = "error";
     /// Deleted.
@@ -128,6 +149,30 @@ pub mod task_state {
     pub const SPAWNING: &str = "spawning";
     /// Being deleted.
     pub const DELETING: &str = "deleting";
+    /// Being stopped (set by the API).
+    pub const POWERING_OFF: &str = "powering-off";
+    /// Being started (set by the API).
+    pub const POWERING_ON: &str = "powering-on";
+    /// A soft reboot was asked for (set by the API).
+    pub const REBOOTING: &str = "rebooting";
+    /// The compute started the soft reboot.
+    pub const REBOOT_STARTED: &str = "reboot_started";
+    /// A hard reboot was asked for (set by the API).
+    pub const REBOOTING_HARD: &str = "rebooting_hard";
+    /// The compute started the hard reboot.
+    pub const REBOOT_STARTED_HARD: &str = "reboot_started_hard";
+    /// Being paused (set by the API).
+    pub const PAUSING: &str = "pausing";
+    /// Being unpaused (set by the API).
+    pub const UNPAUSING: &str = "unpausing";
+    /// Being suspended (set by the API).
+    pub const SUSPENDING: &str = "suspending";
+    /// Being resumed (set by the API).
+    pub const RESUMING: &str = "resuming";
+    /// A rebuild was asked for (set by the API).
+    pub const REBUILDING: &str = "rebuilding";
+    /// The compute spawns the rebuilt guest.
+    pub const REBUILD_SPAWNING: &str = "rebuild_spawning";
 }
 
 /// `power_state` values (as upstream's `nova.compute.power_state`).
@@ -164,6 +209,42 @@ pub mod action {
     pub const EV_RESCHEDULE: &str = "conductor_reschedule";
     /// Terminate on the compute host.
     pub const EV_TERMINATE: &str = "compute_terminate_instance";
+    /// `os-stop`.
+    pub const STOP: &str = "stop";
+    /// `os-start`.
+    pub const START: &str = "start";
+    /// `reboot`.
+    pub const REBOOT: &str = "reboot";
+    /// `lock`.
+    pub const LOCK: &str = "lock";
+    /// `unlock`.
+    pub const UNLOCK: &str = "unlock";
+    /// `pause`.
+    pub const PAUSE: &str = "pause";
+    /// `unpause`.
+    pub const UNPAUSE: &str = "unpause";
+    /// `suspend`.
+    pub const SUSPEND: &str = "suspend";
+    /// `resume`.
+    pub const RESUME: &str = "resume";
+    /// `rebuild`.
+    pub const REBUILD: &str = "rebuild";
+    /// Stop on the compute host.
+    pub const EV_STOP: &str = "compute_stop_instance";
+    /// Start on the compute host.
+    pub const EV_START: &str = "compute_start_instance";
+    /// Reboot on the compute host.
+    pub const EV_REBOOT: &str = "compute_reboot_instance";
+    /// Pause on the compute host.
+    pub const EV_PAUSE: &str = "compute_pause_instance";
+    /// Unpause on the compute host.
+    pub const EV_UNPAUSE: &str = "compute_unpause_instance";
+    /// Suspend on the compute host.
+    pub const EV_SUSPEND: &str = "compute_suspend_instance";
+    /// Resume on the compute host.
+    pub const EV_RESUME: &str = "compute_resume_instance";
+    /// Rebuild on the compute host.
+    pub const EV_REBUILD: &str = "compute_rebuild_instance";
     /// Result of a successful event.
     pub const SUCCESS: &str = "Success";
     /// Result of a failed event.
@@ -435,6 +516,10 @@ pub struct ActionEvent {
     /// When, milliseconds since the Unix epoch (0 = the conductor's now).
     #[prost(uint64, tag = "10")]
     pub at_unix_ms: u64,
+    /// On a failed finish: the one-line error shown to admins as the
+    /// event's `details` (compute API 2.84).
+    #[prost(string, tag = "11")]
+    pub details: String,
 }
 
 /// `instance_fault_create`.
@@ -567,6 +652,34 @@ pub struct TerminateInstance {
     /// Global request id.
     #[prost(string, tag = "3")]
     pub global_request_id: String,
+}
+
+/// `stop_instance`, `start_instance`, `reboot_instance`, `pause_instance`,
+/// `unpause_instance`, `suspend_instance`, `resume_instance`,
+/// `rebuild_instance` (cast to `compute.<host>`). The API has set the
+/// action's task state (`powering-off`, …) and recorded the action (named
+/// as upstream: `stop`, `start`, …) under `request_id`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct InstanceActionRequest {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+    /// Request id of the action.
+    #[prost(string, tag = "2")]
+    pub request_id: String,
+    /// Global request id.
+    #[prost(string, tag = "3")]
+    pub global_request_id: String,
+    /// `reboot_instance`: `SOFT` or `HARD`.
+    #[prost(string, tag = "4")]
+    pub reboot_type: String,
+    /// `rebuild_instance`: the image to rebuild from.
+    #[prost(string, tag = "5")]
+    pub image_ref: String,
+    /// `rebuild_instance`: the vm_state before the rebuild (a stopped
+    /// instance is stopped again after it, as upstream).
+    #[prost(string, tag = "6")]
+    pub original_vm_state: String,
 }
 
 /// `reschedule_instance`: the build failed on `failed_host`. The conductor

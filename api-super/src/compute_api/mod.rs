@@ -1,7 +1,8 @@
 //! The Compute API (Nova v2.1 subset) on axum: version discovery,
 //! microversions (2.1 … 2.104), Keystone tokens (`X-Auth-Token`, validated
 //! with `fabric::token`), Nova's default policy, flavors and servers
-//! (create, list, show, rename, delete). See docs/COMPUTE_API.md.
+//! (create, list, show, rename, delete), server actions, instance actions,
+//! server metadata and tags. See docs/COMPUTE_API.md.
 //!
 //! Layers: handlers ([`servers`], [`flavors`], [`versions`]) parse,
 //! authorize and call the API database ([`db`]), the cells
@@ -12,7 +13,10 @@ pub mod db;
 pub mod error;
 pub mod flavors;
 pub mod images;
+pub mod instance_actions;
 pub mod microversion;
+pub mod server_actions;
+pub mod server_metadata;
 pub mod servers;
 pub mod versions;
 
@@ -222,6 +226,42 @@ pub fn router(app: App) -> Router {
             get(servers::show)
                 .put(servers::update)
                 .delete(servers::delete),
+        )
+        .route(
+            "/v2.1/servers/{id}/action",
+            axum::routing::post(server_actions::action),
+        )
+        .route(
+            "/v2.1/servers/{id}/os-instance-actions",
+            get(instance_actions::index),
+        )
+        .route(
+            "/v2.1/servers/{id}/os-instance-actions/{request_id}",
+            get(instance_actions::show),
+        )
+        .route(
+            "/v2.1/servers/{id}/metadata",
+            get(server_metadata::index)
+                .post(server_metadata::create)
+                .put(server_metadata::update_all),
+        )
+        .route(
+            "/v2.1/servers/{id}/metadata/{key}",
+            get(server_metadata::show)
+                .put(server_metadata::update)
+                .delete(server_metadata::delete),
+        )
+        .route(
+            "/v2.1/servers/{id}/tags",
+            get(server_metadata::tags_index)
+                .put(server_metadata::tags_update_all)
+                .delete(server_metadata::tags_delete_all),
+        )
+        .route(
+            "/v2.1/servers/{id}/tags/{tag}",
+            get(server_metadata::tag_show)
+                .put(server_metadata::tag_add)
+                .delete(server_metadata::tag_delete),
         )
         .fallback(not_found)
         .layer(from_fn_with_state(app.clone(), authenticate));

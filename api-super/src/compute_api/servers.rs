@@ -22,24 +22,34 @@ use super::{App, Ctx};
 
 /// A server as the API shows it: a cell's instance or a build request.
 #[derive(Debug, Clone)]
-struct Server {
-    uuid: String,
-    name: String,
-    project_id: String,
-    user_id: String,
-    vm_state: String,
-    task_state: Option<String>,
-    power_state: i64,
-    host: Option<String>,
-    node: Option<String>,
-    availability_zone: Option<String>,
-    image_ref: String,
-    flavor: Option<InstanceFlavor>,
-    created_at: DateTime<Utc>,
-    updated_at: Option<DateTime<Utc>>,
-    launched_at: Option<DateTime<Utc>>,
-    progress: Option<i64>,
+pub(crate) struct Server {
+    pub(crate) uuid: String,
+    pub(crate) name: String,
+    pub(crate) project_id: String,
+    pub(crate) user_id: String,
+    pub(crate) vm_state: String,
+    pub(crate) task_state: Option<String>,
+    pub(crate) power_state: i64,
+    pub(crate) host: Option<String>,
+    pub(crate) node: Option<String>,
+    pub(crate) availability_zone: Option<String>,
+    pub(crate) image_ref: String,
+    pub(crate) flavor: Option<InstanceFlavor>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: Option<DateTime<Utc>>,
+    pub(crate) launched_at: Option<DateTime<Utc>>,
+    pub(crate) progress: Option<i64>,
     fault: Option<CellFault>,
+    /// Locked (2.9).
+    pub(crate) locked: bool,
+    /// `owner` or `admin`.
+    pub(crate) locked_by: Option<String>,
+    /// Why (2.73).
+    pub(crate) locked_reason: Option<String>,
+    /// Metadata, by key.
+    pub(crate) metadata: Vec<(String, String)>,
+    /// Tags (2.26), sorted.
+    pub(crate) tags: Vec<String>,
 }
 
 impl Server {
@@ -62,6 +72,11 @@ impl Server {
             launched_at: None,
             progress: Some(0),
             fault: None,
+            locked: false,
+            locked_by: None,
+            locked_reason: None,
+            metadata: Vec::new(),
+            tags: Vec::new(),
         }
     }
 
@@ -84,16 +99,60 @@ impl Server {
             launched_at: i.launched_at,
             progress: i.progress,
             fault: None,
+            locked: i.locked,
+            locked_by: i.locked_by,
+            locked_reason: i.locked_reason,
+            metadata: Vec::new(),
+            tags: Vec::new(),
         }
     }
 
-    fn status(&self) -> &'static str {
-        status_of(&self.vm_state)
+    pub(crate) fn status(&self) -> &'static str {
+        status_of(&self.vm_state, self.task_state.as_deref())
     }
 }
 
-/// Nova's status for a vm_state.
-fn status_of(vm_state: &str) -> &'static str {
+/// Fills the metadata and tags of `servers` (all in the cell of `db`).
+pub(crate) async fn add_metadata_and_tags(
+    db: &cell_mapping::CellDb,
+    servers: &mut [Server],
+) -> ApiResult<()> {
+    if servers.is_empty() {
+        return Ok(());
+    }
+    let uuids: Vec<String> = servers.iter().map(|s| s.uuid.clone()).collect();
+    let meta = db.api_metadata(&uuids).await?;
+    let tags = db.api_tags(&uuids).await?;
+    for s in servers.iter_mut() {
+        s.metadata = meta
+            .iter()
+            .filter(|m| m.0 == s.uuid)
+            .map(|m| (m.1.clone(), m.2.clone()))
+            .collect();
+        s.tags = tags
+            .iter()
+            .filter(|t| t.0 == s.uuid)
+            .map(|t| t.1.clone())
+            .collect();
+    }
+    Ok(())
+}
+
+/// Nova's status for a vm_state and task state (a reboot shows `REBOOT` /
+/// `HARD_REBOOT` and a rebuild `REBUILD` while they run, as upstream).
+fn status_of(vm_state: &str, task_state: Option<&str>) -> &'static str {
+    match (vm_state, task_state) {
+        (vs::ACTIVE, Some(ts::REBOOTING | ts::REBOOT_STARTED)) => "REBOOT",
+        (vs::ACTIVE, Some(ts::REBOOTING_HARD | ts::REBOOT_STARTED_HARD)) => "HARD_REBOOT",
+        (vs::ACTIVE | vs::STOPPED | vs::ERROR, Some(ts::REBUILDING | ts::REBUILD_SPAWNING)) => {
+            "REBUILD"
+        }
+        _ => status_of_vm(vm_state),
+    }
+}
+
+/// Nova's status for a vm_state alone.
+fn status_of_vm(vm_state: &str) -> &'static str {
     match vm_state {
         vs::BUILDING => "BUILD",
         vs::ACTIVE => "ACTIVE",
@@ -123,7 +182,7 @@ fn vm_states_of(status: &str) -> Option<Vec<String>> {
     Some(v.iter().map(|s| (*s).to_owned()).collect())
 }
 
-fn iso(t: DateTime<Utc>) -> String {
+pub(crate) fn iso(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
@@ -136,7 +195,7 @@ fn links(app: &App, kind: &str, id: &str) -> Value {
 }
 
 /// An opaque id of (project, host), as Nova's `hostId`.
-fn host_id(project: &str, host: Option<&str>) -> String {
+pub(crate) fn host_id(project: &str, host: Option<&str>) -> String {
     use std::hash::{Hash, Hasher};
     let Some(h) = host else {
         return String::new();
@@ -148,7 +207,7 @@ fn host_id(project: &str, host: Option<&str>) -> String {
     format!("{:016x}{:016x}", a.finish(), b.finish())
 }
 
-fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
+pub(crate) fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
     let flavor = match (&s.flavor, ctx.mv.at_least(47)) {
         (Some(f), true) => json!({
             "vcpus": f.vcpus, "ram": f.memory_mb, "disk": f.root_gb,
@@ -164,7 +223,7 @@ fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
         "status": s.status(),
         "tenant_id": s.project_id,
         "user_id": s.user_id,
-        "metadata": {},
+        "metadata": s.metadata.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "hostId": host_id(&s.project_id, s.host.as_deref()),
         "image": if s.image_ref.is_empty() { json!("") } else {
             json!({"id": s.image_ref, "links": [{"rel": "bookmark",
@@ -197,16 +256,16 @@ fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
         v["OS-EXT-SRV-ATTR:instance_name"] = json!("");
     }
     if ctx.mv.at_least(9) {
-        v["locked"] = json!(false);
+        v["locked"] = json!(s.locked);
     }
     if ctx.mv.at_least(19) {
         v["description"] = json!(null);
     }
     if ctx.mv.at_least(26) {
-        v["tags"] = json!([]);
+        v["tags"] = json!(s.tags);
     }
     if ctx.mv.at_least(73) {
-        v["locked_reason"] = json!(null);
+        v["locked_reason"] = json!(s.locked_reason);
     }
     if ctx.mv.at_least(96) {
         v["pinned_availability_zone"] = json!(null);
@@ -233,7 +292,7 @@ fn brief_view(app: &App, s: &Server) -> Value {
 // ------------------------------------------------------------------ lookup
 
 /// Where a server is.
-enum Found {
+pub(crate) enum Found {
     /// Not scheduled yet.
     Build(Server),
     /// In a cell.
@@ -242,7 +301,7 @@ enum Found {
 
 /// Finds the server `id` the caller may see (another project's is 404 for a
 /// non-admin) and checks `action` on it.
-async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> {
+pub(crate) async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> {
     // Two tries: a build may land in its cell between the two reads.
     for _ in 0..2 {
         let Some((cell_id, project)) = app.db.mapping(id).await? else {
@@ -271,6 +330,7 @@ async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> 
                 if s.vm_state == vs::ERROR {
                     s.fault = db.api_faults(&[s.uuid.clone()]).await?.pop();
                 }
+                add_metadata_and_tags(&db, std::slice::from_mut(&mut s)).await?;
                 return Ok(Found::Cell(cell, s));
             }
         }
@@ -280,7 +340,13 @@ async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> 
 
 /// Policy on a server of `project`: a non-admin denied on another
 /// project's server gets 404 (its existence is not disclosed), else 403.
-fn check_owner(app: &App, ctx: &Ctx, action: &str, project: &str, id: &str) -> ApiResult<()> {
+pub(crate) fn check_owner(
+    app: &App,
+    ctx: &Ctx,
+    action: &str,
+    project: &str,
+    id: &str,
+) -> ApiResult<()> {
     match app.authorize(ctx, action, project) {
         Ok(()) => Ok(()),
         Err(_) if !ctx.is_admin() && project != ctx.project_id() => {
@@ -507,7 +573,7 @@ pub async fn create(
 
 // -------------------------------------------------------------------- list
 
-fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
+pub(crate) fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
     let mut m = HashMap::new();
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -635,6 +701,7 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
                 }
             }
             if detail {
+                add_metadata_and_tags(&db, &mut out).await?;
                 let errs: Vec<String> = out
                     .iter()
                     .filter(|s| s.vm_state == vs::ERROR)
@@ -805,16 +872,27 @@ pub async fn delete(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
+    delete_server(&app, &ctx, &id, "os_compute_api:servers:delete").await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The delete (also `forceDelete`, checked with its own `rule`). A locked
+/// server is refused to non-admins (409), as upstream.
+pub(crate) async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiResult<()> {
+    let id = id.to_owned();
     for _ in 0..2 {
-        match find(&app, &ctx, &id, "os_compute_api:servers:delete").await? {
+        match find(app, ctx, &id, rule).await? {
             Found::Build(_) => {
                 if app.db.delete_build(&id).await? {
-                    return Ok(StatusCode::NO_CONTENT.into_response());
+                    return Ok(());
                 }
                 // It landed in a cell meanwhile: delete it there.
                 continue;
             }
             Found::Cell(cell, s) => {
+                if s.locked && !ctx.is_admin() {
+                    return Err(ApiError::Conflict(format!("Instance {id} is locked")));
+                }
                 let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
                 match s.host.as_deref() {
                     None => {
@@ -865,7 +943,7 @@ pub async fn delete(
                         .map_err(ApiError::internal)?;
                     }
                 }
-                return Ok(StatusCode::NO_CONTENT.into_response());
+                return Ok(());
             }
         }
     }

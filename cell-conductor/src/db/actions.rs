@@ -51,7 +51,7 @@ macro_rules! record_event {
                     "event_finish",
                     sqlx::query(
                         "UPDATE instance_actions_events SET finish_time = $1, result = $2, \
-                         traceback = $3, updated_at = $1 \
+                         traceback = $3, details = $6, updated_at = $1 \
                          WHERE action_id = $4 AND event = $5 AND finish_time IS NULL",
                     )
                     .bind(ev.at)
@@ -59,6 +59,7 @@ macro_rules! record_event {
                     .bind(&ev.traceback)
                     .bind(action_id)
                     .bind(&ev.event)
+                    .bind(&ev.details)
                     .execute(&mut *$tx),
                 )
                 .await
@@ -72,8 +73,8 @@ macro_rules! record_event {
                 "event_insert",
                 sqlx::query(
                     "INSERT INTO instance_actions_events (action_id, event, host, result, traceback, \
-                     request_id, global_request_id, start_time, finish_time, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8)",
+                     request_id, global_request_id, start_time, finish_time, created_at, details) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $10)",
                 )
                 .bind(action_id)
                 .bind(&ev.event)
@@ -84,11 +85,23 @@ macro_rules! record_event {
                 .bind(&ev.global_request_id)
                 .bind(ev.at)
                 .bind(finish)
+                .bind(&ev.details)
                 .execute(&mut *$tx),
             )
             .await
             .map_err($crate::error::db("event_insert"))?;
         }
+        // Every event bumps its action's `updated_at`, as upstream (the
+        // compute API's `changes-since` on instance actions reads it).
+        $crate::metrics::measured(
+            "action_touch",
+            sqlx::query("UPDATE instance_actions SET updated_at = $1 WHERE id = $2")
+                .bind(ev.at)
+                .bind(action_id)
+                .execute(&mut *$tx),
+        )
+        .await
+        .map_err($crate::error::db("action_touch"))?;
         if ev.result.as_deref() == Some(fabric::rpc::action::ERROR) {
             $crate::metrics::measured(
                 "action_error",

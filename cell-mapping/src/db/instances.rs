@@ -121,6 +121,12 @@ pub struct CellInstance {
     pub progress: Option<i64>,
     /// `instance_extra.flavor` (JSON).
     pub flavor: Option<String>,
+    /// `locked`.
+    pub locked: bool,
+    /// `locked_by` (`owner` or `admin`).
+    pub locked_by: Option<String>,
+    /// `instance_system_metadata['locked_reason']` (as upstream).
+    pub locked_reason: Option<String>,
 }
 
 /// The latest fault of an instance.
@@ -170,7 +176,9 @@ pub struct ListFilter {
 
 const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, i.node, \
     i.vm_state, i.task_state, i.power_state, i.availability_zone, i.image_ref, i.reservation_id, \
-    i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, e.flavor";
+    i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, e.flavor, \
+    i.locked, i.locked_by, (SELECT sm.value FROM instance_system_metadata sm \
+    WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') AS locked_reason";
 
 const FROM: &str = "instances i LEFT JOIN instance_extra e ON e.instance_uuid = i.uuid";
 

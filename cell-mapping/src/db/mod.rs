@@ -3,7 +3,9 @@
 //! and `instance_mappings`; [`cell`] holds the few reads and writes on a cell
 //! database that discovery, instance mapping and cell/host deletion need;
 //! [`instances`] the statements on a cell database the API layer needs
-//! (instance create/read/list, scheduler host reads).
+//! (instance create/read/list, scheduler host reads); [`server_actions`] the
+//! API layer's server actions (task state with the `instance_actions` row,
+//! lock), the instance-actions reads, server metadata and tags.
 //!
 //! One [`Pool`] enum (PostgreSQL or SQLite) and plain `query`/`query_as`
 //! with `$N` binds, which both backends accept; the [`with_pool!`] macro
@@ -15,6 +17,7 @@
 pub mod api;
 pub mod cell;
 pub mod instances;
+pub mod server_actions;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -10,6 +10,10 @@
 //!
 //! In both modes, per-host knobs make a host's spawns fail
 //! ([`FakeHypervisor::fail_spawns`]) or take longer ([`FakeHypervisor::delay_spawns`]).
+//! The same knobs apply to the power and rebuild operations of
+//! [`Driver::perform`] (stop, start, reboot, pause, suspend, rebuild, …),
+//! which never wait for a decision, in either mode: they change the
+//! guest's power state (running, shutdown, paused, suspended).
 //! A per-host driver is two small fields (an `Arc` and the host name); the
 //! shared state holds the guests.
 
@@ -22,7 +26,7 @@ use fabric::rpc::power_state;
 use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 
-use super::{Driver, DriverError, SpawnSpec};
+use super::{Driver, DriverError, GuestOp, SpawnSpec};
 
 /// How spawns end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +147,49 @@ impl FakeHypervisor {
         }
     }
 
+    /// The power state of `instance` on `host` (`None`: no such guest).
+    pub fn guest_power_state(&self, host: &str, instance: InstanceUuid) -> Option<i32> {
+        self.lock()
+            .guests
+            .get(host)
+            .and_then(|g| g.get(&instance).copied())
+    }
+
+    async fn perform(
+        &self,
+        host: &str,
+        instance: InstanceUuid,
+        op: &GuestOp,
+    ) -> Result<(), DriverError> {
+        let knobs = self.lock().knobs.get(host).cloned().unwrap_or_default();
+        if let Some(d) = knobs.delay {
+            tokio::time::sleep(d).await;
+        }
+        if let Some(message) = knobs.fail {
+            return Err(DriverError::OperationFailed {
+                op: op.name(),
+                message,
+            });
+        }
+        let mut s = self.lock();
+        let guest = s
+            .guests
+            .get_mut(host)
+            .and_then(|g| g.get_mut(&instance))
+            .ok_or(DriverError::NotFound(instance))?;
+        *guest = match op {
+            GuestOp::PowerOff => power_state::SHUTDOWN,
+            GuestOp::Pause => power_state::PAUSED,
+            GuestOp::Suspend => power_state::SUSPENDED,
+            GuestOp::PowerOn
+            | GuestOp::Reboot { .. }
+            | GuestOp::Unpause
+            | GuestOp::Resume
+            | GuestOp::Rebuild { .. } => power_state::RUNNING,
+        };
+        Ok(())
+    }
+
     /// The guests of `host`.
     pub fn guests(&self, host: &str) -> Vec<InstanceUuid> {
         let mut v: Vec<_> = self
@@ -233,5 +280,13 @@ impl Driver for FakeDriver {
 
     fn list(&self) -> Vec<InstanceUuid> {
         self.hv.guests(&self.host)
+    }
+
+    fn perform<'a>(
+        &'a self,
+        instance: InstanceUuid,
+        op: &'a GuestOp,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(self.hv.perform(&self.host, instance, op))
     }
 }

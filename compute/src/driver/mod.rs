@@ -35,6 +35,60 @@ pub enum DriverError {
     /// The driver cannot work here.
     #[error("driver unavailable: {0}")]
     Unavailable(String),
+    /// The guest is not on this host.
+    #[error("instance {0} not found on this host")]
+    NotFound(InstanceUuid),
+    /// The hypervisor could not carry out a power or rebuild operation.
+    #[error("{op} failed: {message}")]
+    OperationFailed {
+        /// The operation (`power_off`, `reboot`, …).
+        op: &'static str,
+        /// The hypervisor's message.
+        message: String,
+    },
+}
+
+/// A power or rebuild operation on an existing guest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GuestOp {
+    /// Shut the guest down (`os-stop`).
+    PowerOff,
+    /// Start the guest (`os-start`).
+    PowerOn,
+    /// Reboot; `hard` resets the guest instead of asking it.
+    Reboot {
+        /// Hard reboot.
+        hard: bool,
+    },
+    /// Pause (the guest stays in memory, its CPUs stop).
+    Pause,
+    /// Unpause.
+    Unpause,
+    /// Suspend (the guest's memory is saved).
+    Suspend,
+    /// Resume a suspended guest.
+    Resume,
+    /// Recreate the guest's disk from an image and start it again.
+    Rebuild {
+        /// The image.
+        image_ref: String,
+    },
+}
+
+impl GuestOp {
+    /// Its name in errors (as the driver method upstream).
+    pub fn name(&self) -> &'static str {
+        match self {
+            GuestOp::PowerOff => "power_off",
+            GuestOp::PowerOn => "power_on",
+            GuestOp::Reboot { .. } => "reboot",
+            GuestOp::Pause => "pause",
+            GuestOp::Unpause => "unpause",
+            GuestOp::Suspend => "suspend",
+            GuestOp::Resume => "resume",
+            GuestOp::Rebuild { .. } => "rebuild",
+        }
+    }
 }
 
 /// One host's hypervisor. Object safe: an agent holds an `Arc<dyn Driver>`.
@@ -53,4 +107,20 @@ pub trait Driver: Send + Sync + fmt::Debug {
 
     /// The guests on this host.
     fn list(&self) -> Vec<InstanceUuid>;
+
+    /// Runs `op` on an existing guest; returns once it is done. Drivers
+    /// that do not implement an operation answer [`DriverError::Unavailable`].
+    fn perform<'a>(
+        &'a self,
+        instance: InstanceUuid,
+        op: &'a GuestOp,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        let _ = instance;
+        Box::pin(async move {
+            Err(DriverError::Unavailable(format!(
+                "{} is not supported by this driver",
+                op.name()
+            )))
+        })
+    }
 }

@@ -74,3 +74,56 @@ async fn per_host_knobs_fail_or_delay() {
     hv.fail_spawns("bad", "again");
     assert!(hv.driver("bad").spawn(&spec()).await.is_err());
 }
+
+#[tokio::test]
+async fn power_operations_change_the_power_state_and_obey_the_knobs() {
+    use compute::driver::GuestOp;
+    let hv = FakeHypervisor::explicit();
+    hv.set_mode(Mode::Automatic);
+    let d = hv.driver("h1");
+    let s = spec();
+    d.spawn(&s).await.unwrap();
+    for (op, want) in [
+        (GuestOp::PowerOff, power_state::SHUTDOWN),
+        (GuestOp::PowerOn, power_state::RUNNING),
+        (GuestOp::Pause, power_state::PAUSED),
+        (GuestOp::Unpause, power_state::RUNNING),
+        (GuestOp::Suspend, power_state::SUSPENDED),
+        (GuestOp::Resume, power_state::RUNNING),
+        (GuestOp::PowerOff, power_state::SHUTDOWN),
+        (GuestOp::Reboot { hard: true }, power_state::RUNNING),
+        (
+            GuestOp::Rebuild {
+                image_ref: "other".into(),
+            },
+            power_state::RUNNING,
+        ),
+    ] {
+        d.perform(s.instance, &op).await.unwrap();
+        assert_eq!(d.power_state(s.instance), want, "{op:?}");
+        assert_eq!(hv.guest_power_state("h1", s.instance), Some(want));
+    }
+    // A guest of another host (or none) is not found.
+    let other = hv.driver("h2");
+    assert_eq!(
+        other.perform(s.instance, &GuestOp::Pause).await,
+        Err(DriverError::NotFound(s.instance))
+    );
+    // The fail knob fails operations too, leaving the guest as it was.
+    hv.fail_spawns("h1", "boom");
+    let e = d.perform(s.instance, &GuestOp::PowerOff).await.unwrap_err();
+    assert_eq!(
+        e,
+        DriverError::OperationFailed {
+            op: "power_off",
+            message: "boom".into()
+        }
+    );
+    assert_eq!(d.power_state(s.instance), power_state::RUNNING);
+    // The delay knob delays them.
+    hv.reset_host("h1");
+    hv.delay_spawns("h1", Duration::from_millis(150));
+    let t = std::time::Instant::now();
+    d.perform(s.instance, &GuestOp::Pause).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(150));
+}

@@ -4,6 +4,8 @@ mod cells_live;
 mod distributed;
 mod osc_placement;
 mod policy_matrix;
+mod server_actions;
+mod server_actions_cli;
 mod servers_cli;
 
 use std::io::{BufRead, BufReader};
