@@ -92,7 +92,9 @@ impl Region {
             o.placement = Arc::new(cell_conductor::HttpPlacement::new(&purl, "admin").unwrap());
             o.report_interval = Duration::from_millis(200);
             let conductor = cell_conductor::run_with(o).await.expect("conductor");
-            let hv = FakeHypervisor::automatic(Duration::from_millis(20));
+            // Long enough that a show right after the create still sees
+            // BUILD on a loaded machine.
+            let hv = FakeHypervisor::automatic(Duration::from_millis(500));
             let mut hs = Vec::new();
             for h in 1..=hosts {
                 let host = format!("c{c}-host{h}");
