@@ -4,6 +4,7 @@ mod cells_live;
 mod osc_placement;
 mod policy_matrix;
 mod servers_cli;
+mod user_apis_cli;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
