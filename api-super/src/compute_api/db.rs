@@ -133,6 +133,9 @@ pub struct BuildInstance {
     pub reservation_id: String,
     /// Index in the request.
     pub launch_index: i64,
+    /// Key pair name (`key_name`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_name: Option<String>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).
@@ -158,6 +161,10 @@ pub struct RequestSpec {
     pub request_id: String,
     /// Global request id.
     pub global_request_id: String,
+    /// Key pair name (`key_name`), if any; kept after the build lands so
+    /// the API can show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_name: Option<String>,
 }
 
 /// A build request row.
@@ -175,6 +182,10 @@ impl ComputeDb {
 
     fn pool(&self) -> &Pool {
         self.api.pool()
+    }
+
+    fn is_postgres(&self) -> bool {
+        matches!(self.pool(), Pool::Postgres(_))
     }
 
     /// The cell-mapping handle.
@@ -226,14 +237,31 @@ impl ComputeDb {
     }
 
     /// Writes the build requests, request specs and instance mappings (cell
-    /// unset) of a create, in one transaction.
+    /// unset) of a create, in one transaction. With `limits`, the project's
+    /// usage is counted and checked in the same transaction, under the
+    /// project's quota lock: all of `builds` fit, or nothing is written and
+    /// the answer is Nova's 403.
     pub async fn create_builds(
         &self,
         builds: &[(BuildInstance, RequestSpec)],
+        limits: Option<&InstanceLimits>,
     ) -> Result<(), ApiError> {
         let t = Utc::now();
+        let pg = self.is_postgres();
         on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            if let (Some(l), Some((first, _))) = (limits, builds.first()) {
+                let scope = format!("project:{}", first.project_id);
+                sqlx::query("INSERT INTO quota_locks (scope) VALUES ($1) ON CONFLICT (scope) DO NOTHING")
+                    .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
+                sqlx::query(lock_sql(pg)).bind(&scope)
+                    .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
+                let used: (i64, i64, i64) = sqlx::query_as(INSTANCE_USAGE_SQL)
+                    .bind(&first.project_id).fetch_one(&mut *tx).await.map_err(db("quota_usage"))?;
+                let n = builds.len() as i64;
+                let want = (n, n * first.flavor.vcpus, n * first.flavor.memory_mb);
+                l.check(used, want)?;
+            }
             for (b, spec) in builds {
                 let inst = serde_json::to_string(b).map_err(ApiError::internal)?;
                 let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
@@ -245,8 +273,9 @@ impl ComputeDb {
                     .bind(&b.uuid).bind(&spec_json).bind(t)
                     .execute(&mut *tx).await.map_err(db("request_spec_insert"))?;
                 sqlx::query("INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, \
-                     created_at) VALUES ($1, NULL, $2, $3, $4)")
+                     created_at, vcpus, memory_mb) VALUES ($1, NULL, $2, $3, $4, $5, $6)")
                     .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(b.created_at)
+                    .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
                     .execute(&mut *tx).await.map_err(db("instance_mapping_insert"))?;
             }
             tx.commit().await.map_err(db("commit"))?;
@@ -371,4 +400,505 @@ fn parse_build(s: &str) -> Result<BuildRequest, ApiError> {
 #[derive(Debug, Clone)]
 pub struct ComputeDb {
     api: ApiDb,
+}
+
+// ------------------------------------------------------------ user APIs
+// Key pairs, flavor management (extra specs, access), quotas.
+
+/// The quota-lock statement: a row lock on PostgreSQL; on SQLite the write
+/// transaction (BEGIN IMMEDIATE) already serializes, a plain read is enough.
+fn lock_sql(pg: bool) -> &'static str {
+    if pg {
+        "SELECT scope FROM quota_locks WHERE scope = $1 FOR UPDATE"
+    } else {
+        "SELECT scope FROM quota_locks WHERE scope = $1"
+    }
+}
+
+/// A project's instance usage counted from the API database: mappings not
+/// queued for delete (whatever cell they are in, reachable or not) and the
+/// sizes recorded with them: `(instances, cores, ram)`.
+const INSTANCE_USAGE_SQL: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(vcpus), 0) AS BIGINT), \
+     CAST(COALESCE(SUM(memory_mb), 0) AS BIGINT) FROM instance_mappings \
+     WHERE project_id = $1 AND NOT queued_for_delete";
+
+/// The instance limits a create is checked against (-1: unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceLimits {
+    /// `instances`.
+    pub instances: i64,
+    /// `cores`.
+    pub cores: i64,
+    /// `ram` (MB).
+    pub ram: i64,
+}
+
+impl InstanceLimits {
+    /// Nova's 403 when `used + want` exceeds a limit (first resource over,
+    /// in the order instances, cores, ram, named as Nova names them).
+    pub fn check(&self, used: (i64, i64, i64), want: (i64, i64, i64)) -> Result<(), ApiError> {
+        let rows = [
+            ("instances", self.instances, used.0, want.0),
+            ("cores", self.cores, used.1, want.1),
+            ("ram", self.ram, used.2, want.2),
+        ];
+        let overs: Vec<_> = rows
+            .iter()
+            .filter(|(_, limit, u, w)| *limit >= 0 && u + w > *limit)
+            .collect();
+        if let Some((_, limit, u, w)) = overs.first() {
+            let names: Vec<&str> = overs.iter().map(|o| o.0).collect();
+            let names = names.join(", ");
+            return Err(ApiError::Forbidden(format!(
+                "Quota exceeded for {names}: Requested {w}, but already used {u} of {limit} {names}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A key pair row.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct KeyPair {
+    /// Row id.
+    pub id: i64,
+    /// Owner.
+    pub user_id: String,
+    /// Name (unique per user).
+    pub name: String,
+    /// `ssh` or `x509`.
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    /// Fingerprint.
+    pub fingerprint: Option<String>,
+    /// Public key.
+    pub public_key: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last update.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+const KEYPAIR_COLUMNS: &str =
+    "id, user_id, name, type, fingerprint, public_key, created_at, updated_at";
+
+/// A flavor to create through the API (every column).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlavorSpec {
+    /// `flavorid`.
+    pub flavorid: String,
+    /// Name.
+    pub name: String,
+    /// RAM, MB.
+    pub memory_mb: i64,
+    /// VCPUs.
+    pub vcpus: i64,
+    /// Root disk, GB.
+    pub root_gb: i64,
+    /// Ephemeral disk, GB.
+    pub ephemeral_gb: i64,
+    /// Swap, MB.
+    pub swap: i64,
+    /// RX/TX factor.
+    pub rxtx_factor: f64,
+    /// Public.
+    pub is_public: bool,
+    /// Description.
+    pub description: Option<String>,
+}
+
+fn unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+impl ComputeDb {
+    // ---------------------------------------------------------- key pairs
+
+    /// Creates a key pair for `user` unless that user already has
+    /// `key_pairs_limit` of them (-1: unlimited) — checked under the user's
+    /// quota lock in the same transaction. 409 on a duplicate name.
+    pub async fn keypair_create(
+        &self,
+        user: &str,
+        name: &str,
+        kind: &str,
+        fingerprint: &str,
+        public_key: &str,
+        key_pairs_limit: i64,
+    ) -> Result<KeyPair, ApiError> {
+        let pg = self.is_postgres();
+        let now = Utc::now();
+        let scope = format!("user:{user}");
+        let sql = format!(
+            "INSERT INTO key_pairs (user_id, name, type, fingerprint, public_key, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {KEYPAIR_COLUMNS}"
+        );
+        on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            sqlx::query("INSERT INTO quota_locks (scope) VALUES ($1) ON CONFLICT (scope) DO NOTHING")
+                .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
+            sqlx::query(lock_sql(pg)).bind(&scope)
+                .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM key_pairs WHERE user_id = $1")
+                .bind(user).fetch_one(&mut *tx).await.map_err(db("keypair_count"))?;
+            if key_pairs_limit >= 0 && n + 1 > key_pairs_limit {
+                return Err(ApiError::Forbidden("Quota exceeded, too many key pairs.".into()));
+            }
+            let exists: Option<i64> = sqlx::query_scalar(
+                "SELECT id FROM key_pairs WHERE user_id = $1 AND name = $2")
+                .bind(user).bind(name).fetch_optional(&mut *tx).await.map_err(db("keypair_get"))?;
+            if exists.is_some() {
+                return Err(ApiError::Conflict(format!("Key pair '{name}' already exists.")));
+            }
+            let row: KeyPair = match sqlx::query_as(&sql)
+                .bind(user).bind(name).bind(kind).bind(fingerprint).bind(public_key).bind(now)
+                .fetch_one(&mut *tx).await {
+                Ok(r) => r,
+                Err(e) if unique_violation(&e) => {
+                    return Err(ApiError::Conflict(format!("Key pair '{name}' already exists.")))
+                }
+                Err(e) => return Err(db("keypair_insert")(e)),
+            };
+            tx.commit().await.map_err(db("commit"))?;
+            Ok(row)
+        })
+    }
+
+    /// A user's key pairs by name, after `marker` (a name), at most `limit`.
+    pub async fn keypairs(
+        &self,
+        user: &str,
+        marker: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<KeyPair>, ApiError> {
+        let sql = format!(
+            "SELECT {KEYPAIR_COLUMNS} FROM key_pairs WHERE user_id = $1 AND name > $2 \
+             ORDER BY name LIMIT $3"
+        );
+        Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .bind(user).bind(marker.unwrap_or("")).bind(limit)
+            .fetch_all(p).await.map_err(db("keypair_list"))?))
+    }
+
+    /// One key pair of a user.
+    pub async fn keypair(&self, user: &str, name: &str) -> Result<Option<KeyPair>, ApiError> {
+        let sql =
+            format!("SELECT {KEYPAIR_COLUMNS} FROM key_pairs WHERE user_id = $1 AND name = $2");
+        Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .bind(user).bind(name).fetch_optional(p).await.map_err(db("keypair_get"))?))
+    }
+
+    /// Deletes a key pair; false when there was none.
+    pub async fn keypair_delete(&self, user: &str, name: &str) -> Result<bool, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query(
+            "DELETE FROM key_pairs WHERE user_id = $1 AND name = $2")
+            .bind(user).bind(name).execute(p).await.map_err(db("keypair_delete"))?
+            .rows_affected())
+            > 0)
+    }
+
+    /// How many key pairs a user has.
+    pub async fn keypair_count(&self, user: &str) -> Result<i64, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM key_pairs WHERE user_id = $1")
+            .bind(user).fetch_one(p).await.map_err(db("keypair_count"))?))
+    }
+
+    // ------------------------------------------------------------ flavors
+
+    /// Flavors `project` may see (Nova's rules): with `is_public`
+    /// `Some(true)` the public ones and the private ones `project` has
+    /// access to; `Some(false)` the private ones only; `None` all.
+    /// Disabled flavors only with `include_disabled`.
+    pub async fn flavors_for(
+        &self,
+        project: &str,
+        is_public: Option<bool>,
+        include_disabled: bool,
+    ) -> Result<Vec<Flavor>, ApiError> {
+        let mode: i64 = match is_public {
+            Some(true) => 1,
+            Some(false) => 2,
+            None => 0,
+        };
+        let sql = format!(
+            "SELECT {FLAVOR_COLUMNS} FROM flavors f WHERE ($2 OR NOT f.disabled) AND ( $3 = 0 \
+             OR ($3 = 1 AND (f.is_public OR EXISTS (SELECT 1 FROM flavor_projects fp \
+                 WHERE fp.flavor_id = f.id AND fp.project_id = $1))) \
+             OR ($3 = 2 AND NOT f.is_public)) ORDER BY f.memory_mb, f.flavorid"
+        );
+        Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .bind(project).bind(include_disabled).bind(mode)
+            .fetch_all(p).await.map_err(db("flavor_list"))?))
+    }
+
+    /// One flavor by API id as `project` may see it: public, or private
+    /// with access for `project`, or any for an admin.
+    pub async fn flavor_visible(
+        &self,
+        flavorid: &str,
+        project: &str,
+        admin: bool,
+    ) -> Result<Option<Flavor>, ApiError> {
+        let sql = format!(
+            "SELECT {FLAVOR_COLUMNS} FROM flavors f WHERE f.flavorid = $1 AND ($3 OR f.is_public \
+             OR EXISTS (SELECT 1 FROM flavor_projects fp WHERE fp.flavor_id = f.id \
+             AND fp.project_id = $2))"
+        );
+        Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .bind(flavorid).bind(project).bind(admin)
+            .fetch_optional(p).await.map_err(db("flavor_get"))?))
+    }
+
+    /// Creates a flavor; 409 with Nova's message when its id or name is
+    /// taken.
+    pub async fn flavor_create(&self, f: &FlavorSpec) -> Result<Flavor, ApiError> {
+        let sql = format!(
+            "INSERT INTO flavors (flavorid, name, memory_mb, vcpus, root_gb, ephemeral_gb, swap, \
+             rxtx_factor, is_public, description, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {FLAVOR_COLUMNS}"
+        );
+        let taken = |by_id: bool| {
+            if by_id {
+                ApiError::Conflict(format!("Flavor with ID {} already exists.", f.flavorid))
+            } else {
+                ApiError::Conflict(format!("Flavor with name {} already exists.", f.name))
+            }
+        };
+        on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            let clash: Option<(String, String)> = sqlx::query_as(
+                "SELECT flavorid, name FROM flavors WHERE flavorid = $1 OR name = $2 LIMIT 1")
+                .bind(&f.flavorid).bind(&f.name).fetch_optional(&mut *tx).await
+                .map_err(db("flavor_clash"))?;
+            if let Some((id, _)) = clash {
+                return Err(taken(id == f.flavorid));
+            }
+            let row: Flavor = match sqlx::query_as(&sql)
+                .bind(&f.flavorid).bind(&f.name).bind(f.memory_mb).bind(f.vcpus).bind(f.root_gb)
+                .bind(f.ephemeral_gb).bind(f.swap).bind(f.rxtx_factor).bind(f.is_public)
+                .bind(&f.description).bind(Utc::now())
+                .fetch_one(&mut *tx).await {
+                Ok(r) => r,
+                Err(e) if unique_violation(&e) => {
+                    let by_name = e.to_string().contains("name");
+                    return Err(taken(!by_name));
+                }
+                Err(e) => return Err(db("flavor_insert")(e)),
+            };
+            tx.commit().await.map_err(db("commit"))?;
+            Ok(row)
+        })
+    }
+
+    /// Deletes a flavor with its extra specs and access list; false when
+    /// there was none.
+    pub async fn flavor_delete(&self, flavorid: &str) -> Result<bool, ApiError> {
+        Ok(on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            let id: Option<i64> = sqlx::query_scalar("SELECT id FROM flavors WHERE flavorid = $1")
+                .bind(flavorid).fetch_optional(&mut *tx).await.map_err(db("flavor_get"))?;
+            if let Some(id) = id {
+                sqlx::query("DELETE FROM flavor_extra_specs WHERE flavor_id = $1")
+                    .bind(id).execute(&mut *tx).await.map_err(db("flavor_extra_specs_delete"))?;
+                sqlx::query("DELETE FROM flavor_projects WHERE flavor_id = $1")
+                    .bind(id).execute(&mut *tx).await.map_err(db("flavor_projects_delete"))?;
+                sqlx::query("DELETE FROM flavors WHERE id = $1")
+                    .bind(id).execute(&mut *tx).await.map_err(db("flavor_delete"))?;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+            id.is_some()
+        }))
+    }
+
+    /// Sets a flavor's description; false when there is no such flavor.
+    pub async fn flavor_set_description(
+        &self,
+        flavorid: &str,
+        description: Option<&str>,
+    ) -> Result<bool, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query(
+            "UPDATE flavors SET description = $1, updated_at = $2 WHERE flavorid = $3")
+            .bind(description).bind(Utc::now()).bind(flavorid)
+            .execute(p).await.map_err(db("flavor_update"))?.rows_affected())
+            > 0)
+    }
+
+    /// Extra specs of flavors by row id.
+    pub async fn extra_specs(
+        &self,
+        flavor_ids: &[i64],
+    ) -> Result<std::collections::HashMap<i64, std::collections::BTreeMap<String, String>>, ApiError>
+    {
+        let mut out: std::collections::HashMap<i64, std::collections::BTreeMap<String, String>> =
+            Default::default();
+        if flavor_ids.is_empty() {
+            return Ok(out);
+        }
+        let list = flavor_ids
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = format!(
+            "SELECT flavor_id, key, COALESCE(value, '') FROM flavor_extra_specs \
+             WHERE flavor_id IN ({list}) ORDER BY key"
+        );
+        let rows: Vec<(i64, String, String)> = on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .fetch_all(p).await.map_err(db("flavor_extra_specs_get"))?);
+        for (id, k, v) in rows {
+            out.entry(id).or_default().insert(k, v);
+        }
+        Ok(out)
+    }
+
+    /// Creates or updates extra specs of a flavor (row id), in one
+    /// transaction.
+    pub async fn extra_specs_set(
+        &self,
+        flavor_id: i64,
+        specs: &[(String, String)],
+    ) -> Result<(), ApiError> {
+        let now = Utc::now();
+        on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            for (k, v) in specs {
+                sqlx::query("INSERT INTO flavor_extra_specs (flavor_id, key, value, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (flavor_id, key) \
+                     DO UPDATE SET value = excluded.value, updated_at = excluded.created_at")
+                    .bind(flavor_id).bind(k).bind(v).bind(now)
+                    .execute(&mut *tx).await.map_err(db("flavor_extra_spec_set"))?;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+        });
+        Ok(())
+    }
+
+    /// Deletes one extra spec; false when there was none.
+    pub async fn extra_spec_delete(&self, flavor_id: i64, key: &str) -> Result<bool, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query(
+            "DELETE FROM flavor_extra_specs WHERE flavor_id = $1 AND key = $2")
+            .bind(flavor_id).bind(key).execute(p).await.map_err(db("flavor_extra_spec_delete"))?
+            .rows_affected())
+            > 0)
+    }
+
+    /// Projects with access to a flavor (row id).
+    pub async fn flavor_projects(&self, flavor_id: i64) -> Result<Vec<String>, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query_scalar(
+            "SELECT project_id FROM flavor_projects WHERE flavor_id = $1 ORDER BY project_id")
+            .bind(flavor_id).fetch_all(p).await.map_err(db("flavor_projects_get"))?))
+    }
+
+    /// Gives `project` access to a flavor; false when it had it already.
+    pub async fn flavor_access_add(&self, flavor_id: i64, project: &str) -> Result<bool, ApiError> {
+        let r = on_pool!(self.pool(), p => sqlx::query(
+            "INSERT INTO flavor_projects (flavor_id, project_id, created_at) VALUES ($1, $2, $3)")
+            .bind(flavor_id).bind(project).bind(Utc::now()).execute(p).await.map(|_| ()));
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if unique_violation(&e) => Ok(false),
+            Err(e) => Err(db("flavor_access_add")(e)),
+        }
+    }
+
+    /// Removes `project`'s access to a flavor; false when it had none.
+    pub async fn flavor_access_remove(
+        &self,
+        flavor_id: i64,
+        project: &str,
+    ) -> Result<bool, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query(
+            "DELETE FROM flavor_projects WHERE flavor_id = $1 AND project_id = $2")
+            .bind(flavor_id).bind(project).execute(p).await.map_err(db("flavor_access_remove"))?
+            .rows_affected())
+            > 0)
+    }
+
+    // ------------------------------------------------------------- quotas
+
+    /// A project's quota overrides (`resource`, `hard_limit`).
+    pub async fn quotas(&self, project: &str) -> Result<Vec<(String, i64)>, ApiError> {
+        let rows: Vec<(String, Option<i64>)> = on_pool!(self.pool(), p => sqlx::query_as(
+            "SELECT resource, hard_limit FROM quotas WHERE project_id = $1")
+            .bind(project).fetch_all(p).await.map_err(db("quota_get"))?);
+        Ok(rows
+            .into_iter()
+            .map(|(r, l)| (r, l.unwrap_or(-1)))
+            .collect())
+    }
+
+    /// Sets quota overrides of a project, in one transaction.
+    pub async fn quotas_set(
+        &self,
+        project: &str,
+        limits: &[(String, i64)],
+    ) -> Result<(), ApiError> {
+        let now = Utc::now();
+        on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            for (r, l) in limits {
+                sqlx::query("INSERT INTO quotas (project_id, resource, hard_limit, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (project_id, resource) \
+                     DO UPDATE SET hard_limit = excluded.hard_limit, updated_at = excluded.created_at")
+                    .bind(project).bind(r).bind(l).bind(now)
+                    .execute(&mut *tx).await.map_err(db("quota_set"))?;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+        });
+        Ok(())
+    }
+
+    /// Deletes a project's overrides (back to the defaults).
+    pub async fn quotas_delete(&self, project: &str) -> Result<(), ApiError> {
+        on_pool!(self.pool(), p => sqlx::query("DELETE FROM quotas WHERE project_id = $1")
+            .bind(project).execute(p).await.map_err(db("quota_delete"))?.rows_affected());
+        Ok(())
+    }
+
+    /// `(instances, cores, ram)` in use by a project (see
+    /// [`INSTANCE_USAGE_SQL`]).
+    pub async fn instance_usage(&self, project: &str) -> Result<(i64, i64, i64), ApiError> {
+        Ok(
+            on_pool!(self.pool(), p => sqlx::query_as(INSTANCE_USAGE_SQL)
+            .bind(project).fetch_one(p).await.map_err(db("quota_usage"))?),
+        )
+    }
+
+    /// Server groups of a project.
+    pub async fn server_group_count(&self, project: &str) -> Result<i64, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM instance_groups WHERE project_id = $1")
+            .bind(project).fetch_one(p).await.map_err(db("server_group_count"))?))
+    }
+
+    /// Key pair names recorded in the request specs of `uuids`.
+    pub async fn key_names(
+        &self,
+        uuids: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, ApiError> {
+        let mut out = std::collections::HashMap::new();
+        for chunk in uuids.chunks(200) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT instance_uuid, spec FROM request_specs WHERE instance_uuid IN ({})",
+                marks.join(",")
+            );
+            let rows: Vec<(String, String)> = on_pool!(self.pool(), p => {
+                let mut q = sqlx::query_as(&sql);
+                for u in chunk {
+                    q = q.bind(u);
+                }
+                q.fetch_all(p).await.map_err(db("request_spec_key_names"))?
+            });
+            for (u, spec) in rows {
+                if let Ok(s) = serde_json::from_str::<RequestSpec>(&spec) {
+                    if let Some(k) = s.key_name {
+                        out.insert(u, k);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
 }

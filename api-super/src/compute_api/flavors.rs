@@ -1,7 +1,12 @@
 //! `GET /flavors`, `/flavors/detail`, `/flavors/{id}` (any authenticated
-//! caller, as upstream).
+//! caller, as upstream). Private flavors are listed and shown only to the
+//! projects given access and to admins; admins filter with `is_public`
+//! (`true`, the default: public and accessible; `false`: private only;
+//! `none`: all). `description` from 2.55, `extra_specs` from 2.61.
 
-use axum::extract::{Path, State};
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 
@@ -15,8 +20,14 @@ fn links(app: &App, id: &str) -> Value {
            {"rel": "bookmark", "href": format!("{base}/flavors/{id}")}])
 }
 
-/// The detailed view of a flavor at the request's microversion.
-pub fn detail(app: &App, ctx: &Ctx, f: &Flavor) -> Value {
+/// The detailed view of a flavor at the request's microversion
+/// (`extra_specs`: the flavor's, shown from 2.61).
+pub fn detail(
+    app: &App,
+    ctx: &Ctx,
+    f: &Flavor,
+    extra_specs: Option<&BTreeMap<String, String>>,
+) -> Value {
     let mut v = json!({
         "id": f.flavorid,
         "name": f.name,
@@ -34,7 +45,7 @@ pub fn detail(app: &App, ctx: &Ctx, f: &Flavor) -> Value {
         v["description"] = json!(f.description);
     }
     if ctx.mv.at_least(61) {
-        v["extra_specs"] = json!({});
+        v["extra_specs"] = json!(extra_specs.cloned().unwrap_or_default());
     }
     if ctx.mv.at_least(75) && f.swap == 0 {
         v["swap"] = json!(0);
@@ -42,12 +53,47 @@ pub fn detail(app: &App, ctx: &Ctx, f: &Flavor) -> Value {
     v
 }
 
+/// The flavor `id` as the caller may see it; 404 otherwise.
+pub async fn visible(app: &App, ctx: &Ctx, id: &str) -> ApiResult<Flavor> {
+    app.db
+        .flavor_visible(id, ctx.project_id(), ctx.is_admin())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Flavor {id} could not be found.")))
+}
+
+/// Nova's `is_public` filter: only admins choose; others see public and
+/// accessible flavors.
+fn is_public_filter(ctx: &Ctx, q: &HashMap<String, String>) -> ApiResult<Option<bool>> {
+    if !ctx.is_admin() {
+        return Ok(Some(true));
+    }
+    match q.get("is_public").map(|s| s.to_ascii_lowercase()) {
+        None => Ok(Some(true)),
+        Some(s) if s == "none" => Ok(None),
+        Some(s) if matches!(s.as_str(), "1" | "t" | "true" | "on" | "y" | "yes") => Ok(Some(true)),
+        Some(s) if matches!(s.as_str(), "0" | "f" | "false" | "off" | "n" | "no") => {
+            Ok(Some(false))
+        }
+        Some(s) => Err(ApiError::BadRequest(format!(
+            "Invalid is_public filter [{s}]"
+        ))),
+    }
+}
+
+async fn listed(app: &App, ctx: &Ctx, q: &HashMap<String, String>) -> ApiResult<Vec<Flavor>> {
+    let is_public = is_public_filter(ctx, q)?;
+    app.db
+        .flavors_for(ctx.project_id(), is_public, ctx.is_admin())
+        .await
+}
+
 /// `GET /flavors`.
 pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let flavors = app.db.flavors().await?;
+    let flavors = listed(&app, &ctx, &q).await?;
     let list: Vec<Value> = flavors
         .iter()
         .map(|f| {
@@ -66,10 +112,30 @@ pub async fn index(
 pub async fn index_detail(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let flavors = app.db.flavors().await?;
-    let list: Vec<Value> = flavors.iter().map(|f| detail(&app, &ctx, f)).collect();
+    let flavors = listed(&app, &ctx, &q).await?;
+    let specs = if ctx.mv.at_least(61) {
+        let ids: Vec<i64> = flavors.iter().map(|f| f.id).collect();
+        app.db.extra_specs(&ids).await?
+    } else {
+        HashMap::new()
+    };
+    let list: Vec<Value> = flavors
+        .iter()
+        .map(|f| detail(&app, &ctx, f, specs.get(&f.id)))
+        .collect();
     Ok(Json(json!({ "flavors": list })))
+}
+
+/// The detailed view with its extra specs (read only from 2.61).
+pub async fn detail_with_specs(app: &App, ctx: &Ctx, f: &Flavor) -> ApiResult<Value> {
+    let specs = if ctx.mv.at_least(61) {
+        app.db.extra_specs(&[f.id]).await?.remove(&f.id)
+    } else {
+        None
+    };
+    Ok(detail(app, ctx, f, specs.as_ref()))
 }
 
 /// `GET /flavors/{id}`.
@@ -78,10 +144,8 @@ pub async fn show(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let f = app
-        .db
-        .flavor(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Flavor {id} could not be found.")))?;
-    Ok(Json(json!({ "flavor": detail(&app, &ctx, &f) })))
+    let f = visible(&app, &ctx, &id).await?;
+    Ok(Json(
+        json!({ "flavor": detail_with_specs(&app, &ctx, &f).await? }),
+    ))
 }

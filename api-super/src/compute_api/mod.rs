@@ -11,13 +11,17 @@
 
 pub mod db;
 pub mod error;
+pub mod flavor_manage;
 pub mod flavors;
 pub mod images;
 pub mod instance_actions;
+pub mod keypairs;
 pub mod microversion;
+pub mod quotas;
 pub mod server_actions;
 pub mod server_metadata;
 pub mod servers;
+pub mod usage;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -27,7 +31,7 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use fabric::token::{Authenticator, Claims};
 use serde::{Deserialize, Serialize};
@@ -59,6 +63,8 @@ pub struct ComputeConfig {
     pub scheduler: SchedulerConfig,
     /// How often the cell-mapping cache re-reads the API database (ms).
     pub cell_cache_refresh_ms: u64,
+    /// Default quota limits (`[compute.quota]`).
+    pub quota: quotas::QuotaConfig,
 }
 
 impl Default for ComputeConfig {
@@ -69,6 +75,7 @@ impl Default for ComputeConfig {
             max_limit: 1000,
             scheduler: SchedulerConfig::default(),
             cell_cache_refresh_ms: cell_mapping::CacheConfig::default().refresh_interval_ms,
+            quota: quotas::QuotaConfig::default(),
         }
     }
 }
@@ -126,6 +133,7 @@ pub struct Inner {
     pub(crate) conductor: Arc<SuperConductor>,
     pub(crate) public_url: OnceLock<String>,
     pub(crate) max_limit: usize,
+    pub(crate) quota: quotas::QuotaConfig,
 }
 
 /// A handle on the shared state.
@@ -216,9 +224,58 @@ async fn not_found() -> Response {
 /// The Compute API's routes.
 pub fn router(app: App) -> Router {
     let authed = Router::new()
-        .route("/v2.1/flavors", get(flavors::index))
+        .route(
+            "/v2.1/flavors",
+            get(flavors::index).post(flavor_manage::create),
+        )
         .route("/v2.1/flavors/detail", get(flavors::index_detail))
-        .route("/v2.1/flavors/{id}", get(flavors::show))
+        .route(
+            "/v2.1/flavors/{id}",
+            get(flavors::show)
+                .put(flavor_manage::update)
+                .delete(flavor_manage::delete),
+        )
+        .route(
+            "/v2.1/flavors/{id}/os-extra_specs",
+            get(flavor_manage::specs_index).post(flavor_manage::specs_create),
+        )
+        .route(
+            "/v2.1/flavors/{id}/os-extra_specs/{key}",
+            get(flavor_manage::spec_show)
+                .put(flavor_manage::spec_update)
+                .delete(flavor_manage::spec_delete),
+        )
+        .route(
+            "/v2.1/flavors/{id}/os-flavor-access",
+            get(flavor_manage::access_index),
+        )
+        .route("/v2.1/flavors/{id}/action", post(flavor_manage::action))
+        .route(
+            "/v2.1/os-keypairs",
+            get(keypairs::index).post(keypairs::create),
+        )
+        .route(
+            "/v2.1/os-keypairs/{name}",
+            get(keypairs::show).delete(keypairs::delete),
+        )
+        .route(
+            "/v2.1/os-quota-sets/{project_id}",
+            get(quotas::show).put(quotas::update).delete(quotas::delete),
+        )
+        .route(
+            "/v2.1/os-quota-sets/{project_id}/defaults",
+            get(quotas::defaults),
+        )
+        .route(
+            "/v2.1/os-quota-sets/{project_id}/detail",
+            get(quotas::detail),
+        )
+        .route("/v2.1/limits", get(quotas::limits))
+        .route("/v2.1/os-simple-tenant-usage", get(usage::index))
+        .route(
+            "/v2.1/os-simple-tenant-usage/{project_id}",
+            get(usage::show),
+        )
         .route("/v2.1/servers", get(servers::index).post(servers::create))
         .route("/v2.1/servers/detail", get(servers::index_detail))
         .route(
@@ -345,6 +402,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         conductor,
         public_url,
         max_limit: cfg.max_limit.max(1),
+        quota: cfg.quota.clone(),
     }));
     let routes = router(app.clone());
     let task = tokio::spawn(async move {

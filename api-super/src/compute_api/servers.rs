@@ -50,6 +50,7 @@ pub(crate) struct Server {
     pub(crate) metadata: Vec<(String, String)>,
     /// Tags (2.26), sorted.
     pub(crate) tags: Vec<String>,
+    key_name: Option<String>,
 }
 
 impl Server {
@@ -77,6 +78,7 @@ impl Server {
             locked_reason: None,
             metadata: Vec::new(),
             tags: Vec::new(),
+            key_name: b.key_name.clone(),
         }
     }
 
@@ -104,6 +106,7 @@ impl Server {
             locked_reason: i.locked_reason,
             metadata: Vec::new(),
             tags: Vec::new(),
+            key_name: None,
         }
     }
 
@@ -238,7 +241,7 @@ pub(crate) fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
         "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": s.availability_zone.clone().unwrap_or_default(),
         "config_drive": "",
-        "key_name": null,
+        "key_name": s.key_name,
         "OS-SRV-USG:launched_at": s.launched_at.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
         "OS-SRV-USG:terminated_at": null,
         "OS-EXT-STS:task_state": s.task_state,
@@ -327,6 +330,11 @@ pub(crate) async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiRes
                     return Err(ApiError::server_not_found(id));
                 }
                 let mut s = Server::from_cell(i);
+                s.key_name = app
+                    .db
+                    .key_names(std::slice::from_ref(&s.uuid))
+                    .await?
+                    .remove(&s.uuid);
                 if s.vm_state == vs::ERROR {
                     s.fault = db.api_faults(&[s.uuid.clone()]).await?.pop();
                 }
@@ -370,6 +378,8 @@ struct CreateRequest {
     availability_zone: Option<String>,
     min_count: i64,
     max_count: i64,
+    key_name: Option<String>,
+    metadata_items: usize,
 }
 
 fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
@@ -437,6 +447,16 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             None => return Err(bad("Invalid input for field/attribute server. 'networks' is a required property")),
         }
     }
+    let key_name = match o.get("key_name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= 255 => Some(s.clone()),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute key_name. Value: {other}. {other} is not of type 'string', 'null'"))),
+    };
+    let metadata_items = match o.get("metadata") {
+        None => 0,
+        Some(Value::Object(m)) => m.len(),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute metadata. Value: {other}. {other} is not of type 'object'"))),
+    };
     let min_count = int_field(o, "min_count")?.unwrap_or(1);
     let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
     if min_count > max_count {
@@ -452,10 +472,13 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         availability_zone,
         min_count,
         max_count,
+        key_name,
+        metadata_items,
     })
 }
 
-/// `POST /servers`. Quotas are not enforced yet.
+/// `POST /servers`. Quotas: metadata_items, and instances/cores/ram for
+/// all of `max_count` (all or none), checked where the builds are written.
 pub async fn create(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
@@ -465,10 +488,17 @@ pub async fn create(
     let req = parse_create(&ctx, &body)?;
     let flavor = app
         .db
-        .flavor(&req.flavor_ref)
+        .flavor_visible(&req.flavor_ref, ctx.project_id(), ctx.is_admin())
         .await?
         .filter(|f| !f.disabled)
         .ok_or_else(|| bad("Invalid flavorRef provided."))?;
+    if let Some(k) = &req.key_name {
+        if app.db.keypair(ctx.user_id(), k).await?.is_none() {
+            return Err(bad("Invalid key_name provided."));
+        }
+    }
+    super::quotas::check_metadata_items(&app, ctx.project_id(), req.metadata_items).await?;
+    let limits = super::quotas::instance_limits(&app, ctx.project_id()).await?;
     let image_ref = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
@@ -526,6 +556,7 @@ pub async fn create(
                     created_at,
                     reservation_id: reservation_id.clone(),
                     launch_index: i as i64,
+                    key_name: req.key_name.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -538,12 +569,13 @@ pub async fn create(
                     force_host: force_host.clone(),
                     request_id: ctx.request_id.clone(),
                     global_request_id: global.clone(),
+                    key_name: req.key_name.clone(),
                 },
             )
         })
         .collect();
     let _ = req.min_count;
-    app.db.create_builds(&builds).await?;
+    app.db.create_builds(&builds, Some(&limits)).await?;
     let conductor = app.conductor().clone();
     tokio::spawn(async move { conductor.schedule_and_build(builds).await });
     let id = &uuids[0];
@@ -724,6 +756,20 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
         all.extend(from_cell);
     }
     all.sort_by(|a, b| (b.created_at, &b.uuid).cmp(&(a.created_at, &a.uuid)));
+    if detail {
+        let ids: Vec<String> = all
+            .iter()
+            .take(limit)
+            .filter(|s| s.key_name.is_none())
+            .map(|s| s.uuid.clone())
+            .collect();
+        let mut names = app.db.key_names(&ids).await?;
+        for s in all.iter_mut().take(limit) {
+            if let Some(k) = names.remove(&s.uuid) {
+                s.key_name = Some(k);
+            }
+        }
+    }
     Ok(render_list(app, ctx, all, detail, limit, raw))
 }
 

@@ -180,10 +180,58 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:admin_api or user_id:%(user_id)s",
     ),
     (
+        "os_compute_api:os-keypairs:show",
+        "rule:admin_api or user_id:%(user_id)s",
+    ),
+    (
         "os_compute_api:os-quota-sets:show",
         "rule:project_reader_or_admin",
     ),
     ("os_compute_api:os-quota-sets:update", "rule:admin_api"),
+    ("os_compute_api:os-quota-sets:delete", "rule:admin_api"),
+    ("os_compute_api:os-quota-sets:defaults", "@"),
+    (
+        "os_compute_api:os-quota-sets:detail",
+        "rule:project_reader_or_admin",
+    ),
+    ("os_compute_api:limits:other_project", "rule:admin_api"),
+    (
+        "os_compute_api:os-flavor-extra-specs:index",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-flavor-extra-specs:show",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-flavor-extra-specs:create",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-flavor-extra-specs:update",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-flavor-extra-specs:delete",
+        "rule:admin_api",
+    ),
+    ("os_compute_api:os-flavor-access", "rule:admin_api"),
+    (
+        "os_compute_api:os-flavor-access:add_tenant_access",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-flavor-access:remove_tenant_access",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-simple-tenant-usage:show",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-simple-tenant-usage:list",
+        "rule:admin_api",
+    ),
     (
         "os_compute_api:os-instance-actions:list",
         "rule:project_reader_or_admin",

@@ -138,6 +138,14 @@ impl Region {
             .unwrap();
         let cfg = ComputeConfig {
             listen: "127.0.0.1:0".into(),
+            // Quotas are tested in `user_apis`; here the huge flavor must
+            // reach the scheduler.
+            quota: api_super::compute_api::quotas::QuotaConfig {
+                instances: -1,
+                cores: -1,
+                ram: -1,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let deps = ComputeDeps {

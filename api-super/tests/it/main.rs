@@ -7,3 +7,4 @@ mod image;
 mod matrix;
 mod ratelimit;
 mod tokens;
+mod user_apis;

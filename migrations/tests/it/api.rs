@@ -21,6 +21,7 @@ const TABLES: &[&str] = &[
     "key_pairs",
     "project_user_quotas",
     "quota_classes",
+    "quota_locks",
     "quotas",
     "request_specs",
 ];

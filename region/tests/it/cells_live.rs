@@ -393,6 +393,31 @@ async fn cells_live(
         admin,
         booted: Vec::new(),
     };
+    // More servers than Nova's default quota (10) are booted here: lift the
+    // instance quotas of both projects (quotas are tested elsewhere).
+    for project in [&region.admin.project, &region.member.project] {
+        let r = api
+            .http
+            .get(format!("{identity}/v3/projects?name={project}"))
+            .header("x-auth-token", &api.admin)
+            .send()
+            .await
+            .expect("project lookup");
+        let v: Value = r.json().await.expect("projects");
+        let id = v["projects"][0]["id"]
+            .as_str()
+            .expect("project id")
+            .to_owned();
+        let (status, v) = api
+            .call(
+                &api.admin,
+                "PUT",
+                &format!("/v2.1/os-quota-sets/{id}"),
+                Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
+            )
+            .await;
+        assert_eq!(status, 200, "quota of {project}: {v}");
+    }
     let op = ApiDb::open(&region.api_db_url).await.expect("API database");
     let cell1 = op
         .cells()

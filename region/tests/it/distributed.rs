@@ -66,6 +66,13 @@ fn bin(name: &str) -> PathBuf {
         "{} is not built: run `cargo build --workspace --bins` first (scripts/test.sh does)",
         p.display()
     );
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if age(&p) < age(Path::new(env!("CARGO_BIN_EXE_region"))) {
+        eprintln!(
+            "WARNING: {} is older than the region binary and may be stale: run `cargo build --workspace --bins`",
+            p.display()
+        );
+    }
     p
 }
 
