@@ -507,7 +507,7 @@ pub async fn create(
 
 // -------------------------------------------------------------------- list
 
-fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
+pub(crate) fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
     let mut m = HashMap::new();
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));

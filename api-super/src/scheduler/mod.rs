@@ -239,6 +239,17 @@ impl Scheduler {
         &self.placement
     }
 
+    /// Its configuration (service down time, default zone, ...).
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// The host state cache (invalidated by the operator APIs when they
+    /// change a service, an aggregate or a zone).
+    pub fn host_state(&self) -> &HostStateCache {
+        &self.hosts
+    }
+
     /// Chooses and claims a host for each of `instances` (all or none: a
     /// failure releases the claims already made).
     #[tracing::instrument(skip_all, fields(instances = instances.len()))]

@@ -2,6 +2,10 @@
 //! cell (one `GET /allocation_candidates` per request) and claims
 //! (`PUT /allocations/{consumer}` with `consumer_generation: null`), both at
 //! microversion 1.36, plus `DELETE /allocations/{consumer}` to undo a claim.
+//! For the operator APIs: a provider's aggregates (read, and written with
+//! the provider generation; [`change_provider_aggregate`] retries a
+//! generation conflict a bounded number of times) and the delete of a
+//! provider whose compute service was deleted.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -23,6 +27,12 @@ pub enum PlacementError {
     /// Transport.
     #[error("placement request failed")]
     Http(#[source] reqwest::Error),
+    /// No resource provider with that uuid.
+    #[error("resource provider {0} not found in placement")]
+    ProviderNotFound(String),
+    /// The provider's generation kept changing under us.
+    #[error("resource provider {0} kept changing (generation conflicts); gave up")]
+    GenerationConflict(String),
     /// Unexpected status.
     #[error("placement answered {status} to {what}: {body}")]
     Status {
@@ -102,6 +112,64 @@ pub trait SchedulerPlacement: Send + Sync + std::fmt::Debug {
         &'a self,
         consumer: &'a str,
     ) -> BoxFuture<'a, Result<(), PlacementError>>;
+
+    /// The aggregates of provider `rp` and its generation; `None` when
+    /// there is no such provider.
+    fn provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ProviderAggregates>, PlacementError>>;
+
+    /// Replaces the aggregates of `rp` if its generation is still
+    /// `aggs.generation`; `Ok(false)` on a generation conflict.
+    fn set_provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+        aggs: &'a ProviderAggregates,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>>;
+
+    /// Deletes provider `rp` (absent is fine).
+    fn delete_provider<'a>(&'a self, rp: &'a str) -> BoxFuture<'a, Result<(), PlacementError>>;
+}
+
+/// A provider's aggregates with the generation they were read at.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ProviderAggregates {
+    /// Aggregate uuids.
+    pub aggregates: Vec<String>,
+    /// `resource_provider_generation`.
+    #[serde(rename = "resource_provider_generation")]
+    pub generation: i64,
+}
+
+/// How many times a generation conflict is retried.
+pub const AGGREGATE_ATTEMPTS: usize = 5;
+
+/// Adds (`add`) or removes aggregate `agg` in provider `rp`'s aggregates:
+/// read, change, write with the generation read; a conflict (someone else
+/// wrote meanwhile) is retried up to [`AGGREGATE_ATTEMPTS`] times. Adding
+/// what is there or removing what is not is a no-op.
+pub async fn change_provider_aggregate(
+    p: &dyn SchedulerPlacement,
+    rp: &str,
+    agg: &str,
+    add: bool,
+) -> Result<(), PlacementError> {
+    for _ in 0..AGGREGATE_ATTEMPTS {
+        let Some(mut cur) = p.provider_aggregates(rp).await? else {
+            return Err(PlacementError::ProviderNotFound(rp.to_owned()));
+        };
+        let present = cur.aggregates.iter().any(|a| a == agg);
+        match (add, present) {
+            (true, true) | (false, false) => return Ok(()),
+            (true, false) => cur.aggregates.push(agg.to_owned()),
+            (false, true) => cur.aggregates.retain(|a| a != agg),
+        }
+        if p.set_provider_aggregates(rp, &cur).await? {
+            return Ok(());
+        }
+    }
+    Err(PlacementError::GenerationConflict(rp.to_owned()))
 }
 
 /// The placement REST API over HTTP.
@@ -237,6 +305,72 @@ impl SchedulerPlacement for HttpPlacement {
             match resp.status().as_u16() {
                 204 | 404 => Ok(()),
                 _ => Err(status_err("DELETE /allocations", resp).await),
+            }
+        })
+    }
+
+    fn provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ProviderAggregates>, PlacementError>> {
+        Box::pin(async move {
+            let resp = self
+                .req(
+                    reqwest::Method::GET,
+                    &format!("/resource_providers/{rp}/aggregates"),
+                )
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                200 => Ok(Some(resp.json().await.map_err(PlacementError::Http)?)),
+                404 => Ok(None),
+                _ => Err(status_err("GET /resource_providers/{uuid}/aggregates", resp).await),
+            }
+        })
+    }
+
+    fn set_provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+        aggs: &'a ProviderAggregates,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+        Box::pin(async move {
+            let body = json!({
+                "aggregates": aggs.aggregates,
+                "resource_provider_generation": aggs.generation,
+            });
+            let resp = self
+                .req(
+                    reqwest::Method::PUT,
+                    &format!("/resource_providers/{rp}/aggregates"),
+                )
+                .json(&body)
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                200 => Ok(true),
+                409 => Ok(false),
+                404 => Err(PlacementError::ProviderNotFound(rp.to_owned())),
+                _ => Err(status_err("PUT /resource_providers/{uuid}/aggregates", resp).await),
+            }
+        })
+    }
+
+    fn delete_provider<'a>(&'a self, rp: &'a str) -> BoxFuture<'a, Result<(), PlacementError>> {
+        Box::pin(async move {
+            let resp = self
+                .req(
+                    reqwest::Method::DELETE,
+                    &format!("/resource_providers/{rp}"),
+                )
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                204 | 404 => Ok(()),
+                _ => Err(status_err("DELETE /resource_providers/{uuid}", resp).await),
             }
         })
     }

@@ -5,5 +5,6 @@ mod common;
 mod compute;
 mod image;
 mod matrix;
+mod operator;
 mod ratelimit;
 mod tokens;

@@ -12,9 +12,11 @@
 //! `updated_at` has sub-second precision on both backends (the cache's
 //! change marker relies on it).
 
+pub mod aggregates;
 pub mod api;
 pub mod cell;
 pub mod instances;
+pub mod services;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -171,7 +173,9 @@ impl CellDb {
     }
 }
 
+pub use aggregates::{Aggregate, AggregateRefused};
 pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
 pub use instances::{
     CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, NewCellInstance, NewFault,
 };
+pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};
