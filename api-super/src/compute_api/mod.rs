@@ -16,6 +16,7 @@ pub mod flavors;
 pub mod hypervisors;
 pub mod images;
 pub mod microversion;
+pub mod server_groups;
 pub mod servers;
 pub mod services;
 pub mod versions;
@@ -265,6 +266,14 @@ pub fn router(app: App) -> Router {
         .route(
             "/v2.1/os-availability-zone/detail",
             get(availability_zones::detail),
+        )
+        .route(
+            "/v2.1/os-server-groups",
+            get(server_groups::index).post(server_groups::create),
+        )
+        .route(
+            "/v2.1/os-server-groups/{id}",
+            get(server_groups::show).delete(server_groups::delete),
         )
         .fallback(not_found)
         .layer(from_fn_with_state(app.clone(), authenticate));

@@ -304,6 +304,8 @@ struct CreateRequest {
     availability_zone: Option<String>,
     min_count: i64,
     max_count: i64,
+    /// `os:scheduler_hints.group`.
+    group: Option<String>,
 }
 
 fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
@@ -379,6 +381,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     if max_count > 1000 {
         return Err(bad("max_count is too large"));
     }
+    let group = super::server_groups::group_hint(&v)?;
     Ok(CreateRequest {
         name,
         flavor_ref,
@@ -386,6 +389,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         availability_zone,
         min_count,
         max_count,
+        group,
     })
 }
 
@@ -434,6 +438,10 @@ pub async fn create(
             }
         },
     };
+    let group = match &req.group {
+        Some(g) => Some(super::server_groups::for_boot(&app, &ctx, g).await?),
+        None => None,
+    };
     let created_at = Utc::now();
     let reservation_id = format!("r-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let n = req.max_count;
@@ -477,7 +485,19 @@ pub async fn create(
         })
         .collect();
     let _ = req.min_count;
-    app.db.create_builds(&builds).await?;
+    // The servers join their group before the builds exist, so the
+    // scheduler finds the group; undone if the builds cannot be written.
+    if let Some(g) = &group {
+        super::server_groups::join(&app, g, &uuids).await?;
+    }
+    if let Err(e) = app.db.create_builds(&builds).await {
+        if group.is_some() {
+            if let Err(e) = app.db.api().server_group_remove_members(&uuids).await {
+                tracing::error!(error = %e, "could not undo server group membership");
+            }
+        }
+        return Err(e);
+    }
     let conductor = app.conductor().clone();
     tokio::spawn(async move { conductor.schedule_and_build(builds).await });
     let id = &uuids[0];

@@ -375,3 +375,111 @@ impl SchedulerPlacement for HttpPlacement {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A provider whose aggregates someone else changes `conflicts` times.
+    #[derive(Debug)]
+    struct Racy {
+        state: Mutex<(ProviderAggregates, usize)>,
+    }
+
+    impl Racy {
+        fn new(conflicts: usize) -> Self {
+            Racy {
+                state: Mutex::new((ProviderAggregates::default(), conflicts)),
+            }
+        }
+    }
+
+    impl SchedulerPlacement for Racy {
+        fn candidates<'a>(
+            &'a self,
+            _: &'a Resources,
+            _: usize,
+        ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
+            Box::pin(async { Ok(Candidates::default()) })
+        }
+        fn claim<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a AllocationRequest,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+            Box::pin(async { Ok(true) })
+        }
+        fn delete_allocations<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<(), PlacementError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn provider_aggregates<'a>(
+            &'a self,
+            rp: &'a str,
+        ) -> BoxFuture<'a, Result<Option<ProviderAggregates>, PlacementError>> {
+            Box::pin(async move { Ok((rp == "rp").then(|| self.state.lock().unwrap().0.clone())) })
+        }
+        fn set_provider_aggregates<'a>(
+            &'a self,
+            _: &'a str,
+            aggs: &'a ProviderAggregates,
+        ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+            Box::pin(async move {
+                let mut s = self.state.lock().unwrap();
+                if s.1 > 0 {
+                    // Someone else wrote first.
+                    s.1 -= 1;
+                    s.0.generation += 1;
+                    let other = format!("other{}", s.0.generation);
+                    s.0.aggregates.push(other);
+                    return Ok(false);
+                }
+                if aggs.generation != s.0.generation {
+                    return Ok(false);
+                }
+                s.0 = ProviderAggregates {
+                    aggregates: aggs.aggregates.clone(),
+                    generation: aggs.generation + 1,
+                };
+                Ok(true)
+            })
+        }
+        fn delete_provider<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PlacementError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_generation_conflict_is_retried_and_keeps_the_other_writes() {
+        let p = Racy::new(2);
+        change_provider_aggregate(&p, "rp", "agg", true)
+            .await
+            .unwrap();
+        let s = p.state.lock().unwrap().0.clone();
+        assert_eq!(s.aggregates, ["other1", "other2", "agg"]);
+        drop(s);
+        change_provider_aggregate(&p, "rp", "agg", false)
+            .await
+            .unwrap();
+        assert_eq!(p.state.lock().unwrap().0.aggregates, ["other1", "other2"]);
+    }
+
+    #[tokio::test]
+    async fn endless_conflicts_and_a_missing_provider_are_errors() {
+        let p = Racy::new(AGGREGATE_ATTEMPTS);
+        let e = change_provider_aggregate(&p, "rp", "agg", true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PlacementError::GenerationConflict(_)), "{e}");
+        let e = change_provider_aggregate(&p, "nope", "agg", true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PlacementError::ProviderNotFound(_)), "{e}");
+    }
+}

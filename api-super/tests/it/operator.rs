@@ -1175,3 +1175,393 @@ async fn os_aggregates_zones_and_the_placement_mirror() {
     assert_eq!(left[0]["name"], "rack2");
     region.stop().await;
 }
+
+/// Boots `count` servers in one request with a group hint; returns the
+/// group's members afterwards once all are ACTIVE or ERROR.
+async fn boot_in_group(region: &Region, name: &str, group: &str, count: u32) -> Vec<Value> {
+    let r = region
+        .call(
+            &region.member,
+            "POST",
+            "/v2.1/servers",
+            Some(json!({"server": {"name": name, "flavorRef": "1",
+                "imageRef": crate::compute::IMAGE, "networks": "none",
+                "min_count": count, "max_count": count},
+                "os:scheduler_hints": {"group": group}})),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = at(
+        region,
+        &region.member,
+        "2.64",
+        "GET",
+        &format!("/v2.1/os-server-groups/{group}"),
+        None,
+    )
+    .await;
+    let members: Vec<String> = body(&r)["server_group"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
+    let mut out = Vec::new();
+    for m in members {
+        let (s, _) = region
+            .wait(&m, |s| s["status"] == "ACTIVE" || s["status"] == "ERROR")
+            .await;
+        if s["name"].as_str().unwrap().starts_with(name) {
+            out.push(s);
+        }
+    }
+    assert_eq!(out.len(), count as usize, "{out:?}");
+    out
+}
+
+fn hosts_of(servers: &[Value]) -> Vec<String> {
+    servers
+        .iter()
+        .map(|s| s["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn os_server_groups_and_the_scheduler_honouring_their_policies() {
+    let region = Region::start("op_groups", 2, 2).await;
+    let member = region.member.clone();
+    let other = region.other.clone();
+    let admin = region.admin.clone();
+    let create = |mv: &'static str, b: Value| {
+        let region = &region;
+        let member = member.clone();
+        async move {
+            at(
+                region,
+                &member,
+                mv,
+                "POST",
+                "/v2.1/os-server-groups",
+                Some(json!({"server_group": b})),
+            )
+            .await
+        }
+    };
+
+    // Create: 2.64 policy + rules; older policies list; soft from 2.15.
+    let r = create("2.64", json!({"name": "spread", "policy": "anti-affinity"})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let g = body(&r)["server_group"].clone();
+    assert_eq!(g["policy"], "anti-affinity");
+    assert_eq!(g["rules"], json!({}));
+    assert_eq!(g["members"], json!([]));
+    assert!(
+        g["project_id"].is_string() && g.get("policies").is_none(),
+        "{g}"
+    );
+    let spread = g["id"].as_str().unwrap().to_owned();
+    let r = create(
+        "2.64",
+        json!({"name": "two-per-host", "policy": "anti-affinity",
+        "rules": {"max_server_per_host": 2}}),
+    )
+    .await;
+    assert_eq!(
+        body(&r)["server_group"]["rules"],
+        json!({"max_server_per_host": 2}),
+        "{}",
+        r.body
+    );
+    let r = create("2.1", json!({"name": "pack", "policies": ["affinity"]})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let g = body(&r)["server_group"].clone();
+    assert_eq!(g["policies"], json!(["affinity"]));
+    assert_eq!(g["metadata"], json!({}));
+    assert!(g.get("project_id").is_none(), "{g}");
+    let pack = g["id"].as_str().unwrap().to_owned();
+    let r = create(
+        "2.15",
+        json!({"name": "soft", "policies": ["soft-anti-affinity"]}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for (mv, b) in [
+        (
+            "2.14",
+            json!({"name": "soft", "policies": ["soft-affinity"]}),
+        ),
+        (
+            "2.1",
+            json!({"name": "x", "policies": ["affinity", "anti-affinity"]}),
+        ),
+        ("2.1", json!({"name": "x", "policies": []})),
+        ("2.1", json!({"name": "x", "policy": "affinity"})),
+        ("2.64", json!({"name": "x", "policies": ["affinity"]})),
+        ("2.64", json!({"name": "x", "policy": "together"})),
+        (
+            "2.64",
+            json!({"name": "x", "policy": "affinity", "rules": {"max_server_per_host": 2}}),
+        ),
+        (
+            "2.64",
+            json!({"name": "x", "policy": "anti-affinity", "rules": {"max_server_per_host": 0}}),
+        ),
+        ("2.64", json!({"policy": "affinity"})),
+    ] {
+        let r = create(mv, b.clone()).await;
+        assert_eq!(r.status, 400, "{mv} {b}: {}", r.body);
+        fault(&r, 400, "badRequest");
+    }
+
+    // List and isolation.
+    let r = at(
+        &region,
+        &member,
+        "2.64",
+        "GET",
+        "/v2.1/os-server-groups",
+        None,
+    )
+    .await;
+    assert_eq!(
+        body(&r)["server_groups"].as_array().unwrap().len(),
+        4,
+        "{}",
+        r.body
+    );
+    let r = at(
+        &region,
+        &member,
+        "2.64",
+        "GET",
+        "/v2.1/os-server-groups?limit=1&offset=1",
+        None,
+    )
+    .await;
+    assert_eq!(
+        body(&r)["server_groups"][0]["name"],
+        "two-per-host",
+        "{}",
+        r.body
+    );
+    let r = at(
+        &region,
+        &other,
+        "2.64",
+        "GET",
+        "/v2.1/os-server-groups",
+        None,
+    )
+    .await;
+    assert_eq!(body(&r)["server_groups"], json!([]));
+    let r = at(
+        &region,
+        &other,
+        "2.64",
+        "GET",
+        "/v2.1/os-server-groups?all_projects=True",
+        None,
+    )
+    .await;
+    fault(&r, 403, "forbidden");
+    let r = at(
+        &region,
+        &admin,
+        "2.64",
+        "GET",
+        "/v2.1/os-server-groups?all_projects=True",
+        None,
+    )
+    .await;
+    assert_eq!(body(&r)["server_groups"].as_array().unwrap().len(), 4);
+    let r = at(
+        &region,
+        &other,
+        "2.64",
+        "GET",
+        &format!("/v2.1/os-server-groups/{spread}"),
+        None,
+    )
+    .await;
+    fault(&r, 404, "itemNotFound");
+    let r = at(
+        &region,
+        &other,
+        "2.64",
+        "DELETE",
+        &format!("/v2.1/os-server-groups/{spread}"),
+        None,
+    )
+    .await;
+    fault(&r, 404, "itemNotFound");
+    let r = at(
+        &region,
+        &admin,
+        "2.64",
+        "GET",
+        &format!("/v2.1/os-server-groups/{spread}"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = at(
+        &region,
+        &member,
+        "2.64",
+        "GET",
+        "/v2.1/os-server-groups/nope",
+        None,
+    )
+    .await;
+    fault(&r, 404, "itemNotFound");
+
+    // Bad hints.
+    for hint in [
+        json!({"group": "not-a-uuid"}),
+        json!({"group": uuid::Uuid::new_v4().to_string()}),
+        json!("x"),
+    ] {
+        let r = region
+            .call(
+                &member,
+                "POST",
+                "/v2.1/servers",
+                Some(json!({"server": {"name": "h",
+            "flavorRef": "1", "imageRef": crate::compute::IMAGE, "networks": "none"},
+            "os:scheduler_hints": hint})),
+            )
+            .await;
+        fault(&r, 400, "badRequest");
+    }
+    // Another project's group cannot be joined.
+    let r = region
+        .call(
+            &other,
+            "POST",
+            "/v2.1/servers",
+            Some(json!({"server": {"name": "h",
+        "flavorRef": "1", "imageRef": crate::compute::IMAGE, "networks": "none"},
+        "os:scheduler_hints": {"group": spread}})),
+        )
+        .await;
+    fault(&r, 400, "badRequest");
+
+    // Anti-affinity: a batch of three spreads over three hosts...
+    let first = boot_in_group(&region, "spread-a", &spread, 3).await;
+    let mut hosts = hosts_of(&first);
+    assert!(first.iter().all(|s| s["status"] == "ACTIVE"), "{first:?}");
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    // ... a batch of two more cannot (one host left): all of it fails.
+    let more = boot_in_group(&region, "spread-b", &spread, 2).await;
+    assert!(more.iter().all(|s| s["status"] == "ERROR"), "{more:?}");
+    // Affinity: everything on one host.
+    let packed = boot_in_group(&region, "pack-a", &pack, 2).await;
+    let mut later = boot_in_group(&region, "pack-b", &pack, 1).await;
+    later.extend(packed);
+    let mut hosts = hosts_of(&later);
+    hosts.dedup();
+    assert_eq!(hosts.len(), 1, "{later:?}");
+    assert!(later.iter().all(|s| s["status"] == "ACTIVE"), "{later:?}");
+
+    let r = at(
+        &region,
+        &member,
+        "2.64",
+        "DELETE",
+        &format!("/v2.1/os-server-groups/{pack}"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = at(
+        &region,
+        &member,
+        "2.64",
+        "GET",
+        &format!("/v2.1/os-server-groups/{pack}"),
+        None,
+    )
+    .await;
+    fault(&r, 404, "itemNotFound");
+    region.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flavor_extra_specs_pick_hosts_by_aggregate_metadata() {
+    let region = Region::start("op_extra_specs", 1, 2).await;
+    let admin = region.admin.clone();
+    // m1.small gets an extra spec only aggregate "fast" satisfies.
+    let api = region.api.pool().clone();
+    let sql = "INSERT INTO flavor_extra_specs (flavor_id, key, value, created_at) \
+               SELECT id, 'aggregate_instance_extra_specs:ssd', 'true', CURRENT_TIMESTAMP \
+               FROM flavors WHERE flavorid = '2'";
+    match api {
+        cell_mapping::db::Pool::Sqlite(p) => {
+            sqlx::query(sql).execute(&p).await.unwrap();
+        }
+        cell_mapping::db::Pool::Postgres(p) => {
+            sqlx::query(sql).execute(&p).await.unwrap();
+        }
+    }
+    let boot = |name: &'static str| {
+        let region = &region;
+        async move {
+            let r = region
+                .call(
+                    &region.member,
+                    "POST",
+                    "/v2.1/servers",
+                    Some(json!({"server": {
+                "name": name, "flavorRef": "2", "imageRef": crate::compute::IMAGE,
+                "networks": "none"}})),
+                )
+                .await;
+            assert_eq!(r.status, 202, "{}", r.body);
+            let id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+            region
+                .wait(&id, |s| s["status"] == "ACTIVE" || s["status"] == "ERROR")
+                .await
+                .0
+        }
+    };
+    let s = boot("no-ssd-yet").await;
+    assert_eq!(s["status"], "ERROR", "no aggregate has ssd=true: {s}");
+    let r = at(
+        &region,
+        &admin,
+        "2.41",
+        "POST",
+        "/v2.1/os-aggregates",
+        Some(json!({"aggregate": {"name": "fast"}})),
+    )
+    .await;
+    let id = body(&r)["aggregate"]["id"].as_i64().unwrap();
+    let r = at(
+        &region,
+        &admin,
+        "2.41",
+        "POST",
+        &format!("/v2.1/os-aggregates/{id}/action"),
+        Some(json!({"add_host": {"host": "c1-host2"}})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = at(
+        &region,
+        &admin,
+        "2.41",
+        "POST",
+        &format!("/v2.1/os-aggregates/{id}/action"),
+        Some(json!({"set_metadata": {"metadata": {"ssd": "true"}}})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for name in ["ssd-1", "ssd-2"] {
+        let s = boot(name).await;
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        assert_eq!(s["OS-EXT-SRV-ATTR:host"], "c1-host2", "{s}");
+    }
+    region.stop().await;
+}

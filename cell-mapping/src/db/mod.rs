@@ -16,6 +16,7 @@ pub mod aggregates;
 pub mod api;
 pub mod cell;
 pub mod instances;
+pub mod server_groups;
 pub mod services;
 
 use std::str::FromStr;
@@ -178,4 +179,5 @@ pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
 pub use instances::{
     CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, NewCellInstance, NewFault,
 };
+pub use server_groups::{NewServerGroup, ServerGroup};
 pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};
