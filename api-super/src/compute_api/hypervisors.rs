@@ -283,12 +283,17 @@ pub async fn show(
     Ok(Json(json!({ "hypervisor": detail(&app, &ctx, &found[0]) })))
 }
 
-async fn by_hostname(app: &App, ctx: &Ctx, pattern: &str, servers: bool) -> ApiResult<Json<Value>> {
+/// Removed at 2.53: the route is gone, whatever the caller's role.
+fn before_2_53(ctx: &Ctx) -> ApiResult<()> {
     if ctx.mv.at_least(53) {
         return Err(ApiError::NotFound(
             "The resource could not be found.".into(),
         ));
     }
+    Ok(())
+}
+
+async fn by_hostname(app: &App, ctx: &Ctx, pattern: &str, servers: bool) -> ApiResult<Json<Value>> {
     let mut nodes = load(app).await?;
     nodes.retain(|n| n.rec.hypervisor_hostname.contains(pattern));
     if nodes.is_empty() {
@@ -309,6 +314,7 @@ pub async fn search(
     Extension(ctx): Extension<Ctx>,
     Path(hostname): Path<String>,
 ) -> ApiResult<Json<Value>> {
+    before_2_53(&ctx)?;
     app.authorize(
         &ctx,
         "os_compute_api:os-hypervisors:search",
@@ -323,6 +329,7 @@ pub async fn servers(
     Extension(ctx): Extension<Ctx>,
     Path(hostname): Path<String>,
 ) -> ApiResult<Json<Value>> {
+    before_2_53(&ctx)?;
     app.authorize(
         &ctx,
         "os_compute_api:os-hypervisors:servers",

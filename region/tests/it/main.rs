@@ -1,6 +1,7 @@
 //! Integration tests of the all-in-one launcher: the real binary.
 
 mod cells_live;
+mod operator_cli;
 mod osc_placement;
 mod policy_matrix;
 mod servers_cli;
