@@ -1456,6 +1456,24 @@ async fn os_server_groups_and_the_scheduler_honouring_their_policies() {
     // ... a batch of two more cannot (one host left): all of it fails.
     let more = boot_in_group(&region, "spread-b", &spread, 2).await;
     assert!(more.iter().all(|s| s["status"] == "ERROR"), "{more:?}");
+    // A deleted server leaves the group's members.
+    let gone = first[0]["id"].as_str().unwrap().to_owned();
+    let r = region
+        .call(&member, "DELETE", &format!("/v2.1/servers/{gone}"), None)
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = at(
+        &region,
+        &member,
+        "2.64",
+        "GET",
+        &format!("/v2.1/os-server-groups/{spread}"),
+        None,
+    )
+    .await;
+    let members = body(&r)["server_group"]["members"].clone();
+    assert_eq!(members.as_array().unwrap().len(), 4, "{members}");
+    assert!(!members.to_string().contains(&gone), "{members}");
     // Affinity: everything on one host.
     let packed = boot_in_group(&region, "pack-a", &pack, 2).await;
     let mut later = boot_in_group(&region, "pack-b", &pack, 1).await;

@@ -57,6 +57,8 @@ pub enum AggregateRefused {
 }
 
 type Row = (i64, String, String, DateTime<Utc>, Option<DateTime<Utc>>);
+/// Aggregate rows, host rows, metadata rows.
+type Loaded = (Vec<Row>, Vec<(i64, String)>, Vec<(i64, String, String)>);
 
 fn is_unique(e: &Error) -> bool {
     matches!(e, Error::Db { source, .. } if migrations::unique_violation(source).is_some())
@@ -66,7 +68,7 @@ impl ApiDb {
     /// Every aggregate (or only `id`), by id.
     pub async fn aggregates(&self, id: Option<i64>) -> Result<Vec<Aggregate>, Error> {
         let id = id.unwrap_or(-1);
-        let (rows, hosts, meta): (Vec<Row>, Vec<(i64, String)>, Vec<(i64, String, String)>) = with_pool!(self.pool(), p => {
+        let (rows, hosts, meta): Loaded = with_pool!(self.pool(), p => {
             let rows = measured("aggregate_list", sqlx::query_as(
                 "SELECT id, uuid, name, created_at, updated_at FROM aggregates \
                  WHERE ($1 < 0 OR id = $1) ORDER BY id").bind(id).fetch_all(p)).await?;

@@ -29,7 +29,8 @@ pub struct ServerGroup {
     pub policy: String,
     /// Rules (JSON object text, e.g. `{"max_server_per_host": 2}`).
     pub rules: Option<String>,
-    /// Member instance uuids, in the order they joined.
+    /// Member instance uuids, in the order they joined; only servers
+    /// that exist and are not being deleted (as Nova shows them).
     pub members: Vec<String>,
     /// Created.
     pub created_at: DateTime<Utc>,
@@ -74,8 +75,9 @@ impl ApiDb {
         let mut members: Vec<(i64, String)> = Vec::new();
         for chunk in ids.chunks(CHUNK) {
             let sql = format!(
-                "SELECT group_id, instance_uuid FROM instance_group_member \
-                 WHERE group_id IN ({}) ORDER BY id",
+                "SELECT m.group_id, m.instance_uuid FROM instance_group_member m \
+                 JOIN instance_mappings im ON im.instance_uuid = m.instance_uuid \
+                 AND NOT im.queued_for_delete WHERE m.group_id IN ({}) ORDER BY m.id",
                 placeholders(1, chunk.len())
             );
             let got: Vec<(i64, String)> = with_pool!(self.pool(), p => {
