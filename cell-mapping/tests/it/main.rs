@@ -8,3 +8,4 @@ mod common;
 mod concurrent;
 mod docs;
 mod flows;
+mod operator_db;
