@@ -230,6 +230,22 @@ fn brief_view(app: &App, s: &Server) -> Value {
     json!({"id": s.uuid, "name": s.name, "links": links(app, "servers", &s.uuid)})
 }
 
+/// `OS-EXT-AZ:availability_zone` as Nova shows it: a server on a host is
+/// in that host's zone now (its aggregates' `availability_zone`, else the
+/// default zone), so a zone change of an aggregate shows at once.
+async fn current_zones(app: &App, servers: &mut [Server]) -> ApiResult<()> {
+    if servers.iter().all(|s| s.host.is_none()) {
+        return Ok(());
+    }
+    let (zones, default) = super::services::host_zones(app).await?;
+    for s in servers.iter_mut() {
+        if let Some(h) = &s.host {
+            s.availability_zone = Some(zones.get(h).cloned().unwrap_or_else(|| default.clone()));
+        }
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------------ lookup
 
 /// Where a server is.
@@ -677,6 +693,10 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
         all.extend(from_cell);
     }
     all.sort_by(|a, b| (b.created_at, &b.uuid).cmp(&(a.created_at, &a.uuid)));
+    if detail {
+        all.truncate(limit);
+        current_zones(app, &mut all).await?;
+    }
     Ok(render_list(app, ctx, all, detail, limit, raw))
 }
 
@@ -769,6 +789,8 @@ pub async fn show(
     let s = match find(&app, &ctx, &id, "os_compute_api:servers:show").await? {
         Found::Build(s) | Found::Cell(_, s) => s,
     };
+    let mut s = s;
+    current_zones(&app, std::slice::from_mut(&mut s)).await?;
     Ok(Json(json!({ "server": detail_view(&app, &ctx, &s) })))
 }
 
@@ -801,6 +823,7 @@ pub async fn update(
             "Cannot 'update' instance {id} while it is in vm_state building"
         ))),
         Found::Cell(cell, mut s) => {
+            current_zones(&app, std::slice::from_mut(&mut s)).await?;
             if let Some(n) = name {
                 let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
                 if !db.api_rename(&id, &n).await? {

@@ -1041,6 +1041,7 @@ async fn os_aggregates_zones_and_the_placement_mirror() {
     assert_eq!(s["status"], "ACTIVE", "{s}");
     assert_eq!(s["OS-EXT-SRV-ATTR:host"], "c1-host1", "{s}");
     assert_eq!(s["OS-EXT-AZ:availability_zone"], "az1", "{s}");
+    let in_az1 = s["id"].as_str().unwrap().to_owned();
     let s = boot_on(&region, &member, "in-az2", Some("az2")).await;
     assert_eq!(s["status"], "ERROR", "az2 has no host: {s}");
 
@@ -1055,6 +1056,25 @@ async fn os_aggregates_zones_and_the_placement_mirror() {
         json!({"ssd": "true", "availability_zone": "az1b"})
     );
     assert_eq!(a["availability_zone"], "az1b");
+    // The server on that host shows the host's zone as it is now.
+    let r = region.show(&member, &in_az1).await;
+    assert_eq!(
+        body(&r)["server"]["OS-EXT-AZ:availability_zone"],
+        "az1b",
+        "{}",
+        r.body
+    );
+    let r = region
+        .call(&member, "GET", "/v2.1/servers/detail", None)
+        .await;
+    let listed = body(&r)["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == in_az1.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(listed["OS-EXT-AZ:availability_zone"], "az1b", "{listed}");
     let (p, b) = action(json!({"set_metadata": {"metadata": {"ssd": null}}}));
     let r = at(&region, &admin, "2.41", "POST", &p, b).await;
     assert_eq!(
