@@ -3,7 +3,10 @@
 //! and `instance_mappings`; [`cell`] holds the few reads and writes on a cell
 //! database that discovery, instance mapping and cell/host deletion need;
 //! [`instances`] the statements on a cell database the API layer needs
-//! (instance create/read/list, scheduler host reads).
+//! (instance create/read/list, scheduler host reads); [`services`] the
+//! operator APIs' statements on a cell's services and compute nodes;
+//! [`aggregates`] and [`server_groups`] those on the API database's
+//! aggregates, server groups and flavor extra specs.
 //!
 //! One [`Pool`] enum (PostgreSQL or SQLite) and plain `query`/`query_as`
 //! with `$N` binds, which both backends accept; the [`with_pool!`] macro
