@@ -9,18 +9,23 @@
 //! ([`crate::cells`]) and the super-conductor ([`crate::conductor`]).
 //! Errors: [`error::ApiError`], mapped to Nova's error body in one place.
 
+pub mod aggregates;
+pub mod availability_zones;
 pub mod db;
 pub mod error;
 pub mod flavor_manage;
 pub mod flavors;
+pub mod hypervisors;
 pub mod images;
 pub mod instance_actions;
 pub mod keypairs;
 pub mod microversion;
 pub mod quotas;
 pub mod server_actions;
+pub mod server_groups;
 pub mod server_metadata;
 pub mod servers;
+pub mod services;
 pub mod usage;
 pub mod versions;
 
@@ -319,6 +324,53 @@ pub fn router(app: App) -> Router {
             get(server_metadata::tag_show)
                 .put(server_metadata::tag_add)
                 .delete(server_metadata::tag_delete),
+        )
+        .route("/v2.1/os-services", get(services::index))
+        .route(
+            "/v2.1/os-services/{id}",
+            axum::routing::put(services::update).delete(services::delete),
+        )
+        .route("/v2.1/os-hypervisors", get(hypervisors::index))
+        .route(
+            "/v2.1/os-hypervisors/detail",
+            get(hypervisors::index_detail),
+        )
+        .route(
+            "/v2.1/os-hypervisors/statistics",
+            get(hypervisors::statistics),
+        )
+        .route("/v2.1/os-hypervisors/{id}", get(hypervisors::show))
+        .route("/v2.1/os-hypervisors/{id}/search", get(hypervisors::search))
+        .route(
+            "/v2.1/os-hypervisors/{id}/servers",
+            get(hypervisors::servers),
+        )
+        .route(
+            "/v2.1/os-aggregates",
+            get(aggregates::index).post(aggregates::create),
+        )
+        .route(
+            "/v2.1/os-aggregates/{id}",
+            get(aggregates::show)
+                .put(aggregates::update)
+                .delete(aggregates::delete),
+        )
+        .route(
+            "/v2.1/os-aggregates/{id}/action",
+            axum::routing::post(aggregates::action),
+        )
+        .route("/v2.1/os-availability-zone", get(availability_zones::index))
+        .route(
+            "/v2.1/os-availability-zone/detail",
+            get(availability_zones::detail),
+        )
+        .route(
+            "/v2.1/os-server-groups",
+            get(server_groups::index).post(server_groups::create),
+        )
+        .route(
+            "/v2.1/os-server-groups/{id}",
+            get(server_groups::show).delete(server_groups::delete),
         )
         .fallback(not_found)
         .layer(from_fn_with_state(app.clone(), authenticate));

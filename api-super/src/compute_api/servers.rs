@@ -292,6 +292,22 @@ fn brief_view(app: &App, s: &Server) -> Value {
     json!({"id": s.uuid, "name": s.name, "links": links(app, "servers", &s.uuid)})
 }
 
+/// `OS-EXT-AZ:availability_zone` as Nova shows it: a server on a host is
+/// in that host's zone now (its aggregates' `availability_zone`, else the
+/// default zone), so a zone change of an aggregate shows at once.
+async fn current_zones(app: &App, servers: &mut [Server]) -> ApiResult<()> {
+    if servers.iter().all(|s| s.host.is_none()) {
+        return Ok(());
+    }
+    let (zones, default) = super::services::host_zones(app).await?;
+    for s in servers.iter_mut() {
+        if let Some(h) = &s.host {
+            s.availability_zone = Some(zones.get(h).cloned().unwrap_or_else(|| default.clone()));
+        }
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------------ lookup
 
 /// Where a server is.
@@ -380,6 +396,8 @@ struct CreateRequest {
     max_count: i64,
     key_name: Option<String>,
     metadata_items: usize,
+    /// `os:scheduler_hints.group`.
+    group: Option<String>,
 }
 
 fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
@@ -465,6 +483,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     if max_count > 1000 {
         return Err(bad("max_count is too large"));
     }
+    let group = super::server_groups::group_hint(&v)?;
     Ok(CreateRequest {
         name,
         flavor_ref,
@@ -474,6 +493,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         max_count,
         key_name,
         metadata_items,
+        group,
     })
 }
 
@@ -530,6 +550,10 @@ pub async fn create(
             }
         },
     };
+    let group = match &req.group {
+        Some(g) => Some(super::server_groups::for_boot(&app, &ctx, g).await?),
+        None => None,
+    };
     let created_at = Utc::now();
     let reservation_id = format!("r-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let n = req.max_count;
@@ -575,7 +599,19 @@ pub async fn create(
         })
         .collect();
     let _ = req.min_count;
-    app.db.create_builds(&builds, Some(&limits)).await?;
+    // The servers join their group before the builds exist, so the
+    // scheduler finds the group; undone if the builds cannot be written.
+    if let Some(g) = &group {
+        super::server_groups::join(&app, g, &uuids).await?;
+    }
+    if let Err(e) = app.db.create_builds(&builds, Some(&limits)).await {
+        if group.is_some() {
+            if let Err(e) = app.db.api().server_group_remove_members(&uuids).await {
+                tracing::error!(error = %e, "could not undo server group membership");
+            }
+        }
+        return Err(e);
+    }
     let conductor = app.conductor().clone();
     tokio::spawn(async move { conductor.schedule_and_build(builds).await });
     let id = &uuids[0];
@@ -757,18 +793,19 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
     }
     all.sort_by(|a, b| (b.created_at, &b.uuid).cmp(&(a.created_at, &a.uuid)));
     if detail {
+        all.truncate(limit);
         let ids: Vec<String> = all
             .iter()
-            .take(limit)
             .filter(|s| s.key_name.is_none())
             .map(|s| s.uuid.clone())
             .collect();
         let mut names = app.db.key_names(&ids).await?;
-        for s in all.iter_mut().take(limit) {
+        for s in all.iter_mut() {
             if let Some(k) = names.remove(&s.uuid) {
                 s.key_name = Some(k);
             }
         }
+        current_zones(app, &mut all).await?;
     }
     Ok(render_list(app, ctx, all, detail, limit, raw))
 }
@@ -862,6 +899,8 @@ pub async fn show(
     let s = match find(&app, &ctx, &id, "os_compute_api:servers:show").await? {
         Found::Build(s) | Found::Cell(_, s) => s,
     };
+    let mut s = s;
+    current_zones(&app, std::slice::from_mut(&mut s)).await?;
     Ok(Json(json!({ "server": detail_view(&app, &ctx, &s) })))
 }
 
@@ -894,6 +933,7 @@ pub async fn update(
             "Cannot 'update' instance {id} while it is in vm_state building"
         ))),
         Found::Cell(cell, mut s) => {
+            current_zones(&app, std::slice::from_mut(&mut s)).await?;
             if let Some(n) = name {
                 let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
                 if !db.api_rename(&id, &n).await? {

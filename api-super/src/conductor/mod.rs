@@ -65,12 +65,29 @@ impl SuperConductor {
         let Some((_, spec)) = builds.first() else {
             return;
         };
-        let req = Request {
+        let mut req = Request {
             resources: resources(spec),
             availability_zone: spec.availability_zone.clone(),
             force_host: spec.force_host.clone(),
+            ..Default::default()
         };
         let uuids: Vec<String> = builds.iter().map(|(b, _)| b.uuid.clone()).collect();
+        // Flavor extra specs and server group (filters and weighers).
+        if let Err(e) = crate::scheduler::request_context::fill(
+            &self.db,
+            &self.cells,
+            &spec.flavor.flavorid,
+            &uuids,
+            &mut req,
+        )
+        .await
+        {
+            tracing::error!(error = %e, "cannot read the scheduling context");
+            for (b, s) in &builds {
+                self.bury(b, s, "No valid host was found. ", &e).await;
+            }
+            return;
+        }
         match self
             .scheduler
             .select(&req, &uuids, &spec.project_id, &spec.user_id)

@@ -164,9 +164,39 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
     ),
     ("os_compute_api:os-hypervisors:show", "rule:admin_api"),
     ("os_compute_api:os-hypervisors:statistics", "rule:admin_api"),
+    ("os_compute_api:os-hypervisors:search", "rule:admin_api"),
+    ("os_compute_api:os-hypervisors:servers", "rule:admin_api"),
     ("os_compute_api:os-aggregates:index", "rule:admin_api"),
     ("os_compute_api:os-aggregates:create", "rule:admin_api"),
     ("os_compute_api:os-aggregates:delete", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:show", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:update", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:add_host", "rule:admin_api"),
+    ("os_compute_api:os-aggregates:remove_host", "rule:admin_api"),
+    (
+        "os_compute_api:os-aggregates:set_metadata",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-server-groups:index",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-server-groups:index:all_projects",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-server-groups:show",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-server-groups:create",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:os-server-groups:delete",
+        "rule:project_member_or_admin",
+    ),
     (
         "os_compute_api:os-keypairs:index",
         "rule:admin_api or user_id:%(user_id)s",

@@ -1,10 +1,12 @@
 //! What the scheduler knows about compute hosts besides placement: which
 //! cell each host is mapped to (API DB `host_mappings`), its compute service
 //! (up, enabled: the cell databases' `services`) and node (provider uuid =
-//! compute node uuid), and its availability zone (aggregate metadata).
+//! compute node uuid), its availability zone (the `availability_zone`
+//! metadata of its aggregates, else the default zone) and the metadata of
+//! its aggregates (for `AggregateInstanceExtraSpecsFilter`).
 //! Loaded from every enabled cell in parallel and cached for a short time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,8 @@ pub struct HostInfo {
     pub service_up: bool,
     /// The compute service is disabled.
     pub service_disabled: bool,
+    /// The metadata of the host's aggregates: every value of each key.
+    pub aggregate_metadata: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// Host information by provider uuid.
@@ -98,6 +102,15 @@ impl HostStateCache {
             .map(|h| (h.host, h.cell_uuid))
             .collect();
         let zones: HashMap<String, String> = self.db.host_zones().await?.into_iter().collect();
+        let mut metadata: HashMap<String, BTreeMap<String, BTreeSet<String>>> = HashMap::new();
+        for agg in self.db.api().aggregates(None).await? {
+            for h in &agg.hosts {
+                let m = metadata.entry(h.clone()).or_default();
+                for (k, v) in &agg.metadata {
+                    m.entry(k.clone()).or_default().insert(v.clone());
+                }
+            }
+        }
         let snapshot = self.cells.cache().snapshot();
         let cells: Vec<CellMapping> = snapshot.schedulable().cloned().collect();
         let loads = cells.into_iter().map(|cell| {
@@ -127,6 +140,7 @@ impl HostStateCache {
                 if host_cell.get(&r.host) != Some(&cell.uuid) {
                     continue;
                 }
+                let aggregate_metadata = metadata.get(&r.host).cloned().unwrap_or_default();
                 let up = !r.forced_down && r.last_seen_up.is_some_and(|t| now - t <= down);
                 out.by_provider.insert(
                     r.uuid.clone(),
@@ -141,6 +155,7 @@ impl HostStateCache {
                         cell: cell.clone(),
                         service_up: up,
                         service_disabled: r.disabled,
+                        aggregate_metadata,
                     },
                 );
             }

@@ -9,6 +9,7 @@
 pub mod filters;
 pub mod host_state;
 pub mod placement;
+pub mod request_context;
 pub mod weighers;
 
 use std::collections::BTreeMap;
@@ -43,6 +44,10 @@ pub struct SchedulerConfig {
     pub service_down_time_secs: u64,
     /// Zone of hosts in no zone aggregate.
     pub default_availability_zone: String,
+    /// `ServerGroupSoftAffinityWeigher` multiplier (>= 0).
+    pub soft_affinity_weight_multiplier: f64,
+    /// `ServerGroupSoftAntiAffinityWeigher` multiplier (>= 0).
+    pub soft_anti_affinity_weight_multiplier: f64,
 }
 
 impl Default for SchedulerConfig {
@@ -55,12 +60,14 @@ impl Default for SchedulerConfig {
             host_state_cache_ms: 1000,
             service_down_time_secs: 60,
             default_availability_zone: "nova".to_owned(),
+            soft_affinity_weight_multiplier: 1.0,
+            soft_anti_affinity_weight_multiplier: 1.0,
         }
     }
 }
 
 /// What one instance needs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Request {
     /// Resources by class.
     pub resources: Resources,
@@ -68,6 +75,31 @@ pub struct Request {
     pub availability_zone: Option<String>,
     /// Forced host.
     pub force_host: Option<String>,
+    /// The flavor's extra specs.
+    pub flavor_extra_specs: BTreeMap<String, String>,
+    /// The server group the instances join (`scheduler_hints.group`).
+    pub group: Option<GroupSpec>,
+}
+
+/// A server group as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    /// Group uuid.
+    pub uuid: String,
+    /// `affinity`, `anti-affinity`, `soft-affinity` or `soft-anti-affinity`.
+    pub policy: String,
+    /// `rules.max_server_per_host` (anti-affinity; 1 when absent).
+    pub max_server_per_host: i64,
+    /// The hosts of the group's live members, once per member (the
+    /// scheduler adds each host it picks within a request).
+    pub hosts: Vec<String>,
+}
+
+impl GroupSpec {
+    /// How many members are on `host`.
+    pub fn members_on(&self, host: &str) -> usize {
+        self.hosts.iter().filter(|h| *h == host).count()
+    }
 }
 
 /// A candidate host: what the filters and weighers see.
@@ -224,6 +256,12 @@ impl Scheduler {
             Box::new(weighers::cpu::CpuWeigher {
                 multiplier: config.cpu_weight_multiplier,
             }),
+            Box::new(weighers::affinity::SoftAffinityWeigher {
+                multiplier: config.soft_affinity_weight_multiplier,
+            }),
+            Box::new(weighers::affinity::SoftAntiAffinityWeigher {
+                multiplier: config.soft_anti_affinity_weight_multiplier,
+            }),
         ];
         Self {
             config,
@@ -237,6 +275,17 @@ impl Scheduler {
     /// Placement.
     pub fn placement(&self) -> &Arc<dyn SchedulerPlacement> {
         &self.placement
+    }
+
+    /// Its configuration (service down time, default zone, ...).
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// The host state cache (invalidated by the operator APIs when they
+    /// change a service, an aggregate or a zone).
+    pub fn host_state(&self) -> &HostStateCache {
+        &self.hosts
     }
 
     /// Chooses and claims a host for each of `instances` (all or none: a
@@ -286,8 +335,11 @@ impl Scheduler {
             });
         }
         let mut selections: Vec<Selection> = Vec::new();
+        // Each pick counts for the next instance of the request (server
+        // group policies spread or pack the batch itself).
+        let mut req = req.clone();
         for uuid in instances {
-            let (ordered, removed) = decide(hosts.clone(), req, &self.filters, &self.weighers);
+            let (ordered, removed) = decide(hosts.clone(), &req, &self.filters, &self.weighers);
             report.removed = removed;
             let mut chosen = None;
             for (i, c) in ordered.iter().enumerate() {
@@ -332,6 +384,9 @@ impl Scheduler {
                 .find(|h| h.info.provider == best.info.provider)
             {
                 h.consume(&consumed);
+            }
+            if let Some(g) = req.group.as_mut() {
+                g.hosts.push(best.info.host.clone());
             }
             selections.push(Selection {
                 instance_uuid: uuid.clone(),
@@ -409,6 +464,7 @@ mod tests {
                         availability_zone: azs[i % azs.len()].to_owned(),
                         service_up: true,
                         service_disabled: false,
+                        aggregate_metadata: BTreeMap::new(),
                     },
                     allocation: AllocationRequest { allocations },
                     summary: ProviderSummary { resources },
@@ -420,8 +476,7 @@ mod tests {
     fn req() -> Request {
         Request {
             resources: [("MEMORY_MB".to_owned(), 512)].into_iter().collect(),
-            availability_zone: None,
-            force_host: None,
+            ..Default::default()
         }
     }
 
@@ -462,7 +517,10 @@ mod tests {
             vec![
                 ("ForcedHostFilter", 0),
                 ("ComputeFilter", 2),
-                ("AvailabilityZoneFilter", 3)
+                ("AvailabilityZoneFilter", 3),
+                ("AggregateInstanceExtraSpecsFilter", 0),
+                ("ServerGroupAffinityFilter", 0),
+                ("ServerGroupAntiAffinityFilter", 0),
             ]
         );
     }
@@ -492,5 +550,136 @@ mod tests {
         let d = r.details();
         assert!(d.contains("ComputeFilter removed 1"), "{d}");
         assert!(d.contains("AvailabilityZoneFilter removed 2"), "{d}");
+    }
+
+    fn group(policy: &str, hosts: &[&str], max: i64) -> Option<GroupSpec> {
+        Some(GroupSpec {
+            uuid: "g".into(),
+            policy: policy.into(),
+            max_server_per_host: max,
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        })
+    }
+
+    fn all_weighers() -> Vec<Box<dyn Weigher>> {
+        vec![
+            Box::new(weighers::ram::RamWeigher { multiplier: 1.0 }),
+            Box::new(weighers::affinity::SoftAffinityWeigher { multiplier: 10.0 }),
+            Box::new(weighers::affinity::SoftAntiAffinityWeigher { multiplier: 10.0 }),
+        ]
+    }
+
+    fn names(o: &[Candidate]) -> Vec<&str> {
+        o.iter().map(|c| c.info.host.as_str()).collect()
+    }
+
+    #[test]
+    fn extra_specs_must_match_aggregate_metadata() {
+        let mut hosts = make_hosts(4, &["nova"]);
+        for i in [1, 3] {
+            hosts[i]
+                .info
+                .aggregate_metadata
+                .insert("ssd".into(), ["true".to_owned()].into_iter().collect());
+        }
+        hosts[3]
+            .info
+            .aggregate_metadata
+            .insert("cores".into(), ["32".to_owned()].into_iter().collect());
+        let mut r = req();
+        // Another scope is not this filter's business.
+        r.flavor_extra_specs
+            .insert("hw:cpu_policy".into(), "dedicated".into());
+        let (o, _) = decide(hosts.clone(), &r, &filters::defaults(), &weighers(1.0));
+        assert_eq!(o.len(), 4);
+        r.flavor_extra_specs
+            .insert("aggregate_instance_extra_specs:ssd".into(), "true".into());
+        let (o, removed) = decide(hosts.clone(), &r, &filters::defaults(), &weighers(1.0));
+        assert_eq!(names(&o), ["host3", "host1"]);
+        assert!(removed.contains(&("AggregateInstanceExtraSpecsFilter", 2)));
+        // Unscoped keys count too; operators as Nova's.
+        r.flavor_extra_specs.insert("cores".into(), ">= 16".into());
+        let (o, _) = decide(hosts.clone(), &r, &filters::defaults(), &weighers(1.0));
+        assert_eq!(names(&o), ["host3"]);
+        r.flavor_extra_specs.insert("cores".into(), ">= 64".into());
+        let (o, _) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
+        assert!(o.is_empty());
+    }
+
+    #[test]
+    fn affinity_keeps_the_members_hosts() {
+        let mut r = req();
+        r.group = group("affinity", &[], 1);
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(o.len(), 4, "no member yet: anywhere");
+        r.group = group("affinity", &["host1"], 1);
+        let (o, removed) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(names(&o), ["host1"]);
+        assert!(removed.contains(&("ServerGroupAffinityFilter", 3)));
+    }
+
+    #[test]
+    fn anti_affinity_avoids_the_members_hosts_up_to_the_limit() {
+        let mut r = req();
+        r.group = group("anti-affinity", &["host3", "host2", "host2"], 1);
+        let (o, removed) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(names(&o), ["host1", "host0"]);
+        assert!(removed.contains(&("ServerGroupAntiAffinityFilter", 2)));
+        // max_server_per_host 2: host3 (one member) is fine again.
+        r.group = group("anti-affinity", &["host3", "host2", "host2"], 2);
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(names(&o), ["host3", "host1", "host0"]);
+    }
+
+    #[test]
+    fn soft_policies_weigh_instead_of_filtering() {
+        let mut r = req();
+        // host3 has the most free RAM, but host0 has the members.
+        r.group = group("soft-affinity", &["host0", "host0"], 1);
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &all_weighers(),
+        );
+        assert_eq!(o.len(), 4);
+        assert_eq!(o[0].info.host, "host0");
+        // Soft anti-affinity: the members' hosts come last, none removed.
+        r.group = group("soft-anti-affinity", &["host3", "host2"], 1);
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &all_weighers(),
+        );
+        assert_eq!(names(&o), ["host1", "host0", "host3", "host2"]);
+        // Without a group the weighers are neutral.
+        let (o, _) = decide(
+            make_hosts(4, &["nova"]),
+            &req(),
+            &filters::defaults(),
+            &all_weighers(),
+        );
+        assert_eq!(o[0].info.host, "host3");
     }
 }

@@ -2,6 +2,10 @@
 //! cell (one `GET /allocation_candidates` per request) and claims
 //! (`PUT /allocations/{consumer}` with `consumer_generation: null`), both at
 //! microversion 1.36, plus `DELETE /allocations/{consumer}` to undo a claim.
+//! For the operator APIs: a provider's aggregates (read, and written with
+//! the provider generation; [`change_provider_aggregate`] retries a
+//! generation conflict a bounded number of times) and the delete of a
+//! provider whose compute service was deleted.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -23,6 +27,12 @@ pub enum PlacementError {
     /// Transport.
     #[error("placement request failed")]
     Http(#[source] reqwest::Error),
+    /// No resource provider with that uuid.
+    #[error("resource provider {0} not found in placement")]
+    ProviderNotFound(String),
+    /// The provider's generation kept changing under us.
+    #[error("resource provider {0} kept changing (generation conflicts); gave up")]
+    GenerationConflict(String),
     /// Unexpected status.
     #[error("placement answered {status} to {what}: {body}")]
     Status {
@@ -102,6 +112,64 @@ pub trait SchedulerPlacement: Send + Sync + std::fmt::Debug {
         &'a self,
         consumer: &'a str,
     ) -> BoxFuture<'a, Result<(), PlacementError>>;
+
+    /// The aggregates of provider `rp` and its generation; `None` when
+    /// there is no such provider.
+    fn provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ProviderAggregates>, PlacementError>>;
+
+    /// Replaces the aggregates of `rp` if its generation is still
+    /// `aggs.generation`; `Ok(false)` on a generation conflict.
+    fn set_provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+        aggs: &'a ProviderAggregates,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>>;
+
+    /// Deletes provider `rp` (absent is fine).
+    fn delete_provider<'a>(&'a self, rp: &'a str) -> BoxFuture<'a, Result<(), PlacementError>>;
+}
+
+/// A provider's aggregates with the generation they were read at.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ProviderAggregates {
+    /// Aggregate uuids.
+    pub aggregates: Vec<String>,
+    /// `resource_provider_generation`.
+    #[serde(rename = "resource_provider_generation")]
+    pub generation: i64,
+}
+
+/// How many times a generation conflict is retried.
+pub const AGGREGATE_ATTEMPTS: usize = 5;
+
+/// Adds (`add`) or removes aggregate `agg` in provider `rp`'s aggregates:
+/// read, change, write with the generation read; a conflict (someone else
+/// wrote meanwhile) is retried up to [`AGGREGATE_ATTEMPTS`] times. Adding
+/// what is there or removing what is not is a no-op.
+pub async fn change_provider_aggregate(
+    p: &dyn SchedulerPlacement,
+    rp: &str,
+    agg: &str,
+    add: bool,
+) -> Result<(), PlacementError> {
+    for _ in 0..AGGREGATE_ATTEMPTS {
+        let Some(mut cur) = p.provider_aggregates(rp).await? else {
+            return Err(PlacementError::ProviderNotFound(rp.to_owned()));
+        };
+        let present = cur.aggregates.iter().any(|a| a == agg);
+        match (add, present) {
+            (true, true) | (false, false) => return Ok(()),
+            (true, false) => cur.aggregates.push(agg.to_owned()),
+            (false, true) => cur.aggregates.retain(|a| a != agg),
+        }
+        if p.set_provider_aggregates(rp, &cur).await? {
+            return Ok(());
+        }
+    }
+    Err(PlacementError::GenerationConflict(rp.to_owned()))
 }
 
 /// The placement REST API over HTTP.
@@ -239,5 +307,179 @@ impl SchedulerPlacement for HttpPlacement {
                 _ => Err(status_err("DELETE /allocations", resp).await),
             }
         })
+    }
+
+    fn provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ProviderAggregates>, PlacementError>> {
+        Box::pin(async move {
+            let resp = self
+                .req(
+                    reqwest::Method::GET,
+                    &format!("/resource_providers/{rp}/aggregates"),
+                )
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                200 => Ok(Some(resp.json().await.map_err(PlacementError::Http)?)),
+                404 => Ok(None),
+                _ => Err(status_err("GET /resource_providers/{uuid}/aggregates", resp).await),
+            }
+        })
+    }
+
+    fn set_provider_aggregates<'a>(
+        &'a self,
+        rp: &'a str,
+        aggs: &'a ProviderAggregates,
+    ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+        Box::pin(async move {
+            let body = json!({
+                "aggregates": aggs.aggregates,
+                "resource_provider_generation": aggs.generation,
+            });
+            let resp = self
+                .req(
+                    reqwest::Method::PUT,
+                    &format!("/resource_providers/{rp}/aggregates"),
+                )
+                .json(&body)
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                200 => Ok(true),
+                409 => Ok(false),
+                404 => Err(PlacementError::ProviderNotFound(rp.to_owned())),
+                _ => Err(status_err("PUT /resource_providers/{uuid}/aggregates", resp).await),
+            }
+        })
+    }
+
+    fn delete_provider<'a>(&'a self, rp: &'a str) -> BoxFuture<'a, Result<(), PlacementError>> {
+        Box::pin(async move {
+            let resp = self
+                .req(
+                    reqwest::Method::DELETE,
+                    &format!("/resource_providers/{rp}"),
+                )
+                .send()
+                .await
+                .map_err(PlacementError::Http)?;
+            match resp.status().as_u16() {
+                204 | 404 => Ok(()),
+                _ => Err(status_err("DELETE /resource_providers/{uuid}", resp).await),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A provider whose aggregates someone else changes `conflicts` times.
+    #[derive(Debug)]
+    struct Racy {
+        state: Mutex<(ProviderAggregates, usize)>,
+    }
+
+    impl Racy {
+        fn new(conflicts: usize) -> Self {
+            Racy {
+                state: Mutex::new((ProviderAggregates::default(), conflicts)),
+            }
+        }
+    }
+
+    impl SchedulerPlacement for Racy {
+        fn candidates<'a>(
+            &'a self,
+            _: &'a Resources,
+            _: usize,
+        ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
+            Box::pin(async { Ok(Candidates::default()) })
+        }
+        fn claim<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a AllocationRequest,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+            Box::pin(async { Ok(true) })
+        }
+        fn delete_allocations<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<(), PlacementError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn provider_aggregates<'a>(
+            &'a self,
+            rp: &'a str,
+        ) -> BoxFuture<'a, Result<Option<ProviderAggregates>, PlacementError>> {
+            Box::pin(async move { Ok((rp == "rp").then(|| self.state.lock().unwrap().0.clone())) })
+        }
+        fn set_provider_aggregates<'a>(
+            &'a self,
+            _: &'a str,
+            aggs: &'a ProviderAggregates,
+        ) -> BoxFuture<'a, Result<bool, PlacementError>> {
+            Box::pin(async move {
+                let mut s = self.state.lock().unwrap();
+                if s.1 > 0 {
+                    // Someone else wrote first.
+                    s.1 -= 1;
+                    s.0.generation += 1;
+                    let other = format!("other{}", s.0.generation);
+                    s.0.aggregates.push(other);
+                    return Ok(false);
+                }
+                if aggs.generation != s.0.generation {
+                    return Ok(false);
+                }
+                s.0 = ProviderAggregates {
+                    aggregates: aggs.aggregates.clone(),
+                    generation: aggs.generation + 1,
+                };
+                Ok(true)
+            })
+        }
+        fn delete_provider<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PlacementError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_generation_conflict_is_retried_and_keeps_the_other_writes() {
+        let p = Racy::new(2);
+        change_provider_aggregate(&p, "rp", "agg", true)
+            .await
+            .unwrap();
+        let s = p.state.lock().unwrap().0.clone();
+        assert_eq!(s.aggregates, ["other1", "other2", "agg"]);
+        drop(s);
+        change_provider_aggregate(&p, "rp", "agg", false)
+            .await
+            .unwrap();
+        assert_eq!(p.state.lock().unwrap().0.aggregates, ["other1", "other2"]);
+    }
+
+    #[tokio::test]
+    async fn endless_conflicts_and_a_missing_provider_are_errors() {
+        let p = Racy::new(AGGREGATE_ATTEMPTS);
+        let e = change_provider_aggregate(&p, "rp", "agg", true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PlacementError::GenerationConflict(_)), "{e}");
+        let e = change_provider_aggregate(&p, "nope", "agg", true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, PlacementError::ProviderNotFound(_)), "{e}");
     }
 }

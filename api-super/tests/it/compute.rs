@@ -18,23 +18,23 @@ use serde_json::{json, Value};
 
 use crate::common::{self, json as body, Env, ADMIN_PW, MEMBER_PW};
 
-const IMAGE: &str = "155d900f-4e14-4e4c-a73d-069cbf4541e6";
+pub(crate) const IMAGE: &str = "155d900f-4e14-4e4c-a73d-069cbf4541e6";
 
-/// A whole region in one process.
-struct Region {
-    env: Env,
-    compute: ComputeRunning,
-    placement: placement::Running,
-    api: ApiDb,
-    cells: Vec<(cell_conductor::Handle, Vec<compute::HostHandle>)>,
-    admin: String,
-    member: String,
-    other: String,
-    _dbs: Vec<testkit::SqliteDb>,
+/// A whole region in one process (shared with the operator tests).
+pub(crate) struct Region {
+    pub(crate) env: Env,
+    pub(crate) compute: ComputeRunning,
+    pub(crate) placement: placement::Running,
+    pub(crate) api: ApiDb,
+    pub(crate) cells: Vec<(cell_conductor::Handle, Vec<compute::HostHandle>)>,
+    pub(crate) admin: String,
+    pub(crate) member: String,
+    pub(crate) other: String,
+    pub(crate) _dbs: Vec<testkit::SqliteDb>,
 }
 
 impl Region {
-    async fn start(name: &str, cells: usize, hosts: usize) -> Region {
+    pub(crate) async fn start(name: &str, cells: usize, hosts: usize) -> Region {
         let env = common::start(&format!("{name}_id"), |_| {}).await;
         let other_spec = BootstrapSpec {
             member: Some(("other".into(), MEMBER_PW.into(), "other".into())),
@@ -174,7 +174,7 @@ impl Region {
         }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         token: &str,
         method: &str,
@@ -194,7 +194,7 @@ impl Region {
         .await
     }
 
-    async fn boot(&self, token: &str, name: &str, flavor: &str) -> String {
+    pub(crate) async fn boot(&self, token: &str, name: &str, flavor: &str) -> String {
         let r = self
             .call(
                 token,
@@ -217,13 +217,13 @@ impl Region {
         v["server"]["id"].as_str().unwrap().to_owned()
     }
 
-    async fn show(&self, token: &str, id: &str) -> testkit::http::Response {
+    pub(crate) async fn show(&self, token: &str, id: &str) -> testkit::http::Response {
         self.call(token, "GET", &format!("/v2.1/servers/{id}"), None)
             .await
     }
 
     /// Polls the server until `done`, returning every (status, vm, task) seen.
-    async fn wait(
+    pub(crate) async fn wait(
         &self,
         id: &str,
         done: impl Fn(&Value) -> bool,
@@ -250,7 +250,7 @@ impl Region {
         }
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.compute.shutdown();
         for (c, hs) in self.cells {
             for h in hs {
@@ -264,7 +264,7 @@ impl Region {
     }
 }
 
-async fn placement_get(p: &placement::Running, path: &str) -> Value {
+pub(crate) async fn placement_get(p: &placement::Running, path: &str) -> Value {
     let r = common::req(
         p.addr,
         "GET",

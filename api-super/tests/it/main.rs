@@ -5,6 +5,7 @@ mod common;
 mod compute;
 mod image;
 mod matrix;
+mod operator;
 mod ratelimit;
 mod tokens;
 mod user_apis;

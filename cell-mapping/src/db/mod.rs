@@ -5,7 +5,10 @@
 //! [`instances`] the statements on a cell database the API layer needs
 //! (instance create/read/list, scheduler host reads); [`server_actions`] the
 //! API layer's server actions (task state with the `instance_actions` row,
-//! lock), the instance-actions reads, server metadata and tags.
+//! lock), the instance-actions reads, server metadata and tags; [`services`]
+//! the operator APIs' statements on a cell's services and compute nodes;
+//! [`aggregates`] and [`server_groups`] those on the API database's
+//! aggregates, server groups and flavor extra specs.
 //!
 //! One [`Pool`] enum (PostgreSQL or SQLite) and plain `query`/`query_as`
 //! with `$N` binds, which both backends accept; the [`with_pool!`] macro
@@ -14,10 +17,13 @@
 //! `updated_at` has sub-second precision on both backends (the cache's
 //! change marker relies on it).
 
+pub mod aggregates;
 pub mod api;
 pub mod cell;
 pub mod instances;
 pub mod server_actions;
+pub mod server_groups;
+pub mod services;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -174,7 +180,10 @@ impl CellDb {
     }
 }
 
+pub use aggregates::{Aggregate, AggregateRefused};
 pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
 pub use instances::{
     CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, NewCellInstance, NewFault,
 };
+pub use server_groups::{NewServerGroup, ServerGroup};
+pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};

@@ -8,4 +8,5 @@ mod common;
 mod concurrent;
 mod docs;
 mod flows;
+mod operator_db;
 mod server_actions;

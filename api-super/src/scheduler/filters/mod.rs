@@ -1,9 +1,12 @@
 //! Host filters: each one a [`Filter`] in its own file. A filter sees one
 //! candidate host and the request and says whether the host may take it.
 
+pub mod aggregate_instance_extra_specs;
 pub mod availability_zone;
 pub mod compute;
 pub mod forced_host;
+pub mod server_group_affinity;
+pub mod server_group_anti_affinity;
 
 use super::{Candidate, Request};
 
@@ -21,5 +24,8 @@ pub fn defaults() -> Vec<Box<dyn Filter>> {
         Box::new(forced_host::ForcedHostFilter),
         Box::new(compute::ComputeFilter),
         Box::new(availability_zone::AvailabilityZoneFilter),
+        Box::new(aggregate_instance_extra_specs::AggregateInstanceExtraSpecsFilter),
+        Box::new(server_group_affinity::ServerGroupAffinityFilter),
+        Box::new(server_group_anti_affinity::ServerGroupAntiAffinityFilter),
     ]
 }

@@ -3,6 +3,7 @@
 //! multiplied by the weigher's multiplier and summed; the highest total
 //! wins. A positive multiplier spreads, a negative one packs.
 
+pub mod affinity;
 pub mod cpu;
 pub mod ram;
 
