@@ -303,3 +303,113 @@ impl Compute {
             .with_context(|| format!("no flavor {name}"))
     }
 }
+
+/// Creates project `name` with a user of the same name holding the
+/// `member` role on it (Keystone v3 admin API, as an administrator).
+pub async fn create_tenant(
+    identity_url: &str,
+    admin_token: &str,
+    name: &str,
+) -> Result<(String, String)> {
+    let http = reqwest::Client::new();
+    let base = identity_url.trim_end_matches('/');
+    let post = |path: &str, body: Value| {
+        http.post(format!("{base}{path}"))
+            .header("x-auth-token", admin_token)
+            .json(&body)
+            .send()
+    };
+    let created = |what: &'static str, resp: reqwest::Response| async move {
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        if status != 201 {
+            bail!("create {what}: HTTP {status}: {v}");
+        }
+        v[what]["id"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("create {what}: no id"))
+    };
+    let project = created(
+        "project",
+        post(
+            "/v3/projects",
+            json!({"project": {"name": name, "domain_id": "default"}}),
+        )
+        .await
+        .context("POST /v3/projects")?,
+    )
+    .await?;
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    let user = created(
+        "user",
+        post(
+            "/v3/users",
+            json!({"user": {"name": name, "password": password, "domain_id": "default",
+                "default_project_id": project}}),
+        )
+        .await
+        .context("POST /v3/users")?,
+    )
+    .await?;
+    let roles: Value = http
+        .get(format!("{base}/v3/roles?name=member"))
+        .header("x-auth-token", admin_token)
+        .send()
+        .await
+        .context("GET /v3/roles")?
+        .error_for_status()?
+        .json()
+        .await?;
+    let role = roles["roles"]
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|r| r["id"].as_str())
+        .context("no role named member")?;
+    let resp = http
+        .put(format!(
+            "{base}/v3/projects/{project}/users/{user}/roles/{role}"
+        ))
+        .header("x-auth-token", admin_token)
+        .send()
+        .await
+        .context("PUT role assignment")?;
+    if !resp.status().is_success() {
+        bail!("assign member on {name}: HTTP {}", resp.status());
+    }
+    Ok((project, password))
+}
+
+impl Placement {
+    /// Every resource provider's name and the consumers allocated against
+    /// it (`GET /resource_providers`, then each provider's `/allocations`).
+    pub async fn allocations_by_provider(&self) -> Result<Vec<(String, Vec<String>)>> {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let rps = self.get("/resource_providers").await?;
+        let list: Vec<(String, String)> = rps["resource_providers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                Some((
+                    r["uuid"].as_str()?.to_owned(),
+                    r["name"].as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        stream::iter(list)
+            .map(|(uuid, name)| async move {
+                let v = self
+                    .get(&format!("/resource_providers/{uuid}/allocations"))
+                    .await?;
+                let consumers = v["allocations"]
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                Ok::<_, anyhow::Error>((name, consumers))
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await
+    }
+}

@@ -24,6 +24,40 @@ enum Command {
     /// running one), measure time-to-ACTIVE and the server list, delete
     /// everything and check that nothing leaked.
     Boot(BootArgs),
+    /// Run a scenario file: fleet, target, phases and faults; write the
+    /// JSON report and plots; exit non-zero when an invariant breaks.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The scenario (TOML).
+    scenario: PathBuf,
+    /// Where to write report.json and the plots (default
+    /// `loadtest-report-<scenario name>`).
+    #[arg(long)]
+    report_dir: Option<PathBuf>,
+    /// No progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    let s = loadtest::scenario::Scenario::load(&args.scenario)?;
+    let dir = args
+        .report_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("loadtest-report-{}", s.name)));
+    let report =
+        loadtest::runner::run(&s, &loadtest::runner::RunOptions { quiet: args.quiet }).await?;
+    print!("{}", loadtest::report::summary(&report));
+    loadtest::report::write(&report, &dir)?;
+    println!("report and plots in {}", dir.display());
+    let broken = report.broken();
+    if !broken.is_empty() {
+        anyhow::bail!("invariant broken: {}", broken.join("; "));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -471,5 +505,6 @@ async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Placement(a) => placement(a).await,
         Command::Boot(a) => boot(a).await,
+        Command::Run(a) => run(a).await,
     }
 }

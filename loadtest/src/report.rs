@@ -1,0 +1,289 @@
+//! The run report: `report.json` with every figure, the SVG plots, and
+//! the terminal summary table.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::runner::RunReport;
+use crate::stats::Summary;
+use crate::svg;
+
+/// The plot files a report directory holds.
+pub const PLOTS: [&str; 5] = [
+    "throughput.svg",
+    "time_to_active_phases.svg",
+    "servers_per_cell.svg",
+    "servers_per_host.svg",
+    "errors_by_fault.svg",
+];
+
+/// Writes `report.json` and the plots into `dir`; returns the files.
+pub fn write(r: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let mut files = Vec::new();
+    let mut put = |name: &str, body: String| -> Result<()> {
+        let p = dir.join(name);
+        std::fs::write(&p, body).with_context(|| format!("write {}", p.display()))?;
+        files.push(p);
+        Ok(())
+    };
+    put("report.json", serde_json::to_string_pretty(r)?)?;
+
+    let t = &r.throughput;
+    let pts = |v: &[u64]| -> Vec<(f64, f64)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, n)| (i as f64 * t.bucket_seconds, *n as f64))
+            .collect()
+    };
+    put(
+        PLOTS[0],
+        svg::lines(
+            &format!("{}: throughput", r.scenario),
+            "seconds since the first phase started",
+            "per second",
+            &[
+                ("accepted (202)".to_owned(), pts(&t.accepted)),
+                ("ACTIVE".to_owned(), pts(&t.active)),
+                ("ERROR".to_owned(), pts(&t.error)),
+                ("DELETE answered".to_owned(), pts(&t.deleted)),
+            ],
+        ),
+    )?;
+
+    // Time-to-ACTIVE by build phase: one group per (run phase, build phase).
+    let mut cats = Vec::new();
+    let (mut p50, mut p95, mut p99) = (Vec::new(), Vec::new(), Vec::new());
+    for p in &r.phases {
+        let mut rows: Vec<(String, &Summary)> =
+            p.build_phases.iter().map(|(k, s)| (k.clone(), s)).collect();
+        rows.push(("total".to_owned(), &p.time_to_active));
+        for (k, s) in rows {
+            let short = k.split_once('_').map(|x| x.1).unwrap_or(&k).to_owned();
+            cats.push(if r.phases.len() > 1 {
+                format!("{}:{short}", p.name)
+            } else {
+                short
+            });
+            p50.push(s.p50_ms);
+            p95.push(s.p95_ms);
+            p99.push(s.p99_ms);
+        }
+    }
+    put(
+        PLOTS[1],
+        svg::bars(
+            &format!("{}: time to ACTIVE by phase", r.scenario),
+            "milliseconds",
+            &cats,
+            &[
+                ("p50".to_owned(), p50),
+                ("p95".to_owned(), p95),
+                ("p99".to_owned(), p99),
+            ],
+        ),
+    )?;
+
+    // Distribution at the peak of the phase with the most servers.
+    let peak = r
+        .phases
+        .iter()
+        .max_by_key(|p| p.servers_per_cell.values().sum::<usize>());
+    let mut by_cell: Vec<(String, f64)> = peak
+        .map(|p| {
+            p.servers_per_cell
+                .iter()
+                .map(|(c, n)| (c.clone(), *n as f64))
+                .collect()
+        })
+        .unwrap_or_default();
+    // cell2 before cell10.
+    by_cell.sort_by(|a, b| (a.0.len(), &a.0).cmp(&(b.0.len(), &b.0)));
+    let (cells, per_cell): (Vec<String>, Vec<f64>) = by_cell.into_iter().unzip();
+    put(
+        PLOTS[2],
+        svg::bars(
+            &format!(
+                "{}: servers per cell (peak of {})",
+                r.scenario,
+                peak.map(|p| p.name.as_str()).unwrap_or("-")
+            ),
+            "servers",
+            &cells,
+            &[("servers".to_owned(), per_cell)],
+        ),
+    )?;
+    let hist = peak
+        .map(|p| p.servers_per_host_histogram.clone())
+        .unwrap_or_default();
+    // Idle hosts dwarf the rest on a big fleet: counted in the title, not drawn.
+    let idle = hist.first().copied().unwrap_or(0);
+    let drawn: Vec<(String, f64)> = hist
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, n)| (i.to_string(), *n as f64))
+        .collect();
+    put(
+        PLOTS[3],
+        svg::bars(
+            &format!(
+                "{}: hosts by servers held at the peak ({idle} hosts held none)",
+                r.scenario
+            ),
+            "hosts",
+            &drawn.iter().map(|d| d.0.clone()).collect::<Vec<_>>(),
+            &[("hosts".to_owned(), drawn.iter().map(|d| d.1).collect())],
+        ),
+    )?;
+    let rows: Vec<(String, f64)> = r
+        .errors_by_fault
+        .iter()
+        .flat_map(|(f, msgs)| {
+            msgs.iter()
+                .map(move |(m, n)| (format!("[{f}] {m}"), *n as f64))
+        })
+        .collect();
+    put(
+        PLOTS[4],
+        svg::hbars(
+            &format!("{}: errors by fault", r.scenario),
+            "servers",
+            &rows,
+        ),
+    )?;
+    Ok(files)
+}
+
+/// The terminal summary table.
+pub fn summary(r: &RunReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let _ = writeln!(
+        s,
+        "scenario {}: {:.1}s, {} hypervisors in {} cells (up in {:.1}s)",
+        r.scenario, r.seconds, r.target.hypervisors, r.target.cells, r.target.start_seconds
+    );
+    if r.target.embedded {
+        let _ = writeln!(
+            s,
+            "memory: RSS {:.0} MiB -> {:.0} MiB with the fleet ({:.0} bytes per hypervisor), peak {:.0} MiB",
+            mb(r.memory.rss_before_fleet),
+            mb(r.memory.rss_after_fleet),
+            r.memory.bytes_per_hypervisor,
+            mb(r.memory.peak_bytes)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{:<22} {:>6} {:>6} {:>6} {:>5} {:>5} {:>8} {:>9} {:>9} {:>9} {:>8}",
+        "phase",
+        "sent",
+        "202",
+        "ACTIVE",
+        "ERR",
+        "BUILD",
+        "boots/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "del/s"
+    );
+    for p in &r.phases {
+        let del = p
+            .deletes
+            .as_ref()
+            .map(|d| format!("{:.1}", d.requested as f64 / d.seconds_until_gone.max(1e-9)))
+            .unwrap_or_else(|| "-".to_owned());
+        let _ = writeln!(
+            s,
+            "{:<22} {:>6} {:>6} {:>6} {:>5} {:>5} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8}",
+            p.name.chars().take(22).collect::<String>(),
+            p.requested,
+            p.accepted,
+            p.active,
+            p.error,
+            p.stuck_in_build,
+            p.boots_per_second,
+            p.time_to_active.p50_ms,
+            p.time_to_active.p95_ms,
+            p.time_to_active.p99_ms,
+            del
+        );
+        for (k, b) in &p.build_phases {
+            let _ = writeln!(
+                s,
+                "  {:<20} p50 {:>8.1}  p95 {:>8.1}  p99 {:>8.1}  max {:>8.1} ms",
+                k.split_once('_').map(|x| x.1).unwrap_or(k),
+                b.p50_ms,
+                b.p95_ms,
+                b.p99_ms,
+                b.max_ms
+            );
+        }
+        if let Some(l) = &p.list {
+            let _ = writeln!(
+                s,
+                "  list {:>3} servers     p50 {:>8.1}  p95 {:>8.1}  p99 {:>8.1} ms",
+                p.list_page_size.unwrap_or(0),
+                l.p50_ms,
+                l.p95_ms,
+                l.p99_ms
+            );
+        }
+        if let Some(i) = &p.isolation {
+            let _ = writeln!(
+                s,
+                "  isolation over {} projects: {}",
+                i.tenants,
+                if i.holds { "holds" } else { "BROKEN" }
+            );
+        }
+        if let Some(d) = p.deletes.as_ref().filter(|d| d.left > 0) {
+            let _ = writeln!(
+                s,
+                "  {} servers still listed {:.0}s after their DELETE",
+                d.left, d.seconds_until_gone
+            );
+        }
+        if p.skipped_at_cap > 0 {
+            let _ = writeln!(
+                s,
+                "  {} creates not sent (concurrency cap)",
+                p.skipped_at_cap
+            );
+        }
+    }
+    for f in &r.faults {
+        let _ = writeln!(
+            s,
+            "fault {:?} {} at {:.1}s (after {} ACTIVE): {}",
+            f.kind, f.target, f.at_secs, f.active_before, f.result
+        );
+    }
+    for (f, msgs) in &r.errors_by_fault {
+        for (m, n) in msgs {
+            let _ = writeln!(s, "errors [{f}] x{n}: {m}");
+        }
+    }
+    if r.invariants_checked {
+        let broken = r.broken();
+        let _ = writeln!(
+            s,
+            "invariants: {}",
+            if broken.is_empty() {
+                "all hold".to_owned()
+            } else {
+                format!("BROKEN: {}", broken.join("; "))
+            }
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "invariants: not checked (url target: databases not reachable)"
+        );
+    }
+    s
+}

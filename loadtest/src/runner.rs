@@ -1,0 +1,1590 @@
+//! `loadtest run SCENARIO.toml`: starts (or attaches to) the target, runs
+//! the scenario's phases in order with its faults injected on the side,
+//! and gathers everything the report shows.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
+use futures_util::stream::{self, StreamExt};
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::api::{self, Compute, Created, Placement};
+use crate::inspect::{Databases, Invariant};
+use crate::mem;
+use crate::progress::{self, Progress};
+use crate::scenario::{Fault, FaultKind, Phase, PhaseKind, Rng, Scenario, TargetKind};
+use crate::stats::{summarize, Summary};
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// No progress on stderr.
+    pub quiet: bool,
+}
+
+// ---------------------------------------------------------------- watcher
+
+enum Seen {
+    Active(Instant),
+    Error(Instant, String),
+}
+
+/// Watches one project's servers leave BUILD: one walk of the BUILD list
+/// per tick (and of the ERROR list when some left), never a GET per server.
+struct Watcher {
+    compute: Compute,
+    waiting: Mutex<HashMap<String, (Instant, oneshot::Sender<Seen>)>>,
+    poll: Duration,
+    stop: AtomicBool,
+}
+
+impl Watcher {
+    fn register(&self, id: &str, accepted: Instant) -> oneshot::Receiver<Seen> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting
+            .lock()
+            .expect("waiting")
+            .insert(id.to_owned(), (accepted, tx));
+        rx
+    }
+
+    fn forget(&self, id: &str) {
+        self.waiting.lock().expect("waiting").remove(id);
+    }
+
+    async fn run(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Acquire) {
+            let sent = Instant::now();
+            if !self.waiting.lock().expect("waiting").is_empty() {
+                self.tick(sent).await;
+            }
+            let spent = sent.elapsed();
+            if spent < self.poll {
+                tokio::time::sleep(self.poll - spent).await;
+            }
+        }
+    }
+
+    async fn tick(&self, sent: Instant) {
+        let build = match self.compute.list_all(false, "status=BUILD").await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "poll of the BUILD list failed");
+                return;
+            }
+        };
+        let got = Instant::now();
+        let building: HashSet<&str> = build.iter().map(|s| s.id.as_str()).collect();
+        let out: Vec<String> = self
+            .waiting
+            .lock()
+            .expect("waiting")
+            .iter()
+            .filter(|(id, (accepted, _))| *accepted < sent && !building.contains(id.as_str()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if out.is_empty() {
+            return;
+        }
+        let errors: HashMap<String, String> =
+            match self.compute.list_all(true, "status=ERROR").await {
+                Ok(e) => e
+                    .into_iter()
+                    .map(|s| (s.id, s.fault.unwrap_or_else(|| "(no fault)".to_owned())))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "poll of the ERROR list failed");
+                    return;
+                }
+            };
+        let mut w = self.waiting.lock().expect("waiting");
+        for id in out {
+            if let Some((_, tx)) = w.remove(&id) {
+                let _ = tx.send(match errors.get(&id) {
+                    Some(f) => Seen::Error(got, f.clone()),
+                    None => Seen::Active(got),
+                });
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- records
+
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Active,
+    Error(String),
+    Stuck,
+    Refused(u16, String),
+}
+
+#[derive(Debug, Clone)]
+struct ServerRec {
+    id: Option<String>,
+    tenant: usize,
+    flavor: String,
+    /// Seconds since the run started, POST sent.
+    t_post: f64,
+    accept: Option<Duration>,
+    accepted_wall: Option<DateTime<Utc>>,
+    outcome: Outcome,
+    /// Seconds since the run started, seen out of BUILD (or given up on).
+    t_done: Option<f64>,
+    /// POST sent → seen ACTIVE.
+    tta: Option<Duration>,
+}
+
+struct Tenant {
+    name: String,
+    compute: Compute,
+    watcher: Arc<Watcher>,
+}
+
+// ---------------------------------------------------------------- fleet
+
+/// One cell's parts, taken over from the region so faults can stop them.
+pub struct CellParts {
+    /// `cell1`, …
+    pub name: String,
+    /// Its database URL.
+    pub db_url: String,
+    /// Its bus URL.
+    pub bus_url: String,
+    bus: Arc<dyn fabric::bus::Transport>,
+    conductor: Option<cell_conductor::Handle>,
+    hosts: Vec<(String, Option<compute::HostHandle>)>,
+}
+
+impl CellParts {
+    async fn shutdown(self) {
+        for (_, h) in self.hosts {
+            if let Some(h) = h {
+                h.shutdown().await;
+            }
+        }
+        if let Some(c) = self.conductor {
+            c.shutdown().await;
+        }
+        self.bus.close().await;
+    }
+}
+
+/// A fault as it was applied.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    /// What.
+    pub kind: FaultKind,
+    /// Which cell.
+    pub cell: String,
+    /// Which host or conductor.
+    pub target: String,
+    /// Seconds after the run started.
+    pub at_secs: f64,
+    /// Servers ACTIVE when it fired.
+    pub active_before: u64,
+    /// `applied`, or why not.
+    pub result: String,
+}
+
+impl FaultRecord {
+    fn label(&self) -> String {
+        let k = serde_json::to_value(self.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        format!("{k} {} at {:.1}s", self.target, self.at_secs)
+    }
+}
+
+async fn apply_fault(cells: &tokio::sync::Mutex<Vec<CellParts>>, f: &Fault) -> (String, String) {
+    let mut cells = cells.lock().await;
+    let Some(cell) = cells.iter_mut().find(|c| c.name == f.cell) else {
+        return (f.cell.clone(), format!("no cell {}", f.cell));
+    };
+    match f.kind {
+        FaultKind::StopHost => {
+            let slot = cell
+                .hosts
+                .iter_mut()
+                .find(|(name, h)| h.is_some() && f.host.as_ref().is_none_or(|want| want == name));
+            match slot {
+                Some((name, h)) => {
+                    let name = name.clone();
+                    if let Some(h) = h.take() {
+                        h.shutdown().await;
+                    }
+                    (name, "applied".to_owned())
+                }
+                None => (
+                    f.host.clone().unwrap_or_else(|| cell.name.clone()),
+                    "no running host of that name in the cell".to_owned(),
+                ),
+            }
+        }
+        FaultKind::StopConductor => {
+            let name = format!("{}-conductor", cell.name);
+            match cell.conductor.take() {
+                Some(c) => {
+                    c.shutdown().await;
+                    (name, "applied".to_owned())
+                }
+                None => (name, "already stopped".to_owned()),
+            }
+        }
+        FaultKind::StopBroker | FaultKind::StopDatabase => (cell.name.clone(), not_built(f.kind)),
+    }
+}
+
+/// Why a broker/database fault cannot be injected (none can yet).
+fn not_built(kind: FaultKind) -> String {
+    match kind {
+        FaultKind::StopBroker => "not built: stop-broker — the embedded default's cells use \
+            in-process buses (there is no broker to stop), and the region does not own the \
+            RabbitMQ processes of cells on RabbitMQ, so it cannot stop one"
+            .to_owned(),
+        _ => "not built: stop-database — the embedded default's cells use SQLite files inside \
+            the region's own process, and the region does not own the PostgreSQL servers of \
+            cells on PostgreSQL, so it cannot stop one"
+            .to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------- reports
+
+/// Deletes of one phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeleteReport {
+    /// `DELETE`s sent.
+    pub requested: usize,
+    /// Answers (status → count; 0 = no answer).
+    pub statuses: BTreeMap<u16, usize>,
+    /// `DELETE` → answer.
+    pub latency: Summary,
+    /// First `DELETE` → none of them listed any more.
+    pub seconds_until_gone: f64,
+    /// Still listed when the wait gave up.
+    pub left: usize,
+}
+
+/// Many tenants: each project sees exactly its own servers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Isolation {
+    /// Projects.
+    pub tenants: usize,
+    /// Whether every project's list held exactly its own servers.
+    pub holds: bool,
+    /// What differed.
+    pub violations: Vec<String>,
+}
+
+/// One phase's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseReport {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: PhaseKind,
+    /// Requests in flight (at most).
+    pub concurrency: usize,
+    /// Projects used.
+    pub tenants: usize,
+    /// Seconds after the run started.
+    pub started_secs: f64,
+    /// How long the phase took (deletes included).
+    pub seconds: f64,
+    /// `POST /servers` sent.
+    pub requested: usize,
+    /// Answered 202.
+    pub accepted: usize,
+    /// Refused (status → count; 0 = no answer).
+    pub refused: BTreeMap<u16, usize>,
+    /// Reached ACTIVE.
+    pub active: usize,
+    /// Reached ERROR.
+    pub error: usize,
+    /// Still BUILD when the wait gave up.
+    pub stuck_in_build: usize,
+    /// Servers per flavor requested.
+    pub flavors: BTreeMap<String, usize>,
+    /// `POST` → 202.
+    pub accept_latency: Summary,
+    /// `POST` sent → seen ACTIVE (resolution: the poll interval).
+    pub time_to_active: Summary,
+    /// Time-to-ACTIVE split by build phase (embedded target): see
+    /// docs/BENCHMARKS.md for how each is measured.
+    pub build_phases: BTreeMap<String, Summary>,
+    /// Accepted per second over the submissions.
+    pub accepts_per_second: f64,
+    /// ACTIVE per second, first POST → last ACTIVE.
+    pub boots_per_second: f64,
+    /// Steady: creates not sent because `concurrency` were in flight.
+    pub skipped_at_cap: usize,
+    /// Churn: servers replaced (deleted and booted again).
+    pub replaced: usize,
+    /// Boot-and-list: one `GET /servers/detail?limit=1000` page.
+    pub list: Option<Summary>,
+    /// Servers that page returned.
+    pub list_page_size: Option<usize>,
+    /// Many tenants: isolation.
+    pub isolation: Option<Isolation>,
+    /// Deletes.
+    pub deletes: Option<DeleteReport>,
+    /// Live servers per cell at the phase's peak (embedded target).
+    pub servers_per_cell: BTreeMap<String, usize>,
+    /// Hosts by the number of servers they held at the peak: index =
+    /// servers, value = hosts (embedded target).
+    pub servers_per_host_histogram: Vec<usize>,
+    /// Invariants checked at the end of the phase (embedded target).
+    pub invariants: Vec<Invariant>,
+}
+
+/// Memory of the process around the fleet's start.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct MemoryReport {
+    /// RSS before the region started.
+    pub rss_before_fleet: u64,
+    /// RSS once every host registered.
+    pub rss_after_fleet: u64,
+    /// (after − before) / hypervisors.
+    pub bytes_per_hypervisor: f64,
+    /// RSS at the end of the run.
+    pub rss_end: u64,
+    /// Peak RSS of the run (`VmHWM`).
+    pub peak_bytes: u64,
+}
+
+/// The target as it ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetReport {
+    /// Embedded or not.
+    pub embedded: bool,
+    /// Cells (embedded).
+    pub cells: u32,
+    /// Hypervisors (embedded).
+    pub hypervisors: u64,
+    /// Seconds until every host registered (embedded).
+    pub start_seconds: f64,
+    /// The region's `[region]` section as used (embedded), or the URL.
+    pub config: serde_json::Value,
+    /// Hosts whose spawns fail.
+    pub failing_hosts: Vec<String>,
+    /// Extra spawn latency per host: p50/p95/max (ms).
+    pub host_spawn_latency_ms: Summary,
+}
+
+/// Per-second counts.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Throughput {
+    /// Bucket width, seconds.
+    pub bucket_seconds: f64,
+    /// 202s per bucket.
+    pub accepted: Vec<u64>,
+    /// ACTIVE per bucket.
+    pub active: Vec<u64>,
+    /// ERROR per bucket.
+    pub error: Vec<u64>,
+    /// DELETE answered per bucket.
+    pub deleted: Vec<u64>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// The scenario as parsed.
+    pub spec: Scenario,
+    /// Start (UTC).
+    pub started_at: DateTime<Utc>,
+    /// Cores, load.
+    pub machine: serde_json::Value,
+    /// The target.
+    pub target: TargetReport,
+    /// Memory.
+    pub memory: MemoryReport,
+    /// The phases.
+    pub phases: Vec<PhaseReport>,
+    /// Over time.
+    pub throughput: Throughput,
+    /// Faults applied.
+    pub faults: Vec<FaultRecord>,
+    /// Errors (ERROR faults, refusals, timeouts) grouped by the fault in
+    /// force when they happened, then by message.
+    pub errors_by_fault: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Invariants after the last phase.
+    pub invariants: Vec<Invariant>,
+    /// Whether they were checked (not on a URL target).
+    pub invariants_checked: bool,
+    /// Seconds, first phase start → end.
+    pub seconds: f64,
+}
+
+impl RunReport {
+    /// Names of the invariants that do not hold (at the end or after any
+    /// phase).
+    pub fn broken(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for i in self
+            .phases
+            .iter()
+            .flat_map(|p| p.invariants.iter())
+            .chain(self.invariants.iter())
+        {
+            if !i.holds && !out.iter().any(|n| n == i.name) {
+                out.push(i.name.to_owned());
+            }
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------- the run
+
+struct Ctx {
+    t0: Instant,
+    tenants: Vec<Tenant>,
+    flavor_ids: HashMap<String, String>,
+    image: String,
+    active_total: Arc<AtomicU64>,
+    deleted_at: Mutex<Vec<f64>>,
+    records: Mutex<Vec<ServerRec>>,
+    quiet: bool,
+    rng: Mutex<Rng>,
+}
+
+fn nova_message(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .and_then(|o| o.values().next())
+                .and_then(|e| e["message"].as_str().map(str::to_owned))
+        })
+        .unwrap_or_else(|| body.chars().take(200).collect())
+}
+
+impl Ctx {
+    fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn pick_flavor(&self, p: &Phase) -> String {
+        if p.flavors.is_empty() {
+            return "m1.tiny".to_owned();
+        }
+        let names: Vec<&String> = p.flavors.keys().collect();
+        let weights: Vec<u32> = p.flavors.values().copied().collect();
+        let i = self.rng.lock().expect("rng").weighted(&weights);
+        names[i].clone()
+    }
+
+    async fn boot_one(
+        &self,
+        tenant: usize,
+        flavor: String,
+        name: String,
+        timeout: Duration,
+        prog: &Progress,
+    ) -> ServerRec {
+        let t = &self.tenants[tenant];
+        let posted = Instant::now();
+        let t_post = self.now();
+        let fid = self.flavor_ids.get(&flavor).cloned().unwrap_or_default();
+        let res = t.compute.create(&name, &fid, &self.image).await;
+        let accepted = Instant::now();
+        let mut rec = ServerRec {
+            id: None,
+            tenant,
+            flavor,
+            t_post,
+            accept: None,
+            accepted_wall: None,
+            outcome: Outcome::Stuck,
+            t_done: None,
+            tta: None,
+        };
+        match res {
+            Ok(Created::Accepted(id)) => {
+                rec.accept = Some(accepted - posted);
+                rec.accepted_wall = Some(Utc::now());
+                let rx = t.watcher.register(&id, accepted);
+                let left = timeout.saturating_sub(posted.elapsed());
+                match tokio::time::timeout(left, rx).await {
+                    Ok(Ok(Seen::Active(at))) => {
+                        rec.outcome = Outcome::Active;
+                        rec.tta = Some(at - posted);
+                        rec.t_done = Some((at - self.t0).as_secs_f64());
+                        self.active_total.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Ok(Seen::Error(at, msg))) => {
+                        rec.outcome = Outcome::Error(msg);
+                        rec.t_done = Some((at - self.t0).as_secs_f64());
+                    }
+                    _ => {
+                        t.watcher.forget(&id);
+                        rec.outcome = Outcome::Stuck;
+                        rec.t_done = Some(self.now());
+                    }
+                }
+                rec.id = Some(id);
+            }
+            Ok(Created::Refused(status, body)) => {
+                rec.outcome = Outcome::Refused(status, nova_message(&body));
+            }
+            Err(e) => rec.outcome = Outcome::Refused(0, format!("{e:#}")),
+        }
+        prog.done.fetch_add(1, Ordering::Relaxed);
+        if rec.outcome != Outcome::Active {
+            prog.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        rec
+    }
+
+    /// Boots `n` servers with `p.concurrency` in flight.
+    async fn boot_many(&self, p: &Phase, label: &str, n: usize, prog: &Progress) -> Vec<ServerRec> {
+        let picks: Vec<(usize, String)> = (0..n)
+            .map(|i| (i % p.tenants, self.pick_flavor(p)))
+            .collect();
+        let timeout = Duration::from_secs(p.timeout_secs);
+        stream::iter(picks.into_iter().enumerate())
+            .map(|(i, (tenant, flavor))| {
+                self.boot_one(tenant, flavor, format!("lt-{label}-{i:06}"), timeout, prog)
+            })
+            .buffer_unordered(p.concurrency)
+            .collect()
+            .await
+    }
+
+    /// Deletes servers (tenant, id) and waits until none of them is listed.
+    async fn delete_many(
+        &self,
+        items: &[(usize, String)],
+        concurrency: usize,
+        timeout: Duration,
+        prog: &Progress,
+    ) -> DeleteReport {
+        let t0 = Instant::now();
+        let answers: Vec<(Duration, u16)> = stream::iter(items.iter())
+            .map(|(tenant, id)| async move {
+                let s = Instant::now();
+                let status = self.tenants[*tenant].compute.delete(id).await.unwrap_or(0);
+                self.deleted_at.lock().expect("deleted").push(self.now());
+                prog.done.fetch_add(1, Ordering::Relaxed);
+                (s.elapsed(), status)
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
+        let mut lat = Vec::new();
+        for (d, s) in answers {
+            lat.push(d);
+            *statuses.entry(s).or_default() += 1;
+        }
+        let left = self.wait_gone(items, t0, timeout).await;
+        DeleteReport {
+            requested: items.len(),
+            statuses,
+            latency: summarize(&mut lat),
+            seconds_until_gone: t0.elapsed().as_secs_f64(),
+            left,
+        }
+    }
+
+    async fn wait_gone(&self, items: &[(usize, String)], t0: Instant, timeout: Duration) -> usize {
+        let mut by_tenant: BTreeMap<usize, HashSet<&str>> = BTreeMap::new();
+        for (t, id) in items {
+            by_tenant.entry(*t).or_default().insert(id.as_str());
+        }
+        loop {
+            let mut left = 0;
+            for (t, ours) in &by_tenant {
+                left += match self.tenants[*t].compute.list_all(false, "").await {
+                    Ok(l) => l.iter().filter(|s| ours.contains(s.id.as_str())).count(),
+                    Err(_) => ours.len(),
+                };
+            }
+            if left == 0 || t0.elapsed() > timeout {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The embedded target's handles.
+struct Embedded {
+    region: region::Region,
+    cells: Arc<tokio::sync::Mutex<Vec<CellParts>>>,
+    dbs: Databases,
+    placement: Placement,
+    data_dir: PathBuf,
+    remove_data: bool,
+}
+
+/// Builds the region configuration: `region_file` (or the defaults), the
+/// fleet's shape, free ports and a data directory, then the scenario's
+/// `[region]` keys on top, checked by region::RegionSection itself.
+pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region::RegionConfig> {
+    let mut cfg: region::RegionConfig = match &s.region_file {
+        Some(p) => toml::from_str(
+            &std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
+        )
+        .map_err(|e| anyhow::anyhow!("region_file {}: {e}", p.display()))?,
+        None => region::RegionConfig::default(),
+    };
+    let mut table = toml::Table::try_from(&cfg.region).context("region section")?;
+    let set = |t: &mut toml::Table, k: &str, v: toml::Value| {
+        t.insert(k.to_owned(), v);
+    };
+    set(
+        &mut table,
+        "cells",
+        toml::Value::Integer(s.fleet.cells as i64),
+    );
+    set(
+        &mut table,
+        "hosts_per_cell",
+        toml::Value::Integer(s.fleet.hosts_per_cell as i64),
+    );
+    set(&mut table, "fake_spawn_latency_ms", toml::Value::Integer(0));
+    for k in [
+        "identity_listen",
+        "placement_listen",
+        "compute_listen",
+        "image_listen",
+    ] {
+        set(&mut table, k, toml::Value::String("127.0.0.1:0".to_owned()));
+    }
+    set(
+        &mut table,
+        "data_dir",
+        toml::Value::String(data_dir.display().to_string()),
+    );
+    for (k, v) in &s.region {
+        if k == "cells" || k == "hosts_per_cell" {
+            bail!("region.{k}: give the fleet's shape as fleet.{k}");
+        }
+        table.insert(k.clone(), v.clone());
+    }
+    cfg.region = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e| anyhow::anyhow!("region: {e}"))?;
+    if let Some(f) = &s.target.log_filter {
+        cfg.telemetry.log_filter = f.clone();
+    } else if s.region_file.is_none() {
+        cfg.telemetry.log_filter = "error".to_owned();
+    }
+    cfg.telemetry.metrics_listen = String::new();
+    Ok(cfg)
+}
+
+/// Refuses, before anything starts, faults that cannot be injected.
+fn check_faults(s: &Scenario) -> Result<()> {
+    for (i, f) in s.faults.iter().enumerate() {
+        if matches!(f.kind, FaultKind::StopBroker | FaultKind::StopDatabase) {
+            bail!("fault[{i}]: {}", not_built(f.kind));
+        }
+    }
+    Ok(())
+}
+
+async fn start_embedded(
+    s: &Scenario,
+    rng: &mut Rng,
+) -> Result<(Embedded, TargetReport, MemoryReport)> {
+    let (data_dir, remove_data) = match &s.target.data_dir {
+        Some(d) => (d.clone(), false),
+        None => (crate::embed::temp_data_dir(), true),
+    };
+    let cfg = region_config(s, &data_dir)?;
+    check_faults(s)?;
+    let telemetry = fabric::telemetry::init("loadtest", &cfg.telemetry)?;
+    let hypervisors = s.fleet.cells as u64 * s.fleet.hosts_per_cell as u64;
+    eprintln!(
+        "starting an embedded region: {} cells x {} fake hosts ({hypervisors} hypervisors), data in {}",
+        s.fleet.cells,
+        s.fleet.hosts_per_cell,
+        data_dir.display()
+    );
+    let before = mem::read();
+    let t = Instant::now();
+    let mut r = region::Region::start(&cfg, Some(telemetry)).await?;
+    let start_seconds = t.elapsed().as_secs_f64();
+    let after = mem::read();
+    eprintln!(
+        "region up in {start_seconds:.1}s; RSS {} MiB -> {} MiB",
+        before.rss_bytes >> 20,
+        after.rss_bytes >> 20
+    );
+    let memory = MemoryReport {
+        rss_before_fleet: before.rss_bytes,
+        rss_after_fleet: after.rss_bytes,
+        bytes_per_hypervisor: after.rss_bytes.saturating_sub(before.rss_bytes) as f64
+            / hypervisors.max(1) as f64,
+        ..Default::default()
+    };
+    // The fake hosts' knobs: a latency drawn per host, and failing hosts.
+    let hv = r.cells.first().map(|c| c.hypervisor.clone());
+    let names: Vec<String> = r
+        .cells
+        .iter()
+        .flat_map(|c| c.hosts.iter().map(|h| h.host().to_owned()))
+        .collect();
+    let mut lat = Vec::new();
+    let mut failing = Vec::new();
+    if let Some(hv) = &hv {
+        for n in &names {
+            let ms = s.fleet.spawn_latency.draw(rng);
+            lat.push(Duration::from_millis(ms));
+            if ms > 0 {
+                hv.delay_spawns(n, Duration::from_millis(ms));
+            }
+        }
+        let n_fail = (s.fleet.failing_hosts * names.len() as f64).round() as usize;
+        let mut pool: Vec<&String> = names.iter().collect();
+        for _ in 0..n_fail.min(pool.len()) {
+            let i = (rng.next_u64() % pool.len() as u64) as usize;
+            let h = pool.swap_remove(i);
+            hv.fail_spawns(h, "injected spawn failure (scenario fleet.failing_hosts)");
+            failing.push(h.clone());
+        }
+        failing.sort();
+    }
+    let cells: Vec<CellParts> = std::mem::take(&mut r.cells)
+        .into_iter()
+        .map(|c| CellParts {
+            name: c.name,
+            db_url: c.db_url,
+            bus_url: c.bus_url,
+            bus: c.bus,
+            conductor: Some(c.conductor),
+            hosts: c
+                .hosts
+                .into_iter()
+                .map(|h| (h.host().to_owned(), Some(h)))
+                .collect(),
+        })
+        .collect();
+    let dbs = Databases::open(
+        &r.api_db_url,
+        &r.cell0_db_url,
+        &cells
+            .iter()
+            .map(|c| (c.name.clone(), c.db_url.clone()))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let identity_url = format!("http://{}", r.identity.addr);
+    let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
+    let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
+    let target = TargetReport {
+        embedded: true,
+        cells: s.fleet.cells,
+        hypervisors,
+        start_seconds,
+        config: serde_json::to_value(&cfg.region)?,
+        failing_hosts: failing,
+        host_spawn_latency_ms: summarize(&mut lat),
+    };
+    Ok((
+        Embedded {
+            region: r,
+            cells: Arc::new(tokio::sync::Mutex::new(cells)),
+            dbs,
+            placement,
+            data_dir,
+            remove_data,
+        },
+        target,
+        memory,
+    ))
+}
+
+fn new_tenant(name: &str, compute: Compute, poll: Duration) -> Tenant {
+    let watcher = Arc::new(Watcher {
+        compute: compute.clone(),
+        waiting: Mutex::new(HashMap::new()),
+        poll,
+        stop: AtomicBool::new(false),
+    });
+    tokio::spawn(watcher.clone().run());
+    Tenant {
+        name: name.to_owned(),
+        compute,
+        watcher,
+    }
+}
+
+/// Runs a scenario end to end.
+pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
+    s.validate()?;
+    let started_at = Utc::now();
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut rng = Rng::new(s.seed);
+    let poll = Duration::from_millis(s.target.poll_interval_ms.unwrap_or(100));
+    let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
+
+    let (embedded, target, mut memory, tenants, image) = match s.target.kind {
+        TargetKind::Embedded => {
+            let (e, target, memory) = start_embedded(s, &mut rng).await?;
+            let r = &e.region;
+            let identity_url = format!("http://{}", r.identity.addr);
+            let compute_url = format!("http://{}", r.compute.addr);
+            let (token, _) = region::password_token(&identity_url, &r.member).await?;
+            let mut tenants = vec![new_tenant(
+                &r.member.project,
+                Compute::new(&compute_url, &token)?,
+                poll,
+            )];
+            if max_tenants > 1 {
+                let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
+                let run = &uuid::Uuid::new_v4().simple().to_string()[..6];
+                for k in 1..max_tenants {
+                    let name = format!("lt-{run}-t{k:03}");
+                    let (_, password) =
+                        api::create_tenant(&identity_url, &admin_token, &name).await?;
+                    let creds = region::Credentials {
+                        username: name.clone(),
+                        password,
+                        project: name.clone(),
+                    };
+                    let (tok, _) = region::password_token(&identity_url, &creds).await?;
+                    tenants.push(new_tenant(&name, Compute::new(&compute_url, &tok)?, poll));
+                }
+            }
+            let image = match &s.target.image {
+                Some(i) if uuid::Uuid::parse_str(i).is_ok() => i.clone(),
+                other => {
+                    let name = other.as_deref().unwrap_or(api_super::image::CIRROS_NAME);
+                    api::image_id_by_name(&r.image.url(), &token, name).await?
+                }
+            };
+            (Some(e), target, memory, tenants, image)
+        }
+        TargetKind::Url => {
+            let t = &s.target;
+            let identity_url = t.identity_url.clone().unwrap_or_default();
+            let env = |k: &str| std::env::var(k).ok();
+            let creds = region::Credentials {
+                username: t
+                    .username
+                    .clone()
+                    .or_else(|| env("OS_USERNAME"))
+                    .context("target.username (or OS_USERNAME)")?,
+                password: env(t.password_env.as_deref().unwrap_or("OS_PASSWORD")).with_context(
+                    || {
+                        format!(
+                            "the password: set {}",
+                            t.password_env.as_deref().unwrap_or("OS_PASSWORD")
+                        )
+                    },
+                )?,
+                project: t
+                    .project
+                    .clone()
+                    .or_else(|| env("OS_PROJECT_NAME"))
+                    .context("target.project (or OS_PROJECT_NAME)")?,
+            };
+            let (token, _) = region::password_token(&identity_url, &creds).await?;
+            let compute_url = t.compute_url.clone().unwrap_or_default();
+            let image_name = t
+                .image
+                .clone()
+                .unwrap_or_else(|| api_super::image::CIRROS_NAME.to_owned());
+            let image = if uuid::Uuid::parse_str(&image_name).is_ok() {
+                image_name
+            } else {
+                let u = api::catalog_url(&identity_url, &token, "image").await?;
+                api::image_id_by_name(&u, &token, &image_name).await?
+            };
+            let target = TargetReport {
+                embedded: false,
+                cells: 0,
+                hypervisors: 0,
+                start_seconds: 0.0,
+                config: serde_json::json!({"compute_url": compute_url}),
+                failing_hosts: Vec::new(),
+                host_spawn_latency_ms: summarize(&mut []),
+            };
+            let tenants = vec![new_tenant(
+                &creds.project,
+                Compute::new(&compute_url, &token)?,
+                poll,
+            )];
+            (None, target, MemoryReport::default(), tenants, image)
+        }
+    };
+
+    // Flavor names → ids.
+    let mut flavor_ids = HashMap::new();
+    for p in &s.phases {
+        let names: Vec<String> = if p.flavors.is_empty() {
+            vec!["m1.tiny".to_owned()]
+        } else {
+            p.flavors.keys().cloned().collect()
+        };
+        for n in names {
+            if let std::collections::hash_map::Entry::Vacant(slot) = flavor_ids.entry(n.clone()) {
+                let id = tenants[0]
+                    .compute
+                    .flavor_id(&n)
+                    .await
+                    .with_context(|| format!("flavor {n:?} of the scenario"))?;
+                slot.insert(id);
+            }
+        }
+    }
+
+    let ctx = Arc::new(Ctx {
+        t0: Instant::now(),
+        tenants,
+        flavor_ids,
+        image,
+        active_total: Arc::new(AtomicU64::new(0)),
+        deleted_at: Mutex::new(Vec::new()),
+        records: Mutex::new(Vec::new()),
+        quiet: opts.quiet,
+        rng: Mutex::new(rng),
+    });
+
+    // Faults, on the side.
+    let fault_log: Arc<Mutex<Vec<FaultRecord>>> = Arc::new(Mutex::new(Vec::new()));
+    let faults_done = Arc::new(AtomicBool::new(false));
+    let fault_task = embedded.as_ref().map(|e| {
+        let (cells, log, ctx, done) = (
+            e.cells.clone(),
+            fault_log.clone(),
+            ctx.clone(),
+            faults_done.clone(),
+        );
+        let mut pending: Vec<Fault> = s.faults.clone();
+        tokio::spawn(async move {
+            while !pending.is_empty() && !done.load(Ordering::Acquire) {
+                let now = ctx.now();
+                let active = ctx.active_total.load(Ordering::Relaxed);
+                let (due, rest): (Vec<Fault>, Vec<Fault>) = pending.into_iter().partition(|f| {
+                    f.at_secs.is_some_and(|t| t <= now)
+                        || f.after_boots.is_some_and(|n| n <= active)
+                });
+                pending = rest;
+                for f in due {
+                    let at = ctx.now();
+                    let (target, result) = apply_fault(&cells, &f).await;
+                    if !ctx.quiet {
+                        eprintln!("fault at {at:.1}s: {:?} {target}: {result}", f.kind);
+                    }
+                    log.lock().expect("faults").push(FaultRecord {
+                        kind: f.kind,
+                        cell: f.cell.clone(),
+                        target,
+                        at_secs: at,
+                        active_before: active,
+                        result,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    });
+
+    let mut phases = Vec::new();
+    for (i, p) in s.phases.iter().enumerate() {
+        let label = p.label(i);
+        phases.push(
+            run_phase(&ctx, embedded.as_ref(), p, &label)
+                .await
+                .with_context(|| format!("phase {label}"))?,
+        );
+    }
+    faults_done.store(true, Ordering::Release);
+    if let Some(t) = fault_task {
+        let _ = t.await;
+    }
+    let seconds = ctx.now();
+    let invariants = match &embedded {
+        Some(e) => settled_invariants(e).await?,
+        None => Vec::new(),
+    };
+    for t in &ctx.tenants {
+        t.watcher.stop.store(true, Ordering::Release);
+    }
+    let end = mem::read();
+    memory.rss_end = end.rss_bytes;
+    memory.peak_bytes = end.peak_bytes;
+    let faults = fault_log.lock().expect("faults").clone();
+    let records = std::mem::take(&mut *ctx.records.lock().expect("records"));
+    let deleted = std::mem::take(&mut *ctx.deleted_at.lock().expect("deleted"));
+    let report = RunReport {
+        scenario: s.name.clone(),
+        spec: s.clone(),
+        started_at,
+        machine: serde_json::json!({
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "loadavg_before": load_before.trim(),
+            "loadavg_after": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        }),
+        target,
+        memory,
+        phases,
+        throughput: throughput(&records, &deleted, seconds),
+        errors_by_fault: errors_by_fault(&records, &faults),
+        faults,
+        invariants_checked: embedded.is_some(),
+        invariants,
+        seconds,
+    };
+    if let Some(e) = embedded {
+        e.dbs.close().await;
+        let cells = std::mem::take(&mut *e.cells.lock().await);
+        for c in cells {
+            c.shutdown().await;
+        }
+        e.region.shutdown().await;
+        if e.remove_data {
+            std::fs::remove_dir_all(&e.data_dir).ok();
+        }
+    }
+    Ok(report)
+}
+
+/// The invariants once the region settled: checked again (up to 30 s)
+/// while any is broken, since deletes release allocations shortly after
+/// the list stops showing the server.
+async fn settled_invariants(e: &Embedded) -> Result<Vec<Invariant>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = e.dbs.invariants(&e.placement).await?;
+        if v.iter().all(|i| i.holds) || Instant::now() > deadline {
+            return Ok(v);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn run_phase(
+    ctx: &Arc<Ctx>,
+    embedded: Option<&Embedded>,
+    p: &Phase,
+    label: &str,
+) -> Result<PhaseReport> {
+    let started = Instant::now();
+    let started_secs = ctx.now();
+    let prog = Arc::new(Progress::default());
+    let timeout = Duration::from_secs(p.timeout_secs);
+    let tag = &uuid::Uuid::new_v4().simple().to_string()[..4];
+    let name = format!("{label}-{tag}");
+    let mut skipped_at_cap = 0usize;
+    let mut replaced = 0usize;
+    let mut deleted_early: Vec<(usize, String)> = Vec::new();
+    let bar = progress::spawn(format!("{label} boot"), prog.clone(), ctx.quiet);
+    let mut recs: Vec<ServerRec> = match p.kind {
+        PhaseKind::BootAndDelete
+        | PhaseKind::BootAndList
+        | PhaseKind::Burst
+        | PhaseKind::ManyTenants => {
+            let n = p.servers.unwrap_or(0);
+            prog.total.store(n as u64, Ordering::Relaxed);
+            ctx.boot_many(p, &name, n, &prog).await
+        }
+        PhaseKind::Steady => {
+            let rate = p.rate.unwrap_or(1.0);
+            let dur = Duration::from_secs_f64(p.duration_secs.unwrap_or(1.0));
+            prog.total
+                .store((rate * dur.as_secs_f64()).ceil() as u64, Ordering::Relaxed);
+            let in_flight = Arc::new(AtomicU64::new(0));
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut i = 0usize;
+            while started.elapsed() < dur {
+                tick.tick().await;
+                if started.elapsed() >= dur {
+                    break;
+                }
+                if in_flight.load(Ordering::Relaxed) >= p.concurrency as u64 {
+                    skipped_at_cap += 1;
+                    continue;
+                }
+                in_flight.fetch_add(1, Ordering::Relaxed);
+                let (c, f, inf, pr) = (
+                    ctx.clone(),
+                    ctx.pick_flavor(p),
+                    in_flight.clone(),
+                    prog.clone(),
+                );
+                let (tenant, nm) = (i % p.tenants, format!("lt-{name}-{i:06}"));
+                tasks.spawn(async move {
+                    let r = c.boot_one(tenant, f, nm, timeout, &pr).await;
+                    inf.fetch_sub(1, Ordering::Relaxed);
+                    r
+                });
+                i += 1;
+            }
+            prog.total.store(i as u64, Ordering::Relaxed);
+            let mut out = Vec::new();
+            while let Some(r) = tasks.join_next().await {
+                out.push(r.context("boot task")?);
+            }
+            out
+        }
+        PhaseKind::Churn => {
+            let pop = p.population.unwrap_or(1);
+            let rate = p.rate.unwrap_or(1.0);
+            let dur = Duration::from_secs_f64(p.duration_secs.unwrap_or(1.0));
+            prog.total.store(
+                pop as u64 + (rate * dur.as_secs_f64()).ceil() as u64,
+                Ordering::Relaxed,
+            );
+            let first = ctx.boot_many(p, &name, pop, &prog).await;
+            let live: Arc<Mutex<VecDeque<(usize, String)>>> = Arc::new(Mutex::new(
+                first
+                    .iter()
+                    .filter(|r| r.outcome == Outcome::Active)
+                    .filter_map(|r| Some((r.tenant, r.id.clone()?)))
+                    .collect(),
+            ));
+            let churn_started = Instant::now();
+            let in_flight = Arc::new(AtomicU64::new(0));
+            let gone: Arc<Mutex<Vec<(usize, String)>>> = Arc::new(Mutex::new(Vec::new()));
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut i = pop;
+            while churn_started.elapsed() < dur {
+                tick.tick().await;
+                if churn_started.elapsed() >= dur {
+                    break;
+                }
+                if in_flight.load(Ordering::Relaxed) >= p.concurrency as u64 {
+                    skipped_at_cap += 1;
+                    continue;
+                }
+                let Some(victim) = live.lock().expect("live").pop_front() else {
+                    skipped_at_cap += 1;
+                    continue;
+                };
+                in_flight.fetch_add(1, Ordering::Relaxed);
+                replaced += 1;
+                let (c, f, inf, pr) = (
+                    ctx.clone(),
+                    ctx.pick_flavor(p),
+                    in_flight.clone(),
+                    prog.clone(),
+                );
+                let (live, gone) = (live.clone(), gone.clone());
+                let (tenant, nm) = (victim.0, format!("lt-{name}-{i:06}"));
+                tasks.spawn(async move {
+                    let _ = c.tenants[victim.0].compute.delete(&victim.1).await;
+                    c.deleted_at.lock().expect("deleted").push(c.now());
+                    gone.lock().expect("gone").push(victim);
+                    let r = c.boot_one(tenant, f, nm, timeout, &pr).await;
+                    if r.outcome == Outcome::Active {
+                        if let Some(id) = &r.id {
+                            live.lock().expect("live").push_back((r.tenant, id.clone()));
+                        }
+                    }
+                    inf.fetch_sub(1, Ordering::Relaxed);
+                    r
+                });
+                i += 1;
+            }
+            prog.total.store(i as u64, Ordering::Relaxed);
+            let mut out = first;
+            while let Some(r) = tasks.join_next().await {
+                out.push(r.context("churn task")?);
+            }
+            deleted_early = std::mem::take(&mut *gone.lock().expect("gone"));
+            out
+        }
+    };
+    prog.finished.store(true, Ordering::Release);
+    if let Some(b) = bar {
+        let _ = b.await;
+    }
+
+    // The peak: distribution and build phases, read before any delete.
+    let early: HashSet<&str> = deleted_early.iter().map(|(_, id)| id.as_str()).collect();
+    let active_ids: HashSet<String> = recs
+        .iter()
+        .filter(|r| r.outcome == Outcome::Active)
+        .filter_map(|r| r.id.clone())
+        .collect();
+    let (mut servers_per_cell, mut histogram, mut build_phases) =
+        (BTreeMap::new(), Vec::new(), BTreeMap::new());
+    if let Some(e) = embedded {
+        let (per_cell, per_host) = e.dbs.distribution().await?;
+        servers_per_cell = per_cell;
+        let hosts = e.region_hosts().await;
+        for h in &hosts {
+            let n = per_host.get(h).copied().unwrap_or(0);
+            if histogram.len() <= n {
+                histogram.resize(n + 1, 0);
+            }
+            histogram[n] += 1;
+        }
+        let times = e.dbs.build_times(&active_ids).await?;
+        build_phases = split_phases(&recs, &times);
+    }
+
+    let list = if p.kind == PhaseKind::BootAndList {
+        let runs = p.list_runs.unwrap_or(10);
+        let c = &ctx.tenants[0].compute;
+        let (first, _) = c.list_page("/servers/detail?limit=1000").await?;
+        let mut lat = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            c.list_page("/servers/detail?limit=1000").await?;
+            lat.push(t.elapsed());
+        }
+        Some((summarize(&mut lat), first.len()))
+    } else {
+        None
+    };
+
+    let isolation = if p.kind == PhaseKind::ManyTenants {
+        let mut violations = Vec::new();
+        for (k, t) in ctx.tenants.iter().enumerate().take(p.tenants) {
+            let own: HashSet<&str> = recs
+                .iter()
+                .filter(|r| r.tenant == k)
+                .filter_map(|r| r.id.as_deref())
+                .collect();
+            let seen = t.compute.list_all(false, "").await?;
+            let foreign = seen.iter().filter(|s| !own.contains(s.id.as_str())).count();
+            let seen_ids: HashSet<&str> = seen.iter().map(|s| s.id.as_str()).collect();
+            let missing = own.iter().filter(|id| !seen_ids.contains(*id)).count();
+            if foreign > 0 || missing > 0 {
+                violations.push(format!(
+                    "{}: lists {foreign} servers of other projects, misses {missing} of its own",
+                    t.name
+                ));
+            }
+        }
+        Some(Isolation {
+            tenants: p.tenants,
+            holds: violations.is_empty(),
+            violations,
+        })
+    } else {
+        None
+    };
+
+    let deletes = if p.delete {
+        let items: Vec<(usize, String)> = recs
+            .iter()
+            .filter_map(|r| Some((r.tenant, r.id.clone()?)))
+            .filter(|(_, id)| !early.contains(id.as_str()))
+            .collect();
+        let dprog = Arc::new(Progress::default());
+        dprog.total.store(items.len() as u64, Ordering::Relaxed);
+        let bar = progress::spawn(format!("{label} delete"), dprog.clone(), ctx.quiet);
+        let mut d = ctx
+            .delete_many(&items, p.concurrency, timeout, &dprog)
+            .await;
+        dprog.finished.store(true, Ordering::Release);
+        if let Some(b) = bar {
+            let _ = b.await;
+        }
+        if !deleted_early.is_empty() {
+            d.left += ctx.wait_gone(&deleted_early, Instant::now(), timeout).await;
+        }
+        Some(d)
+    } else {
+        None
+    };
+    let invariants = match embedded {
+        Some(e) => settled_invariants(e).await?,
+        None => Vec::new(),
+    };
+
+    let mut accept_lat: Vec<Duration> = recs.iter().filter_map(|r| r.accept).collect();
+    let mut tta: Vec<Duration> = recs.iter().filter_map(|r| r.tta).collect();
+    let mut refused: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut flavors: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut active, mut error, mut stuck) = (0, 0, 0);
+    for r in &recs {
+        *flavors.entry(r.flavor.clone()).or_default() += 1;
+        match &r.outcome {
+            Outcome::Active => active += 1,
+            Outcome::Error(_) => error += 1,
+            Outcome::Stuck => stuck += 1,
+            Outcome::Refused(s, _) => *refused.entry(*s).or_default() += 1,
+        }
+    }
+    let first_post = recs.iter().map(|r| r.t_post).fold(f64::INFINITY, f64::min);
+    let last_accept = recs
+        .iter()
+        .filter_map(|r| Some(r.t_post + r.accept?.as_secs_f64()))
+        .fold(0.0, f64::max);
+    let last_active = recs
+        .iter()
+        .filter(|r| r.outcome == Outcome::Active)
+        .filter_map(|r| r.t_done)
+        .fold(0.0, f64::max);
+    let accepted = accept_lat.len();
+    let report = PhaseReport {
+        name: label.to_owned(),
+        kind: p.kind,
+        concurrency: p.concurrency,
+        tenants: p.tenants,
+        started_secs,
+        seconds: started.elapsed().as_secs_f64(),
+        requested: recs.len(),
+        accepted,
+        refused,
+        active,
+        error,
+        stuck_in_build: stuck,
+        flavors,
+        accept_latency: summarize(&mut accept_lat),
+        time_to_active: summarize(&mut tta),
+        build_phases,
+        accepts_per_second: rate(accepted, last_accept - first_post),
+        boots_per_second: rate(active, last_active - first_post),
+        skipped_at_cap,
+        replaced,
+        list_page_size: list.as_ref().map(|l| l.1),
+        list: list.map(|l| l.0),
+        isolation,
+        deletes,
+        servers_per_cell,
+        servers_per_host_histogram: histogram,
+        invariants,
+    };
+    ctx.records.lock().expect("records").append(&mut recs);
+    Ok(report)
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    if n == 0 || !secs.is_finite() || secs <= 0.0 {
+        0.0
+    } else {
+        n as f64 / secs
+    }
+}
+
+impl Embedded {
+    async fn region_hosts(&self) -> Vec<String> {
+        self.cells
+            .lock()
+            .await
+            .iter()
+            .flat_map(|c| c.hosts.iter().map(|(n, _)| n.clone()))
+            .collect()
+    }
+}
+
+/// Time-to-ACTIVE split at the timestamps the region records:
+/// `api_accept` POST → 202 (client clock); `scheduling` POST → the
+/// instance row in its cell (the API answers 202 once the build request is
+/// written and schedules in the background: scheduler, placement claim,
+/// super-conductor; so it overlaps `api_accept`);
+/// `cell_to_host` row → the host starts `compute__do_build_and_run_instance`
+/// (conductor cast, queue); `host_prepare` → `compute_spawn` starts
+/// (block devices, networking); `spawn` the `compute_spawn` event;
+/// `report_lag` spawn finished → seen ACTIVE by the poller (the poll
+/// interval's share).
+fn split_phases(
+    recs: &[ServerRec],
+    times: &HashMap<String, crate::inspect::BuildTimes>,
+) -> BTreeMap<String, Summary> {
+    let mut cols: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+    let ms = |a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>| -> Option<Duration> {
+        let d = (b? - a?).num_microseconds()?;
+        Some(Duration::from_micros(d.max(0) as u64))
+    };
+    for r in recs.iter().filter(|r| r.outcome == Outcome::Active) {
+        if let Some(a) = r.accept {
+            cols.entry("1_api_accept").or_default().push(a);
+        }
+        let Some(t) = r.id.as_ref().and_then(|id| times.get(id)) else {
+            continue;
+        };
+        let posted_wall = r
+            .accepted_wall
+            .zip(r.accept)
+            .and_then(|(w, a)| chrono::Duration::from_std(a).ok().map(|a| w - a));
+        let seen_wall = posted_wall
+            .zip(r.tta)
+            .and_then(|(p, d)| chrono::Duration::from_std(d).ok().map(|d| p + d));
+        for (k, v) in [
+            ("2_scheduling", ms(posted_wall, t.created)),
+            ("3_cell_to_host", ms(t.created, t.build_start)),
+            ("4_host_prepare", ms(t.build_start, t.spawn_start)),
+            ("5_spawn", ms(t.spawn_start, t.spawn_finish)),
+            ("6_report_lag", ms(t.spawn_finish, seen_wall)),
+        ] {
+            if let Some(v) = v {
+                cols.entry(k).or_default().push(v);
+            }
+        }
+    }
+    cols.into_iter()
+        .map(|(k, mut v)| (k.to_owned(), summarize(&mut v)))
+        .collect()
+}
+
+fn throughput(recs: &[ServerRec], deleted: &[f64], seconds: f64) -> Throughput {
+    let n = (seconds.ceil() as usize).max(1);
+    let mut t = Throughput {
+        bucket_seconds: 1.0,
+        accepted: vec![0; n],
+        active: vec![0; n],
+        error: vec![0; n],
+        deleted: vec![0; n],
+    };
+    let idx = |x: f64| ((x.max(0.0)) as usize).min(n - 1);
+    for r in recs {
+        if let Some(a) = r.accept {
+            t.accepted[idx(r.t_post + a.as_secs_f64())] += 1;
+        }
+        match (&r.outcome, r.t_done) {
+            (Outcome::Active, Some(d)) => t.active[idx(d)] += 1,
+            (Outcome::Error(_), Some(d)) => t.error[idx(d)] += 1,
+            _ => {}
+        }
+    }
+    for d in deleted {
+        t.deleted[idx(*d)] += 1;
+    }
+    t
+}
+
+/// `msg` with every UUID replaced by `<uuid>`, so messages naming their
+/// instance group together.
+pub fn without_uuids(msg: &str) -> String {
+    let b = msg.as_bytes();
+    let is_uuid = |w: &[u8]| {
+        w.len() == 36
+            && w.iter().enumerate().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => *c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            })
+    };
+    let mut out = String::with_capacity(msg.len());
+    let mut i = 0;
+    while i < b.len() {
+        if i + 36 <= b.len() && is_uuid(&b[i..i + 36]) {
+            out.push_str("<uuid>");
+            i += 36;
+        } else {
+            let ch = msg[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// Whether `msg` names `word` (not as the prefix of a longer name).
+fn names(msg: &str, word: &str) -> bool {
+    msg.match_indices(word).any(|(i, _)| {
+        !msg[i + word.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+/// The marker of the fake hosts' injected spawn failures.
+const FAILING_HOST_MESSAGE: &str = "injected spawn failure (scenario fleet.failing_hosts)";
+
+/// Groups the errors by their cause: `fleet.failing_hosts` for the
+/// injected spawn failures; the fault whose host or conductor the message
+/// names; otherwise the last fault applied before the error (the one in
+/// force), or `no fault`. Messages are grouped with their UUIDs masked.
+fn errors_by_fault(
+    recs: &[ServerRec],
+    faults: &[FaultRecord],
+) -> BTreeMap<String, BTreeMap<String, usize>> {
+    let mut out: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for r in recs {
+        let msg = match &r.outcome {
+            Outcome::Active => continue,
+            Outcome::Error(m) => format!("ERROR: {m}"),
+            Outcome::Stuck => "still BUILD at the phase's timeout".to_owned(),
+            Outcome::Refused(0, m) => format!("no answer: {m}"),
+            Outcome::Refused(s, m) => format!("HTTP {s}: {m}"),
+        };
+        let at = r.t_done.unwrap_or(r.t_post);
+        let label = if msg.contains(FAILING_HOST_MESSAGE) {
+            "fleet.failing_hosts".to_owned()
+        } else if let Some(f) = faults
+            .iter()
+            .find(|f| f.result == "applied" && names(&msg, &f.target))
+        {
+            f.label()
+        } else {
+            faults
+                .iter()
+                .rfind(|f| f.result == "applied" && f.at_secs <= at)
+                .map(FaultRecord::label)
+                .unwrap_or_else(|| "no fault".to_owned())
+        };
+        let msg = without_uuids(&msg);
+        *out.entry(label).or_default().entry(msg).or_default() += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(outcome: Outcome, t: f64) -> ServerRec {
+        ServerRec {
+            id: None,
+            tenant: 0,
+            flavor: String::new(),
+            t_post: t,
+            accept: None,
+            accepted_wall: None,
+            outcome,
+            t_done: Some(t),
+            tta: None,
+        }
+    }
+
+    #[test]
+    fn errors_group_by_cause_with_uuids_masked() {
+        let f = FaultRecord {
+            kind: FaultKind::StopHost,
+            cell: "cell1".into(),
+            target: "cell1-host01".into(),
+            at_secs: 2.0,
+            active_before: 3,
+            result: "applied".into(),
+        };
+        let recs = vec![
+            rec(Outcome::Error("Build of instance 0a55f66d-6df0-4ba2-9f24-3d46330bec51 failed on host cell1-host08: injected spawn failure (scenario fleet.failing_hosts)".into()), 1.0),
+            rec(Outcome::Error("Build of instance 1c4faea9-19a4-4065-863f-218d30a1cffa failed on host cell1-host08: injected spawn failure (scenario fleet.failing_hosts)".into()), 3.0),
+            rec(Outcome::Error("lost on cell1-host01: gone".into()), 1.0),
+            rec(Outcome::Error("lost on cell1-host010: gone".into()), 1.0),
+            rec(Outcome::Stuck, 5.0),
+            rec(Outcome::Refused(409, "quota".into()), 1.0),
+            rec(Outcome::Active, 1.0),
+        ];
+        let g = errors_by_fault(&recs, &[f]);
+        let hosts = &g["fleet.failing_hosts"];
+        assert_eq!(hosts.len(), 1, "{g:#?}");
+        assert_eq!(hosts.values().next(), Some(&2));
+        assert!(hosts
+            .keys()
+            .next()
+            .unwrap()
+            .contains("instance <uuid> failed"));
+        let fault = &g["stop-host cell1-host01 at 2.0s"];
+        assert_eq!(fault["ERROR: lost on cell1-host01: gone"], 1);
+        assert_eq!(fault["still BUILD at the phase's timeout"], 1);
+        assert_eq!(g["no fault"]["ERROR: lost on cell1-host010: gone"], 1);
+        assert_eq!(g["no fault"]["HTTP 409: quota"], 1);
+    }
+}

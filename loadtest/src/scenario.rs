@@ -1,0 +1,513 @@
+//! Scenario files: the fleet, the target, the phases and the faults of one
+//! `loadtest run`, in TOML.
+//!
+//! ```toml
+//! name = "tiny"
+//! seed = 7
+//!
+//! [fleet]
+//! cells = 1
+//! hosts_per_cell = 3
+//! spawn_latency = { kind = "uniform", min_ms = 5, max_ms = 50 }
+//! failing_hosts = 0.0          # share of hosts whose spawns all fail
+//!
+//! [target]
+//! kind = "embedded"            # or "url" with compute_url, identity_url, …
+//!
+//! [region]                     # passed to region::RegionConfig's [region]
+//! heartbeat_interval_secs = 10
+//!
+//! [[phase]]
+//! kind = "boot-and-delete"
+//! servers = 10
+//! concurrency = 4
+//! flavors = { "m1.tiny" = 3, "m1.small" = 1 }
+//!
+//! [[fault]]
+//! kind = "stop-host"
+//! cell = "cell1"
+//! after_boots = 5
+//! ```
+//!
+//! Every table refuses unknown keys, so a misspelt knob is an error naming
+//! it rather than a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// One scenario file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name, used in the report.
+    pub name: String,
+    /// Seed of the random choices (flavor mix, latency draws, failing hosts).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// The simulated fleet (embedded target only).
+    #[serde(default)]
+    pub fleet: Fleet,
+    /// Where to run.
+    #[serde(default)]
+    pub target: TargetSpec,
+    /// Keys of region::RegionConfig's `[region]` section, passed through
+    /// as they are (the fleet's `cells` / `hosts_per_cell` and free listen
+    /// ports are filled in unless given here).
+    #[serde(default)]
+    pub region: toml::Table,
+    /// A whole region configuration file to start from (relative to the
+    /// scenario file); `[region]` keys override it.
+    #[serde(default)]
+    pub region_file: Option<PathBuf>,
+    /// The phases, run in order.
+    #[serde(default, rename = "phase")]
+    pub phases: Vec<Phase>,
+    /// Faults injected during the run.
+    #[serde(default, rename = "fault")]
+    pub faults: Vec<Fault>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+/// The simulated fleet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Fleet {
+    /// Cells besides cell0.
+    pub cells: u32,
+    /// Fake hosts per cell.
+    pub hosts_per_cell: u32,
+    /// Extra spawn time of each host, drawn once per host.
+    pub spawn_latency: Latency,
+    /// Share (0..=1) of hosts whose spawns all fail.
+    pub failing_hosts: f64,
+    /// Per-host resources: not configurable in the embedded region yet
+    /// (an error when set).
+    pub host_resources: Option<toml::Table>,
+    /// Availability zones: not built on this branch (an error when set).
+    pub availability_zones: Option<u32>,
+    /// Host aggregates: not built on this branch (an error when set).
+    pub aggregates: Option<u32>,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Self {
+            cells: 1,
+            hosts_per_cell: 4,
+            spawn_latency: Latency::Fixed { ms: 0 },
+            failing_hosts: 0.0,
+            host_resources: None,
+            availability_zones: None,
+            aggregates: None,
+        }
+    }
+}
+
+/// A latency distribution.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Latency {
+    /// Always `ms`.
+    Fixed {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Uniform in `[min_ms, max_ms]`.
+    Uniform {
+        /// Lower bound.
+        min_ms: u64,
+        /// Upper bound.
+        max_ms: u64,
+    },
+    /// Normal-ish (Irwin–Hall of 12 uniforms), clamped at 0.
+    Normal {
+        /// Mean.
+        mean_ms: f64,
+        /// Standard deviation.
+        stddev_ms: f64,
+    },
+}
+
+impl Latency {
+    /// One draw.
+    pub fn draw(&self, rng: &mut Rng) -> u64 {
+        match *self {
+            Latency::Fixed { ms } => ms,
+            Latency::Uniform { min_ms, max_ms } => {
+                min_ms + (rng.next_f64() * (max_ms - min_ms + 1) as f64) as u64
+            }
+            Latency::Normal { mean_ms, stddev_ms } => {
+                let z: f64 = (0..12).map(|_| rng.next_f64()).sum::<f64>() - 6.0;
+                (mean_ms + z * stddev_ms).max(0.0).round() as u64
+            }
+        }
+    }
+}
+
+/// Where to run.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TargetSpec {
+    /// `embedded` (default) or `url`.
+    pub kind: TargetKind,
+    /// The Compute API (`url`).
+    pub compute_url: Option<String>,
+    /// Identity (`url`).
+    pub identity_url: Option<String>,
+    /// Placement (`url`; default from the catalog).
+    pub placement_url: Option<String>,
+    /// User (`url`; default `OS_USERNAME`).
+    pub username: Option<String>,
+    /// Name of the environment variable holding the password (default
+    /// `OS_PASSWORD`); passwords are not written in scenario files.
+    pub password_env: Option<String>,
+    /// Project (`url`; default `OS_PROJECT_NAME`).
+    pub project: Option<String>,
+    /// Image name or id (default: the region's CirrOS-like image).
+    pub image: Option<String>,
+    /// The embedded region's data directory (default: a fresh temporary
+    /// one, removed at the end).
+    pub data_dir: Option<PathBuf>,
+    /// Milliseconds between polls of the BUILD list.
+    pub poll_interval_ms: Option<u64>,
+    /// The embedded region's log filter (default `error`: a scenario with
+    /// failing hosts would otherwise log every failed spawn).
+    pub log_filter: Option<String>,
+}
+
+/// The kind of target.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    /// An in-process region.
+    #[default]
+    Embedded,
+    /// A running compute endpoint.
+    Url,
+}
+
+/// What a phase does.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PhaseKind {
+    /// Boot `servers`, then delete them all.
+    BootAndDelete,
+    /// Boot `servers`, time `list_runs` lists, delete.
+    BootAndList,
+    /// Boot `servers` as fast as they go (`concurrency` in flight).
+    Burst,
+    /// Send `rate` creates per second for `duration_secs`.
+    Steady,
+    /// Hold `population` servers for `duration_secs`, replacing `rate`
+    /// per second (delete the oldest, boot a new one).
+    Churn,
+    /// Boot `servers` spread over `tenants` projects (each with its own
+    /// user), check that each project sees only its own, delete.
+    ManyTenants,
+}
+
+/// One phase.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// What it does.
+    pub kind: PhaseKind,
+    /// Name in the report (default: the kind and its index).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Servers to boot (boot-and-*, burst, many-tenants).
+    #[serde(default)]
+    pub servers: Option<usize>,
+    /// Requests in flight.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Requests per second (steady, churn).
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// Seconds (steady, churn).
+    #[serde(default)]
+    pub duration_secs: Option<f64>,
+    /// Servers held (churn).
+    #[serde(default)]
+    pub population: Option<usize>,
+    /// Timed lists (boot-and-list; default 10).
+    #[serde(default)]
+    pub list_runs: Option<usize>,
+    /// Projects to spread the servers over (default 1: the run's own
+    /// project; embedded target only above 1).
+    #[serde(default = "one")]
+    pub tenants: usize,
+    /// Flavor name → weight (default `m1.tiny`).
+    #[serde(default)]
+    pub flavors: BTreeMap<String, u32>,
+    /// Delete this phase's servers at its end (default true).
+    #[serde(default = "yes")]
+    pub delete: bool,
+    /// Give up waiting for ACTIVE / for the deletes after this long.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: u64,
+}
+
+fn default_concurrency() -> usize {
+    16
+}
+fn one() -> usize {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_timeout() -> u64 {
+    600
+}
+
+impl Phase {
+    /// The name in the report.
+    pub fn label(&self, index: usize) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            let k = serde_json::to_value(self.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            format!("{}-{k}", index + 1)
+        })
+    }
+}
+
+/// A fault to inject.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// What to stop.
+    pub kind: FaultKind,
+    /// The cell (`cell1`, …).
+    pub cell: String,
+    /// The host (stop-host; default: the cell's first running host).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Seconds after the first phase starts.
+    #[serde(default)]
+    pub at_secs: Option<f64>,
+    /// After this many servers reached ACTIVE (whole run).
+    #[serde(default)]
+    pub after_boots: Option<u64>,
+}
+
+/// What a fault stops.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// A compute agent.
+    StopHost,
+    /// A cell's conductor.
+    StopConductor,
+    /// A cell's message broker.
+    StopBroker,
+    /// A cell's database.
+    StopDatabase,
+}
+
+impl Scenario {
+    /// Reads and checks a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("read scenario {}", path.display()))?;
+        let mut s = Self::parse(&text).with_context(|| format!("scenario {}", path.display()))?;
+        if let Some(f) = &s.region_file {
+            if f.is_relative() {
+                s.region_file = Some(path.parent().unwrap_or(Path::new(".")).join(f));
+            }
+        }
+        Ok(s)
+    }
+
+    /// Parses and checks scenario text.
+    pub fn parse(text: &str) -> Result<Scenario> {
+        let s: Scenario = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks what serde cannot: ranges, and the knobs each phase needs.
+    pub fn validate(&self) -> Result<()> {
+        let f = &self.fleet;
+        if self.target.kind == TargetKind::Embedded {
+            if f.cells == 0 || f.hosts_per_cell == 0 {
+                bail!("fleet.cells and fleet.hosts_per_cell must be at least 1");
+            }
+            if f.host_resources.is_some() {
+                bail!(
+                    "fleet.host_resources: not built — the embedded region starts every fake host \
+                     with compute's default resources (16 VCPU, 64 GiB, 1000 GB) and \
+                     region::RegionConfig has no per-host resources setting yet"
+                );
+            }
+        }
+        if f.availability_zones.is_some() {
+            bail!("fleet.availability_zones: not built — this branch has no availability zone API");
+        }
+        if f.aggregates.is_some() {
+            bail!("fleet.aggregates: not built — this branch has no host aggregate API");
+        }
+        if !(0.0..=1.0).contains(&f.failing_hosts) {
+            bail!("fleet.failing_hosts must be between 0 and 1");
+        }
+        match f.spawn_latency {
+            Latency::Uniform { min_ms, max_ms } if min_ms > max_ms => {
+                bail!("fleet.spawn_latency: min_ms is above max_ms")
+            }
+            Latency::Normal { mean_ms, stddev_ms } if mean_ms < 0.0 || stddev_ms < 0.0 => {
+                bail!("fleet.spawn_latency: mean_ms and stddev_ms must not be negative")
+            }
+            _ => {}
+        }
+        if self.target.kind == TargetKind::Url {
+            if self.target.compute_url.is_none() {
+                bail!("target.compute_url is required when target.kind = \"url\"");
+            }
+            if self.target.identity_url.is_none() {
+                bail!("target.identity_url is required when target.kind = \"url\"");
+            }
+            if f.failing_hosts > 0.0 || f.spawn_latency != (Latency::Fixed { ms: 0 }) {
+                bail!("fleet.failing_hosts / fleet.spawn_latency need target.kind = \"embedded\"");
+            }
+            if !self.faults.is_empty() {
+                bail!("fault: fault hooks need target.kind = \"embedded\"");
+            }
+            if !self.region.is_empty() || self.region_file.is_some() {
+                bail!("region / region_file need target.kind = \"embedded\"");
+            }
+        }
+        if self.phases.is_empty() {
+            bail!("phase: a scenario needs at least one [[phase]]");
+        }
+        for (i, p) in self.phases.iter().enumerate() {
+            let at = format!("phase[{i}] ({})", p.label(i));
+            if p.concurrency == 0 {
+                bail!("{at}.concurrency must be at least 1");
+            }
+            if p.tenants == 0 {
+                bail!("{at}.tenants must be at least 1");
+            }
+            if p.tenants > 1 && self.target.kind == TargetKind::Url {
+                bail!("{at}.tenants above 1 needs target.kind = \"embedded\" (it creates projects as the region's admin)");
+            }
+            if p.flavors.values().any(|w| *w == 0) {
+                bail!("{at}.flavors: weights must be at least 1");
+            }
+            let need = |v: bool, field: &str| -> Result<()> {
+                if !v {
+                    bail!("{at}.{field} is required for this kind of phase");
+                }
+                Ok(())
+            };
+            match p.kind {
+                PhaseKind::BootAndDelete
+                | PhaseKind::BootAndList
+                | PhaseKind::Burst
+                | PhaseKind::ManyTenants => {
+                    need(p.servers.is_some_and(|n| n > 0), "servers")?;
+                }
+                PhaseKind::Steady => {
+                    need(p.rate.is_some_and(|r| r > 0.0), "rate")?;
+                    need(p.duration_secs.is_some_and(|d| d > 0.0), "duration_secs")?;
+                }
+                PhaseKind::Churn => {
+                    need(p.rate.is_some_and(|r| r > 0.0), "rate")?;
+                    need(p.duration_secs.is_some_and(|d| d > 0.0), "duration_secs")?;
+                    need(p.population.is_some_and(|n| n > 0), "population")?;
+                }
+            }
+            if p.kind == PhaseKind::ManyTenants && p.tenants < 2 {
+                bail!("{at}.tenants must be at least 2 for a many-tenants phase");
+            }
+        }
+        for (i, fault) in self.faults.iter().enumerate() {
+            if fault.at_secs.is_none() == fault.after_boots.is_none() {
+                bail!("fault[{i}]: give exactly one of at_secs and after_boots");
+            }
+            if fault.host.is_some() && fault.kind != FaultKind::StopHost {
+                bail!("fault[{i}].host only applies to kind = \"stop-host\"");
+            }
+            let n: Option<u32> = fault.cell.strip_prefix("cell").and_then(|n| n.parse().ok());
+            if !n.is_some_and(|n| n >= 1 && n <= f.cells) {
+                bail!(
+                    "fault[{i}].cell: {:?} is not a cell of the fleet (cell1 … cell{})",
+                    fault.cell,
+                    f.cells
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A small deterministic generator (xorshift64*), enough for flavor mixes
+/// and latency draws.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded.
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// Next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An index picked by weight.
+    pub fn weighted(&mut self, weights: &[u32]) -> usize {
+        let total: u64 = weights.iter().map(|w| *w as u64).sum();
+        if total == 0 {
+            return 0;
+        }
+        let mut x = self.next_u64() % total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w as u64 {
+                return i;
+            }
+            x -= *w as u64;
+        }
+        weights.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_stay_in_range() {
+        let mut r = Rng::new(3);
+        for _ in 0..1000 {
+            let v = Latency::Uniform {
+                min_ms: 5,
+                max_ms: 9,
+            }
+            .draw(&mut r);
+            assert!((5..=9).contains(&v));
+        }
+        let picks: Vec<usize> = (0..1000).map(|_| r.weighted(&[3, 1])).collect();
+        let zeros = picks.iter().filter(|p| **p == 0).count();
+        assert!((650..850).contains(&zeros), "{zeros}");
+    }
+}

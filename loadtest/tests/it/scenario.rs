@@ -1,0 +1,323 @@
+//! Scenario files end to end on the embedded default: the CI scenario's
+//! report, plots and invariants; the parser's errors; a fault hook.
+
+use std::path::Path;
+
+use loadtest::report;
+use loadtest::runner::{self, RunOptions};
+use loadtest::scenario::Scenario;
+
+fn quiet() -> RunOptions {
+    RunOptions { quiet: true }
+}
+
+/// The CI scenario (every phase kind) runs end to end: the JSON report
+/// holds every figure, the plots are SVG with data, the invariants hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_scenario_reports_and_keeps_the_invariants() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/tiny.toml");
+    let mut s = Scenario::load(&path).expect("tiny scenario parses");
+    let data = testkit::temp_dir("loadtest_tiny_data");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    let out = testkit::temp_dir("loadtest_tiny_report");
+    let files = report::write(&r, &out).expect("write report");
+    assert_eq!(files.len(), 1 + report::PLOTS.len());
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(v["scenario"], "tiny");
+    assert_eq!(v["target"]["embedded"], true);
+    assert_eq!(v["target"]["hypervisors"], 3);
+    assert!(v["memory"]["rss_after_fleet"].as_u64().unwrap() > 0);
+    assert!(
+        v["memory"]["peak_bytes"].as_u64().unwrap()
+            >= v["memory"]["rss_after_fleet"].as_u64().unwrap()
+    );
+    assert!(v["memory"]["bytes_per_hypervisor"].as_f64().unwrap() > 0.0);
+    let phases = v["phases"].as_array().unwrap();
+    let kinds: Vec<&str> = phases.iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "boot-and-delete",
+            "boot-and-list",
+            "burst",
+            "steady",
+            "churn",
+            "many-tenants"
+        ]
+    );
+    for p in phases {
+        let name = p["name"].as_str().unwrap();
+        assert!(p["requested"].as_u64().unwrap() > 0, "{name}");
+        assert_eq!(p["active"], p["requested"], "{name}: {p:#}");
+        assert_eq!(p["error"], 0, "{name}");
+        assert_eq!(p["stuck_in_build"], 0, "{name}");
+        assert!(
+            p["time_to_active"]["p50_ms"].as_f64().unwrap() > 0.0,
+            "{name}"
+        );
+        // A host's extra spawn time is 5..=30 ms: the spawn phase shows it.
+        assert!(
+            p["build_phases"]["5_spawn"]["p50_ms"].as_f64().unwrap() >= 5.0,
+            "{name}: {p:#}"
+        );
+        for k in [
+            "1_api_accept",
+            "2_scheduling",
+            "3_cell_to_host",
+            "4_host_prepare",
+            "6_report_lag",
+        ] {
+            assert_eq!(p["build_phases"][k]["count"], p["active"], "{name} {k}");
+        }
+        let d = &p["deletes"];
+        assert_eq!(d["left"], 0, "{name}");
+        if p["kind"] == "churn" {
+            // The peak of a churn is its population.
+            assert_eq!(p["servers_per_cell"]["cell1"], 4, "{name}");
+        } else {
+            assert_eq!(p["servers_per_cell"]["cell1"], p["active"], "{name}");
+        }
+        let hist: u64 = p["servers_per_host_histogram"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(hist, 3, "{name}: every host counted once");
+        assert_eq!(p["invariants"].as_array().unwrap().len(), 5, "{name}");
+    }
+    assert_eq!(phases[0]["requested"], 8);
+    assert_eq!(phases[0]["deletes"]["statuses"]["204"], 8);
+    let flavors = phases[0]["flavors"].as_object().unwrap();
+    assert_eq!(
+        flavors.values().map(|n| n.as_u64().unwrap()).sum::<u64>(),
+        8
+    );
+    assert_eq!(phases[1]["list_page_size"], 6);
+    assert_eq!(phases[1]["list"]["count"], 5);
+    assert!(
+        phases[4]["replaced"].as_u64().unwrap() > 0,
+        "churn replaced servers"
+    );
+    assert_eq!(phases[5]["isolation"]["holds"], true, "{:#}", phases[5]);
+    assert_eq!(phases[5]["isolation"]["tenants"], 3);
+    let th = &v["throughput"];
+    let sum = |k: &str| {
+        th[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let active: u64 = phases.iter().map(|p| p["active"].as_u64().unwrap()).sum();
+    assert_eq!(sum("active"), active);
+    assert_eq!(sum("accepted"), active);
+    assert!(sum("deleted") >= active - 1);
+    assert!(v["errors_by_fault"].as_object().unwrap().is_empty());
+    assert_eq!(v["invariants_checked"], true);
+    let inv = v["invariants"].as_array().unwrap();
+    assert_eq!(inv.len(), 5);
+    assert!(inv.iter().all(|i| i["holds"] == true), "{inv:#?}");
+    assert!(r.broken().is_empty());
+
+    for plot in report::PLOTS {
+        let body = std::fs::read_to_string(out.join(plot)).unwrap();
+        assert!(
+            body.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            "{plot}"
+        );
+        assert!(body.trim_end().ends_with("</svg>"), "{plot}");
+        assert_eq!(
+            body.matches("<svg").count(),
+            body.matches("</svg>").count(),
+            "{plot}"
+        );
+    }
+    let tp = std::fs::read_to_string(out.join("throughput.svg")).unwrap();
+    assert!(tp.contains("<polyline") && tp.contains("ACTIVE"));
+    let ph = std::fs::read_to_string(out.join("time_to_active_phases.svg")).unwrap();
+    assert!(ph.contains("spawn") && ph.matches("<rect x=").count() >= 3 * 7);
+    let hosts = std::fs::read_to_string(out.join("servers_per_host.svg")).unwrap();
+    assert!(hosts.contains("<rect x="));
+    let summary = report::summary(&r);
+    assert!(summary.contains("invariants: all hold"), "{summary}");
+    assert!(summary.contains("1-boot-and-delete"), "{summary}");
+    std::fs::remove_dir_all(&data).ok();
+    std::fs::remove_dir_all(&out).ok();
+}
+
+fn parse_err(text: &str) -> String {
+    format!("{:#}", Scenario::parse(text).expect_err("should not parse"))
+}
+
+const HEAD: &str = "name = \"t\"\n[fleet]\ncells = 1\nhosts_per_cell = 2\n";
+
+/// Bad scenario files are refused with an error naming the field.
+#[test]
+fn bad_scenarios_name_the_field() {
+    let ok = Scenario::parse(&format!("{HEAD}[[phase]]\nkind = \"burst\"\nservers = 3\n")).unwrap();
+    assert_eq!(ok.phases[0].concurrency, 16);
+    assert!(ok.phases[0].delete);
+
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 3\nconcurency = 4\n"
+    ));
+    assert!(e.contains("concurency"), "{e}");
+    let e = parse_err(&format!("{HEAD}[[phase]]\nkind = \"burst\"\n"));
+    assert!(e.contains("phase[0] (1-burst).servers is required"), "{e}");
+    let e = parse_err(&format!("{HEAD}[[phase]]\nkind = \"steady\"\nrate = 5.0\n"));
+    assert!(e.contains("duration_secs"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"churn\"\nrate = 5.0\nduration_secs = 1.0\n"
+    ));
+    assert!(e.contains("population"), "{e}");
+    let e = parse_err(&format!("{HEAD}[[phase]]\nkind = \"stampede\"\n"));
+    assert!(e.contains("stampede") && e.contains("burst"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = \"many\"\n"
+    ));
+    assert!(e.contains("servers") || e.contains("invalid type"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"many-tenants\"\nservers = 3\n"
+    ));
+    assert!(e.contains("tenants must be at least 2"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 3\nflavors = {{ \"m1.tiny\" = 0 }}\n"
+    ));
+    assert!(e.contains("flavors"), "{e}");
+    let e = parse_err("name = \"t\"\n");
+    assert!(e.contains("at least one [[phase]]"), "{e}");
+    let e = parse_err("[[phase]]\nkind = \"burst\"\nservers = 3\n");
+    assert!(e.contains("name"), "{e}");
+
+    let phase = "[[phase]]\nkind = \"burst\"\nservers = 3\n";
+    let e = parse_err(&format!(
+        "{HEAD}spawn_latency = {{ kind = \"uniform\", min_ms = 9, max_ms = 3 }}\n{phase}"
+    ));
+    assert!(e.contains("fleet.spawn_latency"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}spawn_latency = {{ kind = \"gamma\" }}\n{phase}"
+    ));
+    assert!(e.contains("gamma"), "{e}");
+    let e = parse_err(&format!("{HEAD}failing_hosts = 1.5\n{phase}"));
+    assert!(e.contains("fleet.failing_hosts"), "{e}");
+    let e = parse_err(&format!("{HEAD}availability_zones = 3\n{phase}"));
+    assert!(e.contains("fleet.availability_zones: not built"), "{e}");
+    let e = parse_err(&format!("{HEAD}aggregates = 3\n{phase}"));
+    assert!(e.contains("fleet.aggregates: not built"), "{e}");
+    let e = parse_err(&format!("{HEAD}host_resources = {{ vcpus = 8 }}\n{phase}"));
+    assert!(e.contains("fleet.host_resources: not built"), "{e}");
+    let e = parse_err(&format!("{HEAD}{phase}[target]\nkind = \"url\"\n"));
+    assert!(e.contains("target.compute_url"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}{phase}[[fault]]\nkind = \"stop-host\"\ncell = \"cell9\"\nat_secs = 1.0\n"
+    ));
+    assert!(e.contains("fault[0].cell"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}{phase}[[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\n"
+    ));
+    assert!(
+        e.contains("fault[0]: give exactly one of at_secs and after_boots"),
+        "{e}"
+    );
+    let e = parse_err(&format!("{HEAD}{phase}[[fault]]\nkind = \"stop-conductor\"\ncell = \"cell1\"\nhost = \"x\"\nat_secs = 1.0\n"));
+    assert!(e.contains("fault[0].host"), "{e}");
+}
+
+/// The scenario's `[region]` table reaches region::RegionConfig, checked by
+/// it: a key the region does not know is refused by name.
+#[test]
+fn region_table_is_passed_through() {
+    let s = Scenario::parse(&format!(
+        "{HEAD}[region]\nheartbeat_interval_secs = 42\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let cfg = runner::region_config(&s, Path::new("d")).unwrap();
+    assert_eq!(cfg.region.heartbeat_interval_secs, 42);
+    assert_eq!((cfg.region.cells, cfg.region.hosts_per_cell), (1, 2));
+    assert_eq!(cfg.region.compute_listen, "127.0.0.1:0");
+    let s = Scenario::parse(&format!(
+        "{HEAD}[region]\nno_such_knob = 1\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        runner::region_config(&s, Path::new("d")).unwrap_err()
+    );
+    assert!(e.contains("no_such_knob"), "{e}");
+    let s = Scenario::parse(&format!(
+        "{HEAD}[region]\ncells = 3\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        runner::region_config(&s, Path::new("d")).unwrap_err()
+    );
+    assert!(e.contains("fleet.cells"), "{e}");
+}
+
+/// Stopping a cell's broker or database is not built on the embedded
+/// default: the run refuses before starting anything, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_and_database_faults_are_refused_clearly() {
+    for (kind, want) in [
+        ("stop-broker", "does not own the RabbitMQ processes"),
+        ("stop-database", "does not own the PostgreSQL servers"),
+    ] {
+        let s = Scenario::parse(&format!(
+            "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"{kind}\"\ncell = \"cell1\"\nat_secs = 0.0\n"
+        ))
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            runner::run(&s, &quiet()).await.expect_err("refused")
+        );
+        assert!(e.contains("not built") && e.contains(want), "{e}");
+    }
+}
+
+/// A stop-host fault fires, is recorded with its time and host, and the
+/// servers that landed on the stopped host are reported under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_host_fault_shows_in_the_report() {
+    let data = testkit::temp_dir("loadtest_fault_data");
+    let mut s = Scenario::parse(
+        "name = \"fault\"\n[fleet]\ncells = 1\nhosts_per_cell = 2\n\
+         [target]\npoll_interval_ms = 50\n\
+         [[phase]]\nkind = \"burst\"\nservers = 6\nconcurrency = 6\ntimeout_secs = 8\ndelete = false\n\
+         [[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nhost = \"cell1-host01\"\nat_secs = 0.0\n",
+    )
+    .unwrap();
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    assert_eq!(r.faults.len(), 1, "{:#?}", r.faults);
+    let f = &r.faults[0];
+    assert_eq!(f.target, "cell1-host01");
+    assert_eq!(f.result, "applied");
+    assert!(f.at_secs < 1.0, "{f:?}");
+    let p = &r.phases[0];
+    assert_eq!(p.requested, 6);
+    // Whatever went to the stopped host did not become ACTIVE; it is
+    // counted under the fault, not under "no fault".
+    let failed = p.error + p.stuck_in_build;
+    assert_eq!(p.active + failed, 6, "{p:#?}");
+    let under_fault: usize = r
+        .errors_by_fault
+        .iter()
+        .filter(|(k, _)| k.starts_with("stop-host cell1-host01 at "))
+        .flat_map(|(_, m)| m.values())
+        .sum();
+    assert_eq!(under_fault, failed, "{:#?}", r.errors_by_fault);
+    assert!(
+        !r.errors_by_fault.contains_key("no fault"),
+        "{:#?}",
+        r.errors_by_fault
+    );
+    let summary = report::summary(&r);
+    assert!(summary.contains("fault StopHost cell1-host01"), "{summary}");
+    std::fs::remove_dir_all(&data).ok();
+}
