@@ -65,6 +65,30 @@ impl Compute {
             )
     }
 
+    /// Sets unlimited instances, cores and RAM for `project_id`, so that a
+    /// rehearsal measures the fleet and not the project's quota (needs an
+    /// administrator's token). `Ok(false)` when the API refuses (403).
+    pub async fn lift_quotas(&self, project_id: &str) -> Result<bool> {
+        let body = json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}});
+        let resp = self
+            .req(
+                reqwest::Method::PUT,
+                &format!("/os-quota-sets/{project_id}"),
+            )
+            .json(&body)
+            .send()
+            .await
+            .context("PUT /os-quota-sets")?;
+        match resp.status().as_u16() {
+            200 => Ok(true),
+            403 => Ok(false),
+            s => bail!(
+                "PUT /os-quota-sets/{project_id}: HTTP {s}: {}",
+                resp.text().await.unwrap_or_default()
+            ),
+        }
+    }
+
     /// `POST /servers` of one m1.tiny-like server with no network.
     pub async fn create(&self, name: &str, flavor: &str, image: &str) -> Result<Created> {
         let body = json!({"server": {
@@ -302,6 +326,40 @@ impl Compute {
             .and_then(|f| f["id"].as_str().map(str::to_owned))
             .with_context(|| format!("no flavor {name}"))
     }
+}
+
+/// The project `token` is scoped to (identity's `GET /v3/auth/tokens`).
+pub async fn token_project(identity_url: &str, token: &str) -> Result<String> {
+    let base = identity_url.trim_end_matches('/').trim_end_matches("/v3");
+    let resp = reqwest::Client::new()
+        .get(format!("{base}/v3/auth/tokens"))
+        .header("x-auth-token", token)
+        .header("x-subject-token", token)
+        .send()
+        .await
+        .context("GET /v3/auth/tokens")?;
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if status != 200 {
+        bail!("validate the token: HTTP {status}");
+    }
+    v["token"]["project"]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the token is not project-scoped")
+}
+
+/// Lifts the quotas of the project `token` is scoped to, with `admin`
+/// (a Compute API client holding a token allowed to set quotas); warns
+/// when refused, so the run is then bounded by the project's quota.
+pub async fn lift_quotas_for(admin: &Compute, identity_url: &str, token: &str) -> Result<()> {
+    let project = token_project(identity_url, token).await?;
+    if !admin.lift_quotas(&project).await? {
+        eprintln!(
+            "warning: not allowed to lift the quotas of project {project}; boots beyond its quota will fail with 403"
+        );
+    }
+    Ok(())
 }
 
 /// Creates project `name` with a user of the same name holding the

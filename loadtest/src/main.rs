@@ -181,6 +181,8 @@ async fn boot(args: BootArgs) -> Result<()> {
             let (token, _) = region::password_token(&identity_url, creds).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
             let compute = Compute::new(&format!("http://{}", r.compute.addr), &token)?;
+            let admin_compute = Compute::new(&format!("http://{}", r.compute.addr), &admin_token)?;
+            api::lift_quotas_for(&admin_compute, &identity_url, &token).await?;
             let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
             let image_url = r.image.url();
             metrics_before = Some((telemetry, String::new()));
@@ -229,7 +231,9 @@ async fn boot(args: BootArgs) -> Result<()> {
                 .ok()
                 .map(|u| (u, token.clone()));
             shape = json!({"embedded": false, "compute_url": url});
-            (Compute::new(url, &token)?, placement, image_url)
+            let compute = Compute::new(url, &token)?;
+            api::lift_quotas_for(&compute, &identity_url, &token).await?;
+            (compute, placement, image_url)
         }
     };
     let image = match &image_url {

@@ -839,13 +839,15 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             let identity_url = format!("http://{}", r.identity.addr);
             let compute_url = format!("http://{}", r.compute.addr);
             let (token, _) = region::password_token(&identity_url, &r.member).await?;
+            let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
+            let admin_compute = Compute::new(&compute_url, &admin_token)?;
+            api::lift_quotas_for(&admin_compute, &identity_url, &token).await?;
             let mut tenants = vec![new_tenant(
                 &r.member.project,
                 Compute::new(&compute_url, &token)?,
                 poll,
             )];
             if max_tenants > 1 {
-                let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
                 let run = &uuid::Uuid::new_v4().simple().to_string()[..6];
                 for k in 1..max_tenants {
                     let name = format!("lt-{run}-t{k:03}");
@@ -857,6 +859,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                         project: name.clone(),
                     };
                     let (tok, _) = region::password_token(&identity_url, &creds).await?;
+                    api::lift_quotas_for(&admin_compute, &identity_url, &tok).await?;
                     tenants.push(new_tenant(&name, Compute::new(&compute_url, &tok)?, poll));
                 }
             }
@@ -914,11 +917,9 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 failing_hosts: Vec::new(),
                 host_spawn_latency_ms: summarize(&mut []),
             };
-            let tenants = vec![new_tenant(
-                &creds.project,
-                Compute::new(&compute_url, &token)?,
-                poll,
-            )];
+            let compute = Compute::new(&compute_url, &token)?;
+            api::lift_quotas_for(&compute, &identity_url, &token).await?;
+            let tenants = vec![new_tenant(&creds.project, compute, poll)];
             (None, target, MemoryReport::default(), tenants, image)
         }
     };
