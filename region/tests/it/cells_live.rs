@@ -1,18 +1,19 @@
 //! Cells changed while the region runs (issue 4), proven with real boots
 //! through the Compute API on an in-process region (`region::Region`):
 //!
-//! - a second cell (its own SQLite database, `inproc://` bus, conductor and
-//!   two fake computes) added and discovered while the region runs is used
-//!   by the next builds within seconds: no restart, no signal;
-//! - a disabled cell takes no new builds (not even to a forced host) while
-//!   its instances keep working (show, list, rename, delete with the claim
-//!   released); enabled again, it takes builds again within seconds.
+//! - a region of two cells; a third cell (its own database, bus, conductor
+//!   and two fake computes) added and discovered while the region runs is
+//!   used by the next builds within seconds: no restart, no signal;
+//! - disabled cells take no new builds (not even to a forced host) while
+//!   their instances keep working (show, list, rename, delete with the claim
+//!   released); enabled again, they take builds again within seconds.
 //!
-//! The new cell's hosts are deliberately much smaller than cell1's, so the
-//! RAM and CPU weighers (spreading) always prefer cell1 while it is enabled:
-//! an unforced boot that lands in the new cell proves cell1 is no longer
-//! schedulable, and reaching the new cell while cell1 is enabled takes an
-//! admin's forced host (`availability_zone: "nova:<host>"`).
+//! The new cell's hosts are deliberately much smaller than those of cell1
+//! and cell2, so the RAM and CPU weighers (spreading) always prefer the
+//! first two while they are enabled: an unforced boot that lands in cell3
+//! proves cell1 and cell2 are no longer schedulable, and reaching cell3
+//! while they are enabled takes an admin's forced host
+//! (`availability_zone: "nova:<host>"`).
 //!
 //! It runs twice: on the embedded default (SQLite files, `inproc://` buses)
 //! and on the production backends (a PostgreSQL database and a RabbitMQ
@@ -154,9 +155,9 @@ impl Api {
     }
 
     /// Boots (unforced, as the member) until a build lands on a host
-    /// whose name starts with `prefix`, within [`SEEN_WITHIN`]; returns it
-    /// and how many landed elsewhere first.
-    async fn boot_until_in(&mut self, name: &str, prefix: &str) -> (Built, usize) {
+    /// whose name starts with one of `prefixes`, within [`SEEN_WITHIN`];
+    /// returns it and how many landed elsewhere first.
+    async fn boot_until_in(&mut self, name: &str, prefixes: &[&str]) -> (Built, usize) {
         let deadline = Instant::now() + SEEN_WITHIN;
         let mut elsewhere = 0;
         loop {
@@ -164,13 +165,13 @@ impl Api {
                 .boot_and_settle(false, &format!("{name}-{elsewhere}"), None)
                 .await;
             assert_eq!(b.status, "ACTIVE", "{:?}", b.server);
-            if b.host.starts_with(prefix) {
+            if prefixes.iter().any(|p| b.host.starts_with(p)) {
                 return (b, elsewhere);
             }
             elsewhere += 1;
             assert!(
                 Instant::now() < deadline,
-                "no build landed on a {prefix}* host within {SEEN_WITHIN:?} ({elsewhere} landed on {})",
+                "no build landed on a {prefixes:?}* host within {SEEN_WITHIN:?} ({elsewhere} landed on {})",
                 b.host
             );
         }
@@ -265,8 +266,8 @@ async fn start_cell(region: &Region, name: &str, db_url: &str, bus_url: &str) ->
     for j in 1..=2 {
         let host = format!("{name}-host{j:02}");
         let mut hc = compute::HostConfig::new(&host);
-        // Far smaller than cell1's hosts (16 vCPU, 64 GiB): the weighers
-        // prefer cell1 whenever it is schedulable.
+        // Far smaller than the region's hosts (16 vCPU, 64 GiB): the
+        // weighers prefer cell1 and cell2 whenever they are schedulable.
         hc.resources.vcpus = 2;
         hc.resources.memory_mb = 4096;
         hc.resources.disk_gb = 50;
@@ -300,12 +301,12 @@ fn assert_no_valid_host(b: &Built) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cells_added_disabled_and_enabled_while_running() {
     let dir = testkit::temp_dir("cells_live");
-    let cell2_db = format!("sqlite://{}/cell2.sqlite?mode=rwc", dir.display());
+    let cell3_db = format!("sqlite://{}/cell3.sqlite?mode=rwc", dir.display());
     cells_live(
         RegionConfig::default(),
         dir,
-        cell2_db,
-        "inproc://cell2".into(),
+        cell3_db,
+        "inproc://cell3".into(),
     )
     .await;
 }
@@ -315,12 +316,13 @@ async fn cells_added_disabled_and_enabled_while_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cells_added_disabled_and_enabled_while_running_on_postgresql_and_rabbitmq() {
     let mut db_template = String::new();
-    let mut cell2_db = String::new();
+    let mut cell3_db = String::new();
     for db in [
         "api",
         "cell0",
         "cell1",
         "cell2",
+        "cell3",
         "placement",
         "identity",
         "image",
@@ -330,40 +332,41 @@ async fn cells_added_disabled_and_enabled_while_running_on_postgresql_and_rabbit
             return;
         };
         db_template = pg.url.replace(&name, "cells_live_pg_{db}");
-        if db == "cell2" {
-            cell2_db = pg.url;
+        if db == "cell3" {
+            cell3_db = pg.url;
         }
     }
     let mut bus_template = String::new();
-    let mut cell2_bus = String::new();
-    for cell in ["cell1", "cell2"] {
+    let mut cell3_bus = String::new();
+    for cell in ["cell1", "cell2", "cell3"] {
         let name = format!("cells_live_pg_{cell}");
         let Some(url) = testkit::rabbitmq(&name) else {
             return;
         };
         bus_template = url.replace(&name, "cells_live_pg_{cell}");
-        if cell == "cell2" {
-            cell2_bus = url;
+        if cell == "cell3" {
+            cell3_bus = url;
         }
     }
     let mut cfg = RegionConfig::default();
     cfg.region.database_url = db_template;
     cfg.region.transport_url = bus_template;
     let dir = testkit::temp_dir("cells_live_pg");
-    cells_live(cfg, dir, cell2_db, cell2_bus).await;
+    cells_live(cfg, dir, cell3_db, cell3_bus).await;
 }
 
-/// Starts a one-cell region on `cfg`'s backends, adds cell2 (database
-/// `cell2_db`, bus `cell2_bus`) while it runs, disables and enables cell1.
+/// Starts a two-cell region on `cfg`'s backends, adds cell3 (database
+/// `cell3_db`, bus `cell3_bus`) while it runs, disables and enables cell1
+/// and cell2.
 async fn cells_live(
     mut cfg: RegionConfig,
     dir: std::path::PathBuf,
-    cell2_db: String,
-    cell2_bus: String,
+    cell3_db: String,
+    cell3_bus: String,
 ) {
     let began = Instant::now();
     cfg.region.data_dir = dir.clone();
-    cfg.region.cells = 1;
+    cfg.region.cells = 2;
     cfg.region.hosts_per_cell = 2;
     cfg.region.fake_spawn_latency_ms = 20;
     for listen in [
@@ -419,57 +422,63 @@ async fn cells_live(
         assert_eq!(status, 200, "quota of {project}: {v}");
     }
     let op = ApiDb::open(&region.api_db_url).await.expect("API database");
-    let cell1 = op
+    let old_cells: Vec<_> = op
         .cells()
         .await
         .expect("cells")
         .into_iter()
-        .find(|c| c.name.as_deref() == Some("cell1"))
-        .expect("cell1 mapped");
+        .filter(|c| matches!(c.name.as_deref(), Some("cell1" | "cell2")))
+        .collect();
+    assert_eq!(old_cells.len(), 2, "cell1 and cell2 mapped");
+    let old = ["cell1-", "cell2-"];
 
-    // One cell: the first server runs there.
+    // Two cells: the first server runs in one of them.
     let vm1 = api.boot_and_settle(false, "vm1", None).await;
     assert_eq!(vm1.status, "ACTIVE", "{}", vm1.server);
-    assert!(vm1.host.starts_with("cell1-"), "{}", vm1.server);
+    assert!(
+        old.iter().any(|p| vm1.host.starts_with(p)),
+        "{}",
+        vm1.server
+    );
 
-    // cell2's services run and report to placement, but nothing maps them:
+    // cell3's services run and report to placement, but nothing maps them:
     // even an admin's forced host there finds no valid host.
-    let cell2 = start_cell(&region, "cell2", &cell2_db, &cell2_bus).await;
+    let cell3 = start_cell(&region, "cell3", &cell3_db, &cell3_bus).await;
     let early = api
-        .boot_and_settle(true, "early", Some("nova:cell2-host01"))
+        .boot_and_settle(true, "early", Some("nova:cell3-host01"))
         .await;
     assert_no_valid_host(&early);
     api.delete(&api.admin, &early.id).await;
 
-    // Map cell2 and discover its hosts while everything runs.
+    // Map cell3 and discover its hosts while everything runs.
     let (mapping, _) = cell_mapping::cells::create_cell(
         &op,
         &NewCell {
-            name: Some("cell2".into()),
-            transport_url: cell2_bus.clone(),
-            database_connection: cell2_db.clone(),
+            name: Some("cell3".into()),
+            transport_url: cell3_bus.clone(),
+            database_connection: cell3_db.clone(),
             disabled: false,
         },
     )
     .await
-    .expect("create cell2");
+    .expect("create cell3");
     let found = cell_mapping::discover_hosts(&op, &DiscoverOptions::default(), &mut |_| {})
         .await
         .expect("discover hosts");
     assert_eq!(
         found.mapped_hosts(),
         vec![
-            (mapping.uuid, "cell2-host01".to_owned()),
-            (mapping.uuid, "cell2-host02".to_owned())
+            (mapping.uuid, "cell3-host01".to_owned()),
+            (mapping.uuid, "cell3-host02".to_owned())
         ]
     );
     let mapped_at = Instant::now();
 
-    // Within seconds a build can land in cell2 (forced: cell1 weighs more).
+    // Within seconds a build can land in cell3 (forced: the others weigh more).
     let deadline = mapped_at + SEEN_WITHIN;
-    let in_cell2 = loop {
+    let in_cell3 = loop {
         let b = api
-            .boot_and_settle(true, "probe2", Some("nova:cell2-host01"))
+            .boot_and_settle(true, "probe3", Some("nova:cell3-host01"))
             .await;
         if b.status == "ACTIVE" {
             break b;
@@ -479,30 +488,32 @@ async fn cells_live(
         api.delete(&api.admin, &b.id).await;
         assert!(
             Instant::now() < deadline,
-            "cell2 not schedulable {SEEN_WITHIN:?} after it was mapped"
+            "cell3 not schedulable {SEEN_WITHIN:?} after it was mapped"
         );
     };
-    assert_eq!(in_cell2.host, "cell2-host01", "{}", in_cell2.server);
+    assert_eq!(in_cell3.host, "cell3-host01", "{}", in_cell3.server);
     let new_cell_seen = mapped_at.elapsed();
-    // The member's unforced builds still prefer cell1 (the bigger hosts).
-    let b = api.boot_and_settle(false, "prefers-cell1", None).await;
+    // The member's unforced builds still prefer cell1 and cell2 (the bigger hosts).
+    let b = api.boot_and_settle(false, "prefers-old", None).await;
     assert_eq!(b.status, "ACTIVE", "{}", b.server);
-    assert!(b.host.starts_with("cell1-"), "{}", b.server);
+    assert!(old.iter().any(|p| b.host.starts_with(p)), "{}", b.server);
 
-    // Disable cell1: the next builds all land in cell2.
-    let up = cell_mapping::cells::update_cell(
-        &op,
-        &cell1.uuid,
-        &CellChange {
-            disable: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("disable cell1");
-    assert!(up.cell.disabled);
+    // Disable cell1 and cell2: the next builds all land in cell3.
+    for c in &old_cells {
+        let up = cell_mapping::cells::update_cell(
+            &op,
+            &c.uuid,
+            &CellChange {
+                disable: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("disable a cell");
+        assert!(up.cell.disabled);
+    }
     let disabled_at = Instant::now();
-    let (first, late) = api.boot_until_in("after-disable", "cell2-").await;
+    let (first, late) = api.boot_until_in("after-disable", &["cell3-"]).await;
     let disable_seen = disabled_at.elapsed();
     let mut after: Vec<Built> = vec![first];
     for i in 0..3 {
@@ -513,22 +524,22 @@ async fn cells_live(
     }
     for b in &after {
         assert_eq!(b.status, "ACTIVE", "{}", b.server);
-        assert!(b.host.starts_with("cell2-"), "{}", b.server);
+        assert!(b.host.starts_with("cell3-"), "{}", b.server);
     }
-    // Spreading over cell2's two hosts: both took builds.
+    // Spreading over cell3's two hosts: both took builds.
     assert!(
-        after.iter().any(|b| b.host == "cell2-host01")
-            && after.iter().any(|b| b.host == "cell2-host02"),
+        after.iter().any(|b| b.host == "cell3-host01")
+            && after.iter().any(|b| b.host == "cell3-host02"),
         "{:?}",
         after.iter().map(|b| &b.host).collect::<Vec<_>>()
     );
     // Not even an admin's forced host reaches the disabled cell.
     let forced = api
-        .boot_and_settle(true, "forced-cell1", Some(&format!("nova:{}", vm1.host)))
+        .boot_and_settle(true, "forced-old", Some(&format!("nova:{}", vm1.host)))
         .await;
     assert_no_valid_host(&forced);
 
-    // cell1's server keeps working: shown ACTIVE, listed, renamed, deleted
+    // The disabled cell's server keeps working: shown ACTIVE, listed, renamed, deleted
     // (claim released).
     let (status, v) = api
         .call(
@@ -565,25 +576,27 @@ async fn cells_live(
     api.delete(&api.member, &vm1.id).await;
     assert_eq!(api.allocations(&vm1.id).await, json!({}));
 
-    // Enable cell1 again: within seconds builds go there again.
-    cell_mapping::cells::update_cell(
-        &op,
-        &cell1.uuid,
-        &CellChange {
-            enable: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("enable cell1");
+    // Enable cell1 and cell2 again: within seconds builds go there again.
+    for c in &old_cells {
+        cell_mapping::cells::update_cell(
+            &op,
+            &c.uuid,
+            &CellChange {
+                enable: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("enable a cell");
+    }
     let enabled_at = Instant::now();
-    let (back, _) = api.boot_until_in("after-enable", "cell1-").await;
+    let (back, _) = api.boot_until_in("after-enable", &old).await;
     let enable_seen = enabled_at.elapsed();
     assert_eq!(back.status, "ACTIVE");
 
     eprintln!(
         "new cell used {new_cell_seen:?} after mapping; disable seen after {disable_seen:?} \
-         ({late} build(s) still in cell1); enable seen after {enable_seen:?}; total {:?}",
+         ({late} build(s) still in cell1/cell2); enable seen after {enable_seen:?}; total {:?}",
         began.elapsed()
     );
 
@@ -599,7 +612,7 @@ async fn cells_live(
         assert_eq!(api.allocations(id).await, json!({}), "{id}");
     }
     op.close().await;
-    cell2.stop().await;
+    cell3.stop().await;
     region.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
