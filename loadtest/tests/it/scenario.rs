@@ -321,3 +321,19 @@ async fn stop_host_fault_shows_in_the_report() {
     assert!(summary.contains("fault StopHost cell1-host01"), "{summary}");
     std::fs::remove_dir_all(&data).ok();
 }
+
+/// Every scenario shipped in `loadtest/scenarios/` parses and validates.
+#[test]
+fn shipped_scenarios_parse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("scenarios dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        n += 1;
+    }
+    assert!(n >= 5, "only {n} scenarios found");
+}
