@@ -104,9 +104,10 @@ pub async fn password_token(c: &ServiceCredentials) -> Result<(String, Duration)
     Ok((token, lifetime))
 }
 
-/// Seconds from now until an RFC 3339 UTC instant (`2026-11-29T21:00:00.000000Z`).
-fn parse_lifetime(expires_at: &str) -> Option<Duration> {
-    let s = expires_at.trim_end_matches('Z');
+/// Unix milliseconds of an RFC 3339 UTC instant
+/// (`2026-11-29T21:00:00.000000Z`, or with `+00:00`); `None` if malformed.
+pub(crate) fn rfc3339_ms(at: &str) -> Option<i64> {
+    let s = at.trim_end_matches('Z').trim_end_matches("+00:00");
     let (date, time) = s.split_once('T')?;
     let mut d = date.split('-').map(|x| x.parse::<i64>());
     let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
@@ -116,6 +117,9 @@ fn parse_lifetime(expires_at: &str) -> Option<Duration> {
         t.next()?.parse::<i64>().ok()?,
     );
     let sec = t.next()?.parse::<f64>().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || min > 59 || sec >= 61.0 {
+        return None;
+    }
     // Days from the civil date (proleptic Gregorian), after H. Hinnant.
     let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
     let era = y.div_euclid(400);
@@ -123,13 +127,17 @@ fn parse_lifetime(expires_at: &str) -> Option<Duration> {
     let doy = (153 * m + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    let at = days * 86_400 + h * 3600 + min * 60;
+    Some((days * 86_400 + h * 3600 + min * 60) * 1000 + (sec * 1000.0) as i64)
+}
+
+/// How long from now until an RFC 3339 UTC instant (zero if past).
+fn parse_lifetime(expires_at: &str) -> Option<Duration> {
+    let at = rfc3339_ms(expires_at)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
-        .as_secs_f64();
-    let left = at as f64 + sec - now;
-    Some(Duration::from_secs_f64(left.max(0.0)))
+        .as_millis() as i64;
+    Some(Duration::from_millis((at - now).max(0) as u64))
 }
 
 /// A token kept fresh in the background; stops renewing when dropped.

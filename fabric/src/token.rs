@@ -17,8 +17,8 @@
 //! default): a revocation reaches every process within one poll interval.
 //!
 //! [`Authenticator`] is the trait an API's request frame calls; the local
-//! validator implements it, and [`ExternalKeystone`] is where validation
-//! against an external Keystone (with a cache) plugs in.
+//! validator implements it, and so does [`ExternalKeystone`], which asks a
+//! Keystone over HTTP for each token and caches the answers.
 //!
 //! Nothing here logs a token: errors say why a token was refused, never what
 //! it was.
@@ -486,36 +486,193 @@ impl Authenticator for TokenValidator {
     }
 }
 
-/// Validation against an external Keystone (`GET /v3/auth/tokens` with a
-/// service token, results cached for `cache_ttl`). Not built in this pass:
-/// every call fails with [`TokenError::Unavailable`] saying so, and
-/// [`ExternalKeystone::new`] logs it at start.
-#[derive(Debug, Clone)]
+/// Validation against a Keystone reached over HTTP — an external Keystone,
+/// or the region's identity service used the same way: each token is
+/// checked with `GET /v3/auth/tokens` (`X-Subject-Token`), authenticated
+/// with a service token, and the answer is cached for `cache_ttl` (as
+/// keystonemiddleware does: a revocation takes effect within the TTL).
+/// A 404 from Keystone is an invalid token (401 to the caller); an
+/// unreachable Keystone or a refused service token is `Unavailable`.
 pub struct ExternalKeystone {
-    /// The external Keystone's URL.
-    pub url: String,
-    /// How long a validation result is cached.
-    pub cache_ttl: Duration,
+    url: String,
+    cache_ttl: Duration,
+    service: SharedToken,
+    cache: RwLock<HashMap<String, (Claims, std::time::Instant)>>,
 }
 
-impl ExternalKeystone {
-    /// The message every call fails with.
-    pub const NOT_BUILT: &'static str =
-        "validation against an external Keystone is not built yet; use the region's identity service";
+impl std::fmt::Debug for ExternalKeystone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalKeystone")
+            .field("url", &self.url)
+            .field("cache_ttl", &self.cache_ttl)
+            .finish()
+    }
+}
 
-    /// A validator for the Keystone at `url`.
-    pub fn new(url: impl Into<String>, cache_ttl: Duration) -> Self {
+/// Largest number of cached validations; expired ones are dropped first.
+const EXTERNAL_CACHE_MAX: usize = 100_000;
+
+impl ExternalKeystone {
+    /// A validator for the Keystone at `url` (with or without `/v3`),
+    /// authenticating its checks with `service`.
+    pub fn new(url: impl Into<String>, cache_ttl: Duration, service: SharedToken) -> Self {
         let url = url.into();
-        tracing::error!(%url, "{}", Self::NOT_BUILT);
-        Self { url, cache_ttl }
+        let url = url.trim_end_matches('/').trim_end_matches("/v3").to_owned();
+        Self {
+            url,
+            cache_ttl,
+            service,
+            cache: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, token: &str) -> Option<Claims> {
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        let (claims, at) = cache.get(token)?;
+        (at.elapsed() < self.cache_ttl && claims.expires_at_ms > now_ms()).then(|| claims.clone())
+    }
+
+    fn remember(&self, token: &str, claims: &Claims) {
+        let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= EXTERNAL_CACHE_MAX {
+            let ttl = self.cache_ttl;
+            cache.retain(|_, (_, at)| at.elapsed() < ttl);
+            if cache.len() >= EXTERNAL_CACHE_MAX {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            token.to_owned(),
+            (claims.clone(), std::time::Instant::now()),
+        );
+    }
+
+    async fn check(&self, token: &str) -> Result<Claims, TokenError> {
+        if let Some(c) = self.cached(token) {
+            return Ok(c);
+        }
+        let service = self.service.get();
+        let a = http_request_with(
+            "GET",
+            &format!("{}/v3/auth/tokens", self.url),
+            &[("x-auth-token", &service), ("x-subject-token", token)],
+            None,
+        )
+        .await
+        .map_err(|e| TokenError::Unavailable(e.to_string()))?;
+        match a.status {
+            200 => {}
+            404 => return Err(TokenError::Revoked),
+            401 | 403 => {
+                return Err(TokenError::Unavailable(format!(
+                    "the identity service refused our service token (HTTP {})",
+                    a.status
+                )))
+            }
+            s => {
+                return Err(TokenError::Unavailable(format!(
+                    "identity answered HTTP {s}"
+                )))
+            }
+        }
+        let doc: KeystoneTokenDoc =
+            serde_json::from_slice(&a.body).map_err(|_| TokenError::Malformed)?;
+        let claims = doc.token.into_claims().ok_or(TokenError::Malformed)?;
+        if claims.expires_at_ms <= now_ms() {
+            return Err(TokenError::Expired);
+        }
+        self.remember(token, &claims);
+        Ok(claims)
     }
 }
 
 impl Authenticator for ExternalKeystone {
-    fn authenticate<'a>(&'a self, _token: &'a str) -> AuthFuture<'a> {
-        Box::pin(std::future::ready(Err(TokenError::Unavailable(
-            Self::NOT_BUILT.to_owned(),
-        ))))
+    fn authenticate<'a>(&'a self, token: &'a str) -> AuthFuture<'a> {
+        Box::pin(async move {
+            let c = self.check(token).await?;
+            if c.project.is_none() {
+                return Err(TokenError::Unscoped);
+            }
+            Ok(c)
+        })
+    }
+}
+
+/// The parts of Keystone's token document that become [`Claims`].
+#[derive(Deserialize)]
+struct KeystoneTokenDoc {
+    token: KeystoneToken,
+}
+
+#[derive(Deserialize)]
+struct KeystoneRef {
+    id: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct KeystoneUser {
+    id: String,
+    #[serde(default)]
+    name: String,
+    domain: KeystoneRef,
+}
+
+#[derive(Deserialize)]
+struct KeystoneProject {
+    id: String,
+    #[serde(default)]
+    name: String,
+    domain: KeystoneRef,
+}
+
+#[derive(Deserialize)]
+struct KeystoneToken {
+    user: KeystoneUser,
+    #[serde(default)]
+    project: Option<KeystoneProject>,
+    #[serde(default)]
+    roles: Vec<KeystoneRef>,
+    #[serde(default)]
+    methods: Vec<String>,
+    expires_at: String,
+    #[serde(default)]
+    issued_at: Option<String>,
+    #[serde(default)]
+    audit_ids: Vec<String>,
+}
+
+impl KeystoneToken {
+    fn into_claims(self) -> Option<Claims> {
+        let named = |r: KeystoneRef| Named {
+            id: r.id,
+            name: r.name,
+        };
+        Some(Claims {
+            user: Named {
+                id: self.user.id,
+                name: self.user.name,
+            },
+            user_domain: named(self.user.domain),
+            project: self.project.map(|p| ProjectScope {
+                project: Named {
+                    id: p.id,
+                    name: p.name,
+                },
+                domain: named(p.domain),
+            }),
+            roles: self.roles.into_iter().map(named).collect(),
+            methods: self.methods,
+            issued_at_ms: self
+                .issued_at
+                .as_deref()
+                .and_then(crate::login::rfc3339_ms)
+                .unwrap_or(0),
+            expires_at_ms: crate::login::rfc3339_ms(&self.expires_at)?,
+            audit_id: self.audit_ids.first().cloned().unwrap_or_default(),
+            parent_audit_id: self.audit_ids.get(1).cloned(),
+        })
     }
 }
 
@@ -555,6 +712,16 @@ pub(crate) async fn http_request(
     url: &str,
     body: Option<&[u8]>,
 ) -> Result<HttpAnswer, RefreshError> {
+    http_request_with(method, url, &[], body).await
+}
+
+/// [`http_request`] with extra request headers.
+pub(crate) async fn http_request_with(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Result<HttpAnswer, RefreshError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url
         .strip_prefix("http://")
@@ -572,6 +739,12 @@ pub(crate) async fn http_request(
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nhost: {host}\r\naccept: application/json\r\nconnection: close\r\n"
     );
+    for (k, v) in headers {
+        if v.contains(['\r', '\n']) || k.contains(['\r', '\n']) {
+            return Err(RefreshError::Protocol("a header holds a line break".into()));
+        }
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
     if let Some(b) = body {
         req.push_str(&format!(
             "content-type: application/json\r\ncontent-length: {}\r\n",

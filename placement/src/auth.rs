@@ -9,13 +9,18 @@
 //! the identity service every two seconds; no database or identity round
 //! trip per request). Unscoped, forged, expired and revoked tokens are 401.
 //!
+//! `keystone_remote` asks a Keystone over HTTP (`GET /v3/auth/tokens`) for
+//! each token, with a service user's token, and caches answers for
+//! `keystone_remote.cache_ttl_secs` (`fabric::token::ExternalKeystone`): for
+//! deployments whose identity is an external Keystone.
+//!
 //! Policy: upstream Placement's defaults make every API but the version
 //! document an administrator's API (roles `admin`, or `service` for the
 //! services' own users); anyone else gets 403.
 
 use std::sync::Arc;
 
-use fabric::token::TokenValidator;
+use fabric::token::{Authenticator, ExternalKeystone, TokenValidator};
 
 use axum::http::{HeaderMap, StatusCode};
 
@@ -28,6 +33,20 @@ pub enum AuthStrategy {
     NoAuth2,
     /// The region's identity tokens, validated locally.
     Keystone(Arc<TokenValidator>),
+    /// Any Keystone, asked over HTTP with a cache.
+    Remote(Arc<Remote>),
+}
+
+/// `keystone_remote`: the validator and the service login it uses.
+pub struct Remote {
+    validator: ExternalKeystone,
+    _login: fabric::login::KeptToken,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.validator.fmt(f)
+    }
 }
 
 const AUTH_REQUIRED: &str = "The request you have made requires authentication.";
@@ -37,8 +56,40 @@ impl AuthStrategy {
     /// service's keys from `identity_url` (retrying for a few seconds) and
     /// keeps them current in the background.
     pub async fn from_config(name: &str, identity_url: &str) -> Result<Self, String> {
+        Self::from_config_with(name, identity_url, &Default::default()).await
+    }
+
+    /// As [`Self::from_config`], with `keystone_remote`'s settings.
+    pub async fn from_config_with(
+        name: &str,
+        identity_url: &str,
+        remote: &crate::config::KeystoneRemoteConfig,
+    ) -> Result<Self, String> {
         match name {
             "noauth2" => Ok(Self::NoAuth2),
+            "keystone_remote" => {
+                if identity_url.is_empty() || !remote.auth.is_set() {
+                    return Err(
+                        "auth_strategy \"keystone_remote\" needs identity_url and keystone_remote.auth.username/password/project_name".into(),
+                    );
+                }
+                let mut creds = remote.auth.clone();
+                if creds.auth_url.is_empty() {
+                    creds.auth_url = identity_url.to_owned();
+                }
+                let login = fabric::login::keep_token(creds)
+                    .await
+                    .map_err(|e| format!("the service login at {identity_url} failed: {e}"))?;
+                let validator = ExternalKeystone::new(
+                    identity_url,
+                    std::time::Duration::from_secs(remote.cache_ttl_secs),
+                    login.token.clone(),
+                );
+                Ok(Self::Remote(Arc::new(Remote {
+                    validator,
+                    _login: login,
+                })))
+            }
             "keystone" => {
                 if identity_url.is_empty() {
                     return Err("auth_strategy \"keystone\" needs identity_url".into());
@@ -63,13 +114,13 @@ impl AuthStrategy {
                 ))
             }
             other => Err(format!(
-                "unknown auth_strategy {other:?}: expected noauth2 or keystone"
+                "unknown auth_strategy {other:?}: expected noauth2, keystone or keystone_remote"
             )),
         }
     }
 
     /// Authenticates a request from its headers, or says why not (401).
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, String> {
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, String> {
         let token = headers
             .get("x-auth-token")
             .and_then(|v| v.to_str().ok())
@@ -78,6 +129,17 @@ impl AuthStrategy {
         match self {
             Self::Keystone(v) => {
                 let claims = v.validate_scoped(token).map_err(|e| {
+                    tracing::warn!(reason = %e, "token refused");
+                    AUTH_REQUIRED.to_owned()
+                })?;
+                Ok(Caller {
+                    user_id: claims.user.id.clone(),
+                    project_id: claims.project_id().unwrap_or_default().to_owned(),
+                    is_admin: claims.has_role("admin") || claims.has_role("service"),
+                })
+            }
+            Self::Remote(r) => {
+                let claims = r.validator.authenticate(token).await.map_err(|e| {
                     tracing::warn!(reason = %e, "token refused");
                     AUTH_REQUIRED.to_owned()
                 })?;

@@ -22,6 +22,26 @@ impl Default for DatabaseConfig {
     }
 }
 
+/// `[keystone_remote]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeystoneRemoteConfig {
+    /// The service user (`auth_url` defaults to `identity_url`).
+    pub auth: fabric::login::ServiceCredentials,
+    /// Seconds a validation is cached (a revoked token keeps working at
+    /// most this long, as with keystonemiddleware's cache).
+    pub cache_ttl_secs: u64,
+}
+
+impl Default for KeystoneRemoteConfig {
+    fn default() -> Self {
+        Self {
+            auth: Default::default(),
+            cache_ttl_secs: 60,
+        }
+    }
+}
+
 /// The whole file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -31,8 +51,13 @@ pub struct PlacementConfig {
     /// `noauth2` (development and conformance runs) or `keystone` (the
     /// region's identity tokens, validated locally).
     pub auth_strategy: String,
-    /// The identity service (for `keystone`), e.g. `http://127.0.0.1:5000`.
+    /// The identity service (for `keystone` and `keystone_remote`), e.g.
+    /// `http://127.0.0.1:5000`.
     pub identity_url: String,
+    /// For `keystone_remote`: the service user whose token authorizes the
+    /// token checks (`[keystone_remote.auth]`), and how long an answer is
+    /// cached.
+    pub keystone_remote: KeystoneRemoteConfig,
     /// The database.
     pub database: DatabaseConfig,
     /// On PostgreSQL, how often (seconds) the in-memory index is rebuilt
@@ -49,6 +74,7 @@ impl Default for PlacementConfig {
             listen: "127.0.0.1:8778".to_owned(),
             auth_strategy: "noauth2".to_owned(),
             identity_url: String::new(),
+            keystone_remote: KeystoneRemoteConfig::default(),
             database: DatabaseConfig::default(),
             index_reconcile_secs: 60,
             telemetry: TelemetryConfig::default(),

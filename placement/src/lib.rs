@@ -51,9 +51,13 @@ pub async fn serve(
     cfg: &PlacementConfig,
     telemetry: Option<fabric::telemetry::Telemetry>,
 ) -> anyhow::Result<Running> {
-    let auth = auth::AuthStrategy::from_config(&cfg.auth_strategy, &cfg.identity_url)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let auth = auth::AuthStrategy::from_config_with(
+        &cfg.auth_strategy,
+        &cfg.identity_url,
+        &cfg.keystone_remote,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     serve_with(cfg, auth, telemetry).await
 }
 

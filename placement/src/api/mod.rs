@@ -153,18 +153,17 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let early = early.or_else(|| {
-        if path == "/" {
-            return None;
-        }
-        match state.auth.authenticate(req.headers()) {
+    let early = match early {
+        Some(e) => Some(e),
+        None if path == "/" => None,
+        None => match state.auth.authenticate(req.headers()).await {
             Ok(caller) => {
                 req.extensions_mut().insert(caller);
                 None
             }
             Err(detail) => Some((StatusCode::UNAUTHORIZED, detail)),
-        }
-    });
+        },
+    };
     req.extensions_mut().insert(mv);
 
     let mut resp = match early {
