@@ -82,6 +82,8 @@ struct ApiSuperConfig {
     discovery: cell_mapping::DiscoveryConfig,
     /// Create Nova's m1.* flavors when missing.
     seed_flavors: bool,
+    /// An external Keystone instead of serving identity here.
+    external_identity: ExternalIdentitySection,
     telemetry: TelemetryConfig,
 }
 
@@ -91,6 +93,29 @@ struct ApiSuperConfig {
 struct ApiDatabaseSection {
     /// `postgresql://…` or `sqlite://…`; migrated with `cell-manage api_db sync`.
     connection: String,
+}
+
+/// `[external_identity]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ExternalIdentitySection {
+    /// The Keystone to validate tokens at (`http://host:5000/v3`); empty:
+    /// serve identity in this process.
+    url: String,
+    /// The service user whose token authorizes the checks.
+    auth: fabric::login::ServiceCredentials,
+    /// Seconds a validation is cached.
+    cache_ttl_secs: u64,
+}
+
+impl Default for ExternalIdentitySection {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            auth: Default::default(),
+            cache_ttl_secs: 60,
+        }
+    }
 }
 
 /// `[placement]`.
@@ -157,15 +182,56 @@ async fn main() -> anyhow::Result<()> {
                 cfg.identity.listen = l;
             }
             let _t = fabric::telemetry::init("api-super", &cfg.telemetry)?;
-            let running = identity::serve_identity(cfg.identity.clone()).await?;
-            println!("identity listening on http://{}", running.addr);
+            // Identity here, or an external Keystone asked per token.
+            let mut kept = None;
+            let (identity_running, auth, identity_url): (
+                _,
+                std::sync::Arc<dyn fabric::token::Authenticator>,
+                String,
+            ) = if cfg.external_identity.url.is_empty() {
+                let running = identity::serve_identity(cfg.identity.clone()).await?;
+                println!("identity listening on http://{}", running.addr);
+                let url = format!("http://{}", running.addr);
+                let auth = running.identity.validator.clone();
+                (Some(running), auth, url)
+            } else {
+                use anyhow::Context;
+                let ext = &cfg.external_identity;
+                if !ext.auth.is_set() {
+                    anyhow::bail!(
+                        "external_identity.url needs a service user in [external_identity.auth]"
+                    );
+                }
+                let mut creds = ext.auth.clone();
+                if creds.auth_url.is_empty() {
+                    creds.auth_url = ext.url.clone();
+                }
+                let login = fabric::login::keep_token(creds)
+                    .await
+                    .context("the service login at the external identity")?;
+                let validator = fabric::token::ExternalKeystone::new(
+                    ext.url.clone(),
+                    std::time::Duration::from_secs(ext.cache_ttl_secs),
+                    login.token.clone(),
+                );
+                kept = Some(login);
+                println!("identity: external, {}", ext.url);
+                (None, std::sync::Arc::new(validator), ext.url.clone())
+            };
             let rest = if cfg.api_database.connection.is_empty() {
+                if identity_running.is_none() {
+                    anyhow::bail!(
+                        "with external_identity.url there is nothing to serve without api_database.connection"
+                    );
+                }
                 None
             } else {
-                Some(serve_compute_side(&cfg, &running).await?)
+                Some(serve_compute_side(&cfg, auth, &identity_url).await?)
             };
             tokio::signal::ctrl_c().await?;
             drop(rest);
+            drop(kept);
+            drop(identity_running);
         }
     }
     Ok(())
@@ -189,7 +255,8 @@ impl Drop for ComputeSide {
 /// placement with a service token kept fresh) and periodic discovery.
 async fn serve_compute_side(
     cfg: &ApiSuperConfig,
-    identity: &identity::Running,
+    auth: std::sync::Arc<dyn fabric::token::Authenticator>,
+    identity_url: &str,
 ) -> anyhow::Result<ComputeSide> {
     use anyhow::Context;
     let api_db = cfg.api_database.connection.clone();
@@ -200,12 +267,12 @@ async fn serve_compute_side(
     }
     let mut creds = cfg.placement.auth.clone();
     if creds.auth_url.is_empty() {
-        creds.auth_url = format!("http://{}", identity.addr);
+        creds.auth_url = identity_url.to_owned();
     }
     let login = fabric::login::keep_token(creds)
         .await
         .context("the scheduler's service login")?;
-    let image = api_super::serve_image(cfg.image.clone(), identity.identity.validator.clone())
+    let image = api_super::serve_image(cfg.image.clone(), auth.clone())
         .await
         .context("start the image API")?;
     println!("image listening on http://{}", image.addr);
@@ -219,8 +286,13 @@ async fn serve_compute_side(
         cfg.compute.clone(),
         api_super::ComputeDeps {
             api_database: api_db.clone(),
-            auth: identity.identity.validator.clone(),
-            policy: std::sync::Arc::new(identity::policy::Policy::defaults()),
+            auth,
+            policy: std::sync::Arc::new(if cfg.identity.policy_file.is_empty() {
+                identity::policy::Policy::defaults()
+            } else {
+                identity::policy::Policy::from_file(std::path::Path::new(&cfg.identity.policy_file))
+                    .map_err(|e| anyhow::anyhow!("policy file: {e}"))?
+            }),
             placement: std::sync::Arc::new(
                 api_super::scheduler::placement::HttpPlacement::with_token(
                     &cfg.placement.endpoint,

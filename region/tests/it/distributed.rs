@@ -1,9 +1,11 @@
 //! The distributed deployment: every component its own process, as an
 //! operator runs them (docs/OPERATIONS.md), on PostgreSQL and RabbitMQ:
 //!
-//! - `api-super bootstrap`, then `api-super serve` (identity, images, the
-//!   Compute API with its scheduler, periodic host discovery);
-//! - `placement` validating identity tokens;
+//! - `api-super bootstrap`, then `api-super serve` twice: once as the
+//!   identity service alone, once as the API layer (images, the Compute
+//!   API with its scheduler, periodic host discovery) validating tokens at
+//!   that identity service as at an external Keystone (with a cache);
+//! - `placement` validating tokens the same way (`keystone_remote`);
 //! - `cell-manage` onboarding cell0 and two cells (a database and a vhost each);
 //! - one `cell-conductor` and one `compute` process (two fake hosts) per
 //!   cell, logging in to identity as a service user for placement;
@@ -165,7 +167,7 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
     let demo_pw = uuid::Uuid::new_v4().simple().to_string();
 
     // Identity: bootstrap the admin (also the services' user) and a member.
-    let api_env = vec![
+    let identity_env = vec![
         (
             "API_SUPER__IDENTITY__DATABASE__CONNECTION",
             db["identity"].clone(),
@@ -182,6 +184,24 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         (
             "API_SUPER__IDENTITY__ENDPOINTS__IMAGE",
             format!("http://{image}"),
+        ),
+    ];
+    let api_env = vec![
+        (
+            "API_SUPER__EXTERNAL_IDENTITY__URL",
+            format!("http://{identity}/v3"),
+        ),
+        (
+            "API_SUPER__EXTERNAL_IDENTITY__AUTH__USERNAME",
+            "admin".into(),
+        ),
+        (
+            "API_SUPER__EXTERNAL_IDENTITY__AUTH__PASSWORD",
+            admin_pw.clone(),
+        ),
+        (
+            "API_SUPER__EXTERNAL_IDENTITY__AUTH__PROJECT_NAME",
+            "admin".into(),
         ),
         ("API_SUPER__API_DATABASE__CONNECTION", db["api"].clone()),
         ("API_SUPER__COMPUTE__LISTEN", compute.clone()),
@@ -214,7 +234,7 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             "--member-password",
             &demo_pw,
         ])
-        .envs(api_env.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(identity_env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("api-super bootstrap");
     assert!(
@@ -251,9 +271,12 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         );
     }
 
+    let mut procs = vec![];
+    let mut id = spawn(&dir, "identity", "api-super", &["serve"], &identity_env);
+    wait_line(&mut id, "identity listening");
+    procs.push(id);
     let mut api = spawn(&dir, "api-super", "api-super", &["serve"], &api_env);
     wait_line(&mut api, "compute listening");
-    let mut procs = vec![];
     let mut pl = spawn(
         &dir,
         "placement",
@@ -264,9 +287,20 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             "--listen",
             &placement,
             "--auth-strategy",
-            "keystone",
+            "keystone_remote",
         ],
-        &[("PLACEMENT__IDENTITY_URL", format!("http://{identity}"))],
+        &[
+            ("PLACEMENT__IDENTITY_URL", format!("http://{identity}")),
+            ("PLACEMENT__KEYSTONE_REMOTE__AUTH__USERNAME", "admin".into()),
+            (
+                "PLACEMENT__KEYSTONE_REMOTE__AUTH__PASSWORD",
+                admin_pw.clone(),
+            ),
+            (
+                "PLACEMENT__KEYSTONE_REMOTE__AUTH__PROJECT_NAME",
+                "admin".into(),
+            ),
+        ],
     );
     wait_line(&mut pl, "placement listening");
     procs.push(pl);
