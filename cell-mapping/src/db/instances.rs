@@ -2,7 +2,8 @@
 //! Compute API, super-conductor and scheduler) needs: creating an instance
 //! row when a build lands in a cell (or in cell0 in ERROR with its fault),
 //! reads and the multi-cell list, the API's own updates (rename, `deleting`,
-//! local delete of an instance that never reached a host), and the compute
+//! local delete of an instance that never reached a host or whose compute
+//! service is down), and the compute
 //! services and nodes the scheduler filters on.
 //!
 //! The cell conductor keeps its own statements for what computes ask of it;
@@ -181,6 +182,9 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
     WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') AS locked_reason";
 
 const FROM: &str = "instances i LEFT JOIN instance_extra e ON e.instance_uuid = i.uuid";
+
+/// The event of a delete the API did itself ([`CellDb::api_local_delete`]).
+pub const EV_API_LOCAL_DELETE: &str = "api_local_delete";
 
 fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
     move |source| Error::Db { op, source }
@@ -362,6 +366,62 @@ impl CellDb {
             .bind(t).bind(fabric::rpc::vm_state::DELETED).bind(uuid)
             .execute(p)).await?.rows_affected());
         Ok(n > 0)
+    }
+
+    /// The API's local delete of a live instance whose compute cannot do
+    /// it (its service is down or forced down, or it has no host), as
+    /// upstream's API does: in one transaction, marks the instance deleted
+    /// with the end state the conductor's `instance_destroyed` writes
+    /// (`deleted`, `deleted_at`, `terminated_at`, vm_state `deleted`, no
+    /// task, power state NOSTATE, its block device mappings soft-deleted),
+    /// records the `delete` action of `record` and its
+    /// [`EV_API_LOCAL_DELETE`] event finished with `Success` (`host`: the
+    /// instance's host, if any). False, with nothing written, when there is
+    /// no live instance.
+    pub async fn api_local_delete(
+        &self,
+        uuid: &str,
+        record: &super::server_actions::ActionRecord,
+        host: Option<&str>,
+    ) -> Result<bool, Error> {
+        let t = Utc::now();
+        Ok(with_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            let n = measured("api_instance_local_delete", sqlx::query(
+                "UPDATE instances SET deleted = TRUE, deleted_at = $1, terminated_at = $1, \
+                 updated_at = $1, vm_state = $2, task_state = NULL, power_state = $3 \
+                 WHERE uuid = $4 AND NOT deleted")
+                .bind(t).bind(fabric::rpc::vm_state::DELETED)
+                .bind(fabric::rpc::power_state::NOSTATE as i64).bind(uuid)
+                .execute(&mut *tx)).await?.rows_affected();
+            if n == 0 {
+                tx.rollback().await.map_err(db("rollback"))?;
+                false
+            } else {
+                measured("api_bdm_local_delete", sqlx::query(
+                    "UPDATE block_device_mapping SET deleted = TRUE, deleted_at = $1, updated_at = $1 \
+                     WHERE instance_uuid = $2 AND NOT deleted")
+                    .bind(t).bind(uuid).execute(&mut *tx)).await?;
+                let action_id: i64 = measured("api_action_local_delete", sqlx::query_scalar(
+                    "INSERT INTO instance_actions (instance_uuid, action, request_id, global_request_id, \
+                     user_id, project_id, start_time, finish_time, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7, $7) RETURNING id")
+                    .bind(uuid).bind(&record.action).bind(&record.request_id)
+                    .bind(&record.global_request_id).bind(&record.user_id)
+                    .bind(&record.project_id).bind(t)
+                    .fetch_one(&mut *tx)).await?;
+                measured("api_event_local_delete", sqlx::query(
+                    "INSERT INTO instance_actions_events (action_id, event, host, result, request_id, \
+                     global_request_id, start_time, finish_time, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7, $7)")
+                    .bind(action_id).bind(EV_API_LOCAL_DELETE).bind(host)
+                    .bind(fabric::rpc::action::SUCCESS).bind(&record.request_id)
+                    .bind(&record.global_request_id).bind(t)
+                    .execute(&mut *tx)).await?;
+                tx.commit().await.map_err(db("commit"))?;
+                true
+            }
+        }))
     }
 
     /// Live compute nodes with their compute service.

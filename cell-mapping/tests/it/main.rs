@@ -8,5 +8,6 @@ mod common;
 mod concurrent;
 mod docs;
 mod flows;
+mod local_delete;
 mod operator_db;
 mod server_actions;

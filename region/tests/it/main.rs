@@ -2,6 +2,7 @@
 
 mod cells_live;
 mod distributed;
+mod local_delete;
 mod operator_cli;
 mod osc_placement;
 mod policy_matrix;
