@@ -790,7 +790,15 @@ async fn start_embedded(
         cells: s.fleet.cells,
         hypervisors,
         start_seconds,
-        config: serde_json::to_value(&cfg.region)?,
+        config: {
+            let mut c = serde_json::to_value(&cfg.region)?;
+            for k in ["database_url", "transport_url"] {
+                if let Some(u) = c.get(k).and_then(|v| v.as_str()).map(mask_password) {
+                    c[k] = serde_json::Value::String(u);
+                }
+            }
+            c
+        },
         failing_hosts: failing,
         host_spawn_latency_ms: summarize(&mut lat),
     };
@@ -1587,5 +1595,16 @@ mod tests {
         assert_eq!(fault["still BUILD at the phase's timeout"], 1);
         assert_eq!(g["no fault"]["ERROR: lost on cell1-host010: gone"], 1);
         assert_eq!(g["no fault"]["HTTP 409: quota"], 1);
+    }
+}
+
+/// A URL with its password replaced by `***` (reports never hold secrets).
+fn mask_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
     }
 }

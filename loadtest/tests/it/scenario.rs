@@ -337,3 +337,56 @@ fn shipped_scenarios_parse() {
     }
     assert!(n >= 5, "only {n} scenarios found");
 }
+
+/// A boot-and-delete scenario on PostgreSQL + RabbitMQ (the `[region]`
+/// table passed through): every server ACTIVE, all deleted, the invariants
+/// checked against the PostgreSQL databases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boot_and_delete_on_postgresql_and_rabbitmq() {
+    let mut db_template = String::new();
+    for db in ["api", "cell0", "cell1", "placement", "identity", "image"] {
+        let name = format!("lt_pg_{db}");
+        let Some(pg) = testkit::postgres(&name).await else {
+            return;
+        };
+        db_template = pg.url.replace(&name, "lt_pg_{db}");
+    }
+    let Some(bus) = testkit::rabbitmq("lt_pg_cell1") else {
+        return;
+    };
+    let bus_template = bus.replace("lt_pg_cell1", "lt_pg_{cell}");
+    let text = format!(
+        "name = \"pg\"\nseed = 3\n\
+         [fleet]\ncells = 1\nhosts_per_cell = 3\n\
+         [target]\nkind = \"embedded\"\npoll_interval_ms = 50\n\
+         [region]\ndatabase_url = \"{db_template}\"\ntransport_url = \"{bus_template}\"\n\
+         [[phase]]\nkind = \"boot-and-delete\"\nservers = 12\nconcurrency = 6\n"
+    );
+    let mut s = Scenario::parse(&text).expect("scenario parses");
+    let data = testkit::temp_dir("loadtest_pg_data");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    let out = testkit::temp_dir("loadtest_pg_report");
+    report::write(&r, &out).expect("write report");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let p = &v["phases"][0];
+    assert_eq!(p["requested"], 12, "{p:#}");
+    assert_eq!(p["active"], 12, "{p:#}");
+    assert_eq!(p["error"], 0, "{p:#}");
+    assert_eq!(p["deletes"]["left"], 0, "{p:#}");
+    assert_eq!(p["invariants"].as_array().unwrap().len(), 5, "{p:#}");
+    assert_eq!(
+        v["target"]["config"]["database_url"],
+        db_template.as_str(),
+        "{:#}",
+        v["target"]
+    );
+    // The report never holds the broker's password.
+    assert_eq!(
+        v["target"]["config"]["transport_url"],
+        bus_template.replace("guest:guest@", "guest:***@").as_str()
+    );
+    std::fs::remove_dir_all(&data).ok();
+    std::fs::remove_dir_all(&out).ok();
+}
