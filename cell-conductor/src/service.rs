@@ -156,6 +156,15 @@ impl Conductor {
     async fn instance_update(&self, r: rpc::InstanceUpdate) -> Result<rpc::InstanceRecord> {
         let t: Targeted<InstanceChange> = r.try_into()?;
         let row = self.db.update_instance(t.instance, &t.value).await?;
+        if is_build_success(&t.value) {
+            if let (Some(host), Some(node)) = (&row.host, &row.node) {
+                // Nova's compute resets its `failed_builds` on a successful
+                // build; the count lives in the node's stats.
+                if let Err(e) = self.db.reset_build_failures(host, node).await {
+                    warn!(%host, %node, error = %chain(&e), "could not reset the build failure count");
+                }
+            }
+        }
         Ok(row.to_record())
     }
 
@@ -212,6 +221,30 @@ impl Conductor {
             .ok_or_else(|| ConductorError::BadRequest("reschedule without the build".into()))?;
         let instance = instance_uuid(&build.instance_uuid)?;
         tracing::Span::current().record("instance", build.instance_uuid.as_str());
+        // The failure counts against the node whatever happens to the
+        // instance next (the scheduler's BuildFailureWeigher reads it).
+        let failed_node = if r.failed_node.is_empty() {
+            &build.node
+        } else {
+            &r.failed_node
+        };
+        if !r.failed_host.is_empty() && !failed_node.is_empty() {
+            match self
+                .db
+                .record_build_failure(&r.failed_host, failed_node)
+                .await
+            {
+                Ok(Some(n)) => {
+                    info!(node = %failed_node, failed_builds = n, "build failure counted")
+                }
+                Ok(None) => {
+                    warn!(node = %failed_node, "build failure on an unknown node not counted")
+                }
+                Err(e) => {
+                    warn!(node = %failed_node, error = %chain(&e), "could not count the build failure")
+                }
+            }
+        }
         let row = self
             .db
             .instance(instance)
@@ -345,6 +378,14 @@ impl Conductor {
             host: String::new(),
         })
     }
+}
+
+/// The update that ends a build: ACTIVE, from `spawning`.
+fn is_build_success(c: &InstanceChange) -> bool {
+    c.vm_state.as_deref() == Some(rpc::vm_state::ACTIVE)
+        && c.expected
+            .iter()
+            .any(|t| t.as_deref() == Some(ts::SPAWNING))
 }
 
 fn service_record(row: &crate::db::services::ServiceRow) -> rpc::ServiceRecord {

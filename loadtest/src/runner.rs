@@ -1544,6 +1544,17 @@ fn errors_by_fault(
     out
 }
 
+/// A URL with its password replaced by `***` (reports never hold secrets).
+fn mask_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1595,16 +1606,5 @@ mod tests {
         assert_eq!(fault["still BUILD at the phase's timeout"], 1);
         assert_eq!(g["no fault"]["ERROR: lost on cell1-host010: gone"], 1);
         assert_eq!(g["no fault"]["HTTP 409: quota"], 1);
-    }
-}
-
-/// A URL with its password replaced by `***` (reports never hold secrets).
-fn mask_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-            None => url.to_owned(),
-        },
-        _ => url.to_owned(),
     }
 }

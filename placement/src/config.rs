@@ -64,6 +64,12 @@ pub struct PlacementConfig {
     /// from the database in case a change announcement from another
     /// placement process was lost; 0: never.
     pub index_reconcile_secs: u64,
+    /// Upstream's `[placement] randomize_allocation_candidates`: when a
+    /// `GET /allocation_candidates` is limited, return a random sample of
+    /// all the candidates (in random order) instead of the first `limit`
+    /// in provider order, so that a limited query samples the whole fleet.
+    /// Off: the order is stable (provider creation order).
+    pub randomize_allocation_candidates: bool,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
 }
@@ -77,6 +83,7 @@ impl Default for PlacementConfig {
             keystone_remote: KeystoneRemoteConfig::default(),
             database: DatabaseConfig::default(),
             index_reconcile_secs: 60,
+            randomize_allocation_candidates: false,
             telemetry: TelemetryConfig::default(),
         }
     }

@@ -82,6 +82,7 @@ pub async fn serve_with(
     let state = api::AppState {
         placement: placement.clone(),
         auth: Arc::new(auth),
+        randomize_allocation_candidates: cfg.randomize_allocation_candidates,
     };
     let mut app = api::router(state);
     if let Some(t) = telemetry {

@@ -339,6 +339,7 @@ impl Region {
                 max_connections: r.pool_size(),
             },
             telemetry: cfg.telemetry.clone(),
+            randomize_allocation_candidates: true,
             ..Default::default()
         };
         let placement = placement::serve_with(

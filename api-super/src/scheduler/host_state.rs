@@ -1,7 +1,8 @@
 //! What the scheduler knows about compute hosts besides placement: which
 //! cell each host is mapped to (API DB `host_mappings`), its compute service
 //! (up, enabled: the cell databases' `services`) and node (provider uuid =
-//! compute node uuid), its availability zone (the `availability_zone`
+//! compute node uuid), its recent build failures (the node's `stats`), its
+//! availability zone (the `availability_zone`
 //! metadata of its aggregates, else the default zone) and the metadata of
 //! its aggregates (for `AggregateInstanceExtraSpecsFilter`).
 //! Loaded from every enabled cell in parallel and cached for a short time.
@@ -37,6 +38,9 @@ pub struct HostInfo {
     pub service_disabled: bool,
     /// The metadata of the host's aggregates: every value of each key.
     pub aggregate_metadata: BTreeMap<String, BTreeSet<String>>,
+    /// Consecutive build failures on the node (`compute_nodes.stats`
+    /// `failed_builds`, counted by the cell conductor; 0 after a success).
+    pub failed_builds: u64,
 }
 
 /// Host information by provider uuid.
@@ -141,6 +145,7 @@ impl HostStateCache {
                     continue;
                 }
                 let aggregate_metadata = metadata.get(&r.host).cloned().unwrap_or_default();
+                let failed_builds = r.failed_builds();
                 let up = !r.forced_down && r.last_seen_up.is_some_and(|t| now - t <= down);
                 out.by_provider.insert(
                     r.uuid.clone(),
@@ -156,6 +161,7 @@ impl HostStateCache {
                         service_up: up,
                         service_disabled: r.disabled,
                         aggregate_metadata,
+                        failed_builds,
                     },
                 );
             }

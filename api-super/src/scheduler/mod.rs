@@ -38,6 +38,11 @@ pub struct SchedulerConfig {
     pub ram_weight_multiplier: f64,
     /// CPU weigher multiplier (> 0 spread, < 0 pack).
     pub cpu_weight_multiplier: f64,
+    /// Disk weigher multiplier (> 0 spread, < 0 pack).
+    pub disk_weight_multiplier: f64,
+    /// `BuildFailureWeigher` multiplier (>= 0): how much a host's recent
+    /// build failures weigh it down.
+    pub build_failure_weight_multiplier: f64,
     /// How long the host map (mappings, services, zones) is cached (ms).
     pub host_state_cache_ms: u64,
     /// A compute service without a heartbeat for this long is down (s).
@@ -57,6 +62,8 @@ impl Default for SchedulerConfig {
             max_attempts: 3,
             ram_weight_multiplier: 1.0,
             cpu_weight_multiplier: 1.0,
+            disk_weight_multiplier: 1.0,
+            build_failure_weight_multiplier: 1_000_000.0,
             host_state_cache_ms: 1000,
             service_down_time_secs: 60,
             default_availability_zone: "nova".to_owned(),
@@ -255,6 +262,12 @@ impl Scheduler {
             }),
             Box::new(weighers::cpu::CpuWeigher {
                 multiplier: config.cpu_weight_multiplier,
+            }),
+            Box::new(weighers::disk::DiskWeigher {
+                multiplier: config.disk_weight_multiplier,
+            }),
+            Box::new(weighers::build_failure::BuildFailureWeigher {
+                multiplier: config.build_failure_weight_multiplier,
             }),
             Box::new(weighers::affinity::SoftAffinityWeigher {
                 multiplier: config.soft_affinity_weight_multiplier,
@@ -465,6 +478,7 @@ mod tests {
                         service_up: true,
                         service_disabled: false,
                         aggregate_metadata: BTreeMap::new(),
+                        failed_builds: 0,
                     },
                     allocation: AllocationRequest { allocations },
                     summary: ProviderSummary { resources },
@@ -537,6 +551,88 @@ mod tests {
         );
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].info.host, "host1");
+    }
+
+    #[test]
+    fn build_failure_weigher_sinks_failing_hosts() {
+        let w = weighers::build_failure::BuildFailureWeigher {
+            multiplier: 1_000_000.0,
+        };
+        let mut hosts = make_hosts(4, &["nova"]);
+        assert_eq!(w.weigh(&hosts[0], &req()), 0.0);
+        // host3 has the most free RAM but failed once, host2 twice.
+        hosts[3].info.failed_builds = 1;
+        hosts[2].info.failed_builds = 2;
+        assert_eq!(w.weigh(&hosts[3], &req()), -1.0);
+        assert_eq!(w.name(), "BuildFailureWeigher");
+        let ws: Vec<Box<dyn Weigher>> = vec![
+            Box::new(weighers::ram::RamWeigher { multiplier: 1.0 }),
+            Box::new(w),
+        ];
+        let (o, _) = decide(hosts.clone(), &req(), &filters::defaults(), &ws);
+        assert_eq!(names(&o), ["host1", "host0", "host3", "host2"]);
+        // Weighed down, not filtered: alone, a failing host is still chosen.
+        let (o, _) = decide(vec![hosts[2].clone()], &req(), &filters::defaults(), &ws);
+        assert_eq!(names(&o), ["host2"]);
+        // Multiplier 0: the failures do not count.
+        let ws: Vec<Box<dyn Weigher>> = vec![
+            Box::new(weighers::ram::RamWeigher { multiplier: 1.0 }),
+            Box::new(weighers::build_failure::BuildFailureWeigher { multiplier: 0.0 }),
+        ];
+        let (o, _) = decide(hosts.clone(), &req(), &filters::defaults(), &ws);
+        assert_eq!(names(&o), ["host3", "host2", "host1", "host0"]);
+        // Every host failed as often: no difference, RAM decides.
+        for h in &mut hosts {
+            h.info.failed_builds = 5;
+        }
+        let ws: Vec<Box<dyn Weigher>> = vec![
+            Box::new(weighers::ram::RamWeigher { multiplier: 1.0 }),
+            Box::new(weighers::build_failure::BuildFailureWeigher {
+                multiplier: 1_000_000.0,
+            }),
+        ];
+        let (o, _) = decide(hosts, &req(), &filters::defaults(), &ws);
+        assert_eq!(names(&o), ["host3", "host2", "host1", "host0"]);
+    }
+
+    #[test]
+    fn disk_weigher_spreads_or_packs_by_free_disk() {
+        let mut hosts = make_hosts(4, &["nova"]);
+        // Free disk: host0 300, host1 100, host2 400, host3 200 GB.
+        for (h, free) in hosts.iter_mut().zip([300, 100, 400, 200]) {
+            h.summary.resources.insert(
+                "DISK_GB".to_owned(),
+                Usage {
+                    capacity: 1000,
+                    used: 1000 - free,
+                },
+            );
+        }
+        let disk = |m: f64| -> Vec<Box<dyn Weigher>> {
+            vec![Box::new(weighers::disk::DiskWeigher { multiplier: m })]
+        };
+        let w = weighers::disk::DiskWeigher { multiplier: 1.0 };
+        assert_eq!(w.name(), "DiskWeigher");
+        assert_eq!(w.weigh(&hosts[2], &req()), 400.0);
+        let (o, _) = decide(hosts.clone(), &req(), &filters::defaults(), &disk(1.0));
+        assert_eq!(names(&o), ["host2", "host0", "host3", "host1"]);
+        let (o, _) = decide(hosts.clone(), &req(), &filters::defaults(), &disk(-1.0));
+        assert_eq!(names(&o), ["host1", "host3", "host0", "host2"]);
+        // Against RAM (host3 freest): the larger multiplier wins.
+        let ws: Vec<Box<dyn Weigher>> = vec![
+            Box::new(weighers::ram::RamWeigher { multiplier: 1.0 }),
+            Box::new(weighers::disk::DiskWeigher { multiplier: 2.0 }),
+        ];
+        let (o, _) = decide(hosts, &req(), &filters::defaults(), &ws);
+        assert_eq!(o[0].info.host, "host2");
+        // No disk inventory anywhere: neutral (ties by name).
+        let (o, _) = decide(
+            make_hosts(3, &["nova"]),
+            &req(),
+            &filters::defaults(),
+            &disk(1.0),
+        );
+        assert_eq!(names(&o), ["host0", "host1", "host2"]);
     }
 
     #[test]

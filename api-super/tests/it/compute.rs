@@ -27,6 +27,8 @@ pub(crate) struct Region {
     pub(crate) placement: placement::Running,
     pub(crate) api: ApiDb,
     pub(crate) cells: Vec<(cell_conductor::Handle, Vec<compute::HostHandle>)>,
+    /// Each cell's fake hypervisor (knobs: failing or slow spawns per host).
+    pub(crate) hypervisors: Vec<FakeHypervisor>,
     pub(crate) admin: String,
     pub(crate) member: String,
     pub(crate) other: String,
@@ -73,6 +75,7 @@ impl Region {
         let purl = format!("http://{}", placement.addr);
 
         let mut running = Vec::new();
+        let mut hypervisors = Vec::new();
         for (i, db_url) in cell_urls.iter().enumerate() {
             let c = i + 1;
             let transport = format!("inproc://{name}_c{c}");
@@ -114,6 +117,7 @@ impl Region {
                 hs.push(handle);
             }
             running.push((conductor, hs));
+            hypervisors.push(hv);
         }
         let found = cell_mapping::discover_hosts(&api, &Default::default(), &mut |_| {})
             .await
@@ -167,6 +171,7 @@ impl Region {
             placement,
             api,
             cells: running,
+            hypervisors,
             admin,
             member,
             other,

@@ -7,5 +7,6 @@ mod image;
 mod matrix;
 mod operator;
 mod ratelimit;
+mod scheduler;
 mod tokens;
 mod user_apis;

@@ -135,3 +135,140 @@ impl CellDb {
             sqlx::query_as(&sql).fetch_all(p)).await.map_err(db("compute_node_list"))?))
     }
 }
+
+/// The key of `compute_nodes.stats` (a JSON object) that counts the
+/// node's consecutive build failures (Nova's `failed_builds`), read by the
+/// scheduler's `BuildFailureWeigher`.
+pub const FAILED_BUILDS: &str = "failed_builds";
+
+/// How a `stats` document's failure count changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// One more failed build.
+    Increment,
+    /// A build succeeded: back to 0.
+    Reset,
+}
+
+/// The failure count of a `stats` document (absent or unreadable: 0).
+pub fn failed_builds(stats: Option<&str>) -> i64 {
+    stats
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .and_then(|v| v.get(FAILED_BUILDS).and_then(serde_json::Value::as_i64))
+        .unwrap_or(0)
+        .max(0)
+}
+
+/// `stats` with its failure count changed, other keys kept; `None` when
+/// nothing changes (a reset of a count already 0).
+fn change_stats(stats: Option<&str>, how: Count) -> Option<(String, i64)> {
+    let mut doc = stats
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .and_then(|v| match v {
+            serde_json::Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let old = failed_builds(stats);
+    let new = match how {
+        Count::Increment => old.saturating_add(1),
+        Count::Reset if old == 0 => return None,
+        Count::Reset => 0,
+    };
+    doc.insert(FAILED_BUILDS.to_owned(), new.into());
+    Some((serde_json::Value::Object(doc).to_string(), new))
+}
+
+impl CellDb {
+    /// The failure count of the live node `(host, node)`; `None` when there
+    /// is no such node.
+    pub async fn failed_builds(&self, host: &str, node: &str) -> Result<Option<i64>> {
+        let row: Option<(Option<String>,)> = on_db!(self, p => measured("compute_node_stats",
+            sqlx::query_as("SELECT stats FROM compute_nodes \
+                WHERE host = $1 AND hypervisor_hostname = $2 AND NOT deleted")
+                .bind(host).bind(node).fetch_optional(p)).await
+            .map_err(db("compute_node_stats"))?);
+        Ok(row.map(|(s,)| failed_builds(s.as_deref())))
+    }
+
+    /// Counts a failed build on the live node `(host, node)`: its count
+    /// after the change (`None`: no such node).
+    pub async fn record_build_failure(&self, host: &str, node: &str) -> Result<Option<i64>> {
+        self.change_failed_builds(host, node, Count::Increment)
+            .await
+    }
+
+    /// A build succeeded on `(host, node)`: its failure count goes back to
+    /// 0 (nothing is written when it is 0 already).
+    pub async fn reset_build_failures(&self, host: &str, node: &str) -> Result<()> {
+        self.change_failed_builds(host, node, Count::Reset)
+            .await
+            .map(|_| ())
+    }
+
+    /// Read, change, write if `stats` is still what was read (a concurrent
+    /// change makes the write miss and the loop read again), so no count is
+    /// lost between conductors of the same cell on either backend.
+    async fn change_failed_builds(
+        &self,
+        host: &str,
+        node: &str,
+        how: Count,
+    ) -> Result<Option<i64>> {
+        const ATTEMPTS: usize = 10;
+        for _ in 0..ATTEMPTS {
+            let row: Option<(i64, Option<String>)> = on_db!(self, p => measured(
+                "compute_node_stats", sqlx::query_as("SELECT id, stats FROM compute_nodes \
+                    WHERE host = $1 AND hypervisor_hostname = $2 AND NOT deleted")
+                    .bind(host).bind(node).fetch_optional(p)).await
+                .map_err(db("compute_node_stats"))?);
+            let Some((id, old)) = row else {
+                return Ok(None);
+            };
+            let Some((new, count)) = change_stats(old.as_deref(), how) else {
+                return Ok(Some(failed_builds(old.as_deref())));
+            };
+            let n = on_db!(self, p => measured("compute_node_stats_update", sqlx::query(
+                "UPDATE compute_nodes SET stats = $1 WHERE id = $2 AND COALESCE(stats, '') = $3")
+                .bind(&new).bind(id).bind(old.as_deref().unwrap_or(""))
+                .execute(p)).await
+                .map_err(db("compute_node_stats_update"))?
+                .rows_affected());
+            if n > 0 {
+                return Ok(Some(count));
+            }
+        }
+        Err(ConductorError::BadRequest(format!(
+            "the stats of compute node {host}/{node} kept changing; gave up"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_count_failures_and_keep_other_keys() {
+        assert_eq!(failed_builds(None), 0);
+        assert_eq!(failed_builds(Some("not json")), 0);
+        assert_eq!(failed_builds(Some(r#"{"failed_builds": 3}"#)), 3);
+        let (s, n) = change_stats(None, Count::Increment).unwrap();
+        assert_eq!((failed_builds(Some(&s)), n), (1, 1));
+        let (s, n) =
+            change_stats(Some(r#"{"x": "y", "failed_builds": 2}"#), Count::Increment).unwrap();
+        assert_eq!(n, 3);
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["x"], "y");
+        assert_eq!(v[FAILED_BUILDS], 3);
+        let (s, n) = change_stats(Some(&s), Count::Reset).unwrap();
+        assert_eq!(n, 0);
+        assert_eq!(failed_builds(Some(&s)), 0);
+        assert_eq!(
+            change_stats(Some(&s), Count::Reset),
+            None,
+            "0 stays unwritten"
+        );
+        assert_eq!(change_stats(None, Count::Reset), None);
+    }
+}

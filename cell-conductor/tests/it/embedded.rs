@@ -41,3 +41,9 @@ async fn terminate_deletes() {
     let (db, bus) = backends("terminate_deletes");
     scenarios::terminate_deletes(&db.url, bus).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_failures_are_counted_and_reset() {
+    let (db, bus) = backends("build_failures_are_counted_and_reset");
+    scenarios::build_failures_are_counted_and_reset(&db.url, bus).await;
+}

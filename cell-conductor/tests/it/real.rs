@@ -55,3 +55,11 @@ async fn pg_amqp_terminate_deletes() {
     };
     scenarios::terminate_deletes(&db.url, bus).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_amqp_build_failures_are_counted_and_reset() {
+    let Some((db, bus)) = backends("fail_count").await else {
+        return;
+    };
+    scenarios::build_failures_are_counted_and_reset(&db.url, bus).await;
+}

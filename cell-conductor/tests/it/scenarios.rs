@@ -265,6 +265,70 @@ pub async fn spawn_failure_with_alternate(db_url: &str, bus: Arc<dyn Transport>)
                 && e.result.as_deref() == Some(action::SUCCESS)),
         "{builds:?}"
     );
+    // The failure is counted on host1's node, not on host2's.
+    assert_eq!(
+        cell.db.failed_builds("host1", "host1").await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        cell.db.failed_builds("host2", "host2").await.unwrap(),
+        Some(0)
+    );
+    cell.stop().await;
+}
+
+/// Build failures count up in the node's stats (for the scheduler's
+/// BuildFailureWeigher) and a successful build on the node resets them.
+pub async fn build_failures_are_counted_and_reset(db_url: &str, bus: Arc<dyn Transport>) {
+    let hv = FakeHypervisor::automatic(Duration::from_millis(5));
+    hv.fail_spawns("host1", "no luck here");
+    let cell = Cell::start(db_url, bus, hv, 2).await;
+    for expected in 1..=2 {
+        let (uuid, _) = cell.boot("host1", &[]).await;
+        cell.wait_for(uuid, "error", |r| r.vm_state.as_deref() == Some(vs::ERROR))
+            .await;
+        assert_eq!(
+            cell.db.failed_builds("host1", "host1").await.unwrap(),
+            Some(expected)
+        );
+    }
+    // A success elsewhere leaves host1's count alone.
+    let (uuid, _) = cell.boot("host2", &[]).await;
+    cell.wait_for(uuid, "active", |r| {
+        r.vm_state.as_deref() == Some(vs::ACTIVE)
+    })
+    .await;
+    assert_eq!(
+        cell.db.failed_builds("host1", "host1").await.unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        cell.db.failed_builds("host2", "host2").await.unwrap(),
+        Some(0)
+    );
+    // host1 heals: its next build succeeds and the count goes back to 0.
+    cell.hv.reset_host("host1");
+    let (uuid, _) = cell.boot("host1", &[]).await;
+    let row = cell
+        .wait_for(uuid, "active", |r| {
+            r.vm_state.as_deref() == Some(vs::ACTIVE)
+        })
+        .await;
+    assert_eq!(row.host.as_deref(), Some("host1"));
+    // The reset follows the ACTIVE update's commit: poll for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = cell.db.failed_builds("host1", "host1").await.unwrap();
+        if n == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "count not reset: {n:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        cell.db.failed_builds("nohost", "nohost").await.unwrap(),
+        None
+    );
     cell.stop().await;
 }
 

@@ -160,6 +160,21 @@ pub struct ComputeHost {
     pub forced_down: bool,
     /// Last heartbeat.
     pub last_seen_up: Option<DateTime<Utc>>,
+    /// The node's `stats` JSON document (written by the cell conductor;
+    /// `failed_builds` counts its consecutive build failures).
+    pub stats: Option<String>,
+}
+
+impl ComputeHost {
+    /// The node's consecutive build failures (`stats.failed_builds`;
+    /// absent or unreadable: 0).
+    pub fn failed_builds(&self) -> u64 {
+        self.stats
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .and_then(|v| v.get("failed_builds").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0)
+    }
 }
 
 /// A page of a listing: newest first, after `marker`.
@@ -428,7 +443,8 @@ impl CellDb {
     pub async fn compute_hosts(&self) -> Result<Vec<ComputeHost>, Error> {
         Ok(
             with_pool!(self.pool(), p => measured("api_compute_hosts", sqlx::query_as(
-            "SELECT n.uuid, n.host, n.hypervisor_hostname, s.disabled, s.forced_down, s.last_seen_up \
+            "SELECT n.uuid, n.host, n.hypervisor_hostname, s.disabled, s.forced_down, s.last_seen_up, \
+             n.stats \
              FROM compute_nodes n JOIN services s ON s.host = n.host AND s.\"binary\" = $1 \
              AND NOT s.deleted WHERE NOT n.deleted ORDER BY n.host, n.hypervisor_hostname")
             .bind(super::cell::COMPUTE_BINARY).fetch_all(p)).await?),

@@ -22,8 +22,8 @@ use super::query::Query;
 use super::AppState;
 use crate::auth::Caller;
 use crate::engine::{
-    AggregateUuid, AllocationCandidates, AllocationRequest, CandidatesRequest, GroupPolicy,
-    ProviderSummary, RequestGroup,
+    AggregateUuid, AllocationCandidates, AllocationRequest, CandidateOrder, CandidatesRequest,
+    GroupPolicy, ProviderSummary, RequestGroup,
 };
 use crate::error::{ErrorCode, PlacementError, Result};
 use crate::microversion::Microversion;
@@ -45,8 +45,14 @@ async fn list(
     }
     caller.authorize("placement:allocation_candidates:list")?;
     let q = Query::parse(raw.as_deref())?;
-    let parsed = parse(&q, mv)?;
+    let mut parsed = parse(&q, mv)?;
     check_names(&st, &parsed).await?;
+    if st.randomize_allocation_candidates {
+        // A fresh seed per request: every limited query is another sample.
+        parsed.request.order = CandidateOrder::Shuffle {
+            seed: Uuid::new_v4().as_u64_pair().0,
+        };
+    }
     let requested: BTreeSet<String> = parsed
         .request
         .groups

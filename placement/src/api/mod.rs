@@ -40,6 +40,8 @@ pub struct AppState {
     pub placement: Arc<Placement>,
     /// How requests are authenticated.
     pub auth: Arc<AuthStrategy>,
+    /// `randomize_allocation_candidates`: shuffle candidates before `limit`.
+    pub randomize_allocation_candidates: bool,
 }
 
 /// Builds the placement REST API.

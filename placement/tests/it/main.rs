@@ -11,4 +11,5 @@ mod engine_nested;
 mod fixtures;
 mod inventory_rules;
 mod keystone_auth;
+mod randomize;
 mod reshaper;

@@ -4,7 +4,9 @@
 //! wins. A positive multiplier spreads, a negative one packs.
 
 pub mod affinity;
+pub mod build_failure;
 pub mod cpu;
+pub mod disk;
 pub mod ram;
 
 use super::{Candidate, Request};

@@ -1,0 +1,108 @@
+//! The scheduler's weighers end to end: `BuildFailureWeigher` steers builds
+//! away from a host whose spawns fail (the cell conductor counts the
+//! failures in the node's stats; the scheduler reads them with the host
+//! state) and back to it once a build there succeeds.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::json as body;
+use crate::compute::{Region, IMAGE};
+
+const FAILING: &str = "c1-host1";
+
+/// Boots one m1.tiny server (`az`: a zone or `zone:host`) and waits for
+/// ACTIVE or ERROR.
+async fn boot(region: &Region, name: &str, az: Option<&str>) -> Value {
+    let mut server = json!({"name": name, "flavorRef": "1", "imageRef": IMAGE, "networks": "none"});
+    if let Some(z) = az {
+        server["availability_zone"] = json!(z);
+    }
+    let r = region
+        .call(
+            &region.admin,
+            "POST",
+            "/v2.1/servers",
+            Some(json!({ "server": server })),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let (s, _) = region
+        .wait(&id, |s| s["status"] == "ACTIVE" || s["status"] == "ERROR")
+        .await;
+    s
+}
+
+/// Waits until the failing host's node shows `want` failed builds.
+async fn wait_failed_builds(region: &Region, want: i64) {
+    let db = region.cells[0].0.db();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = db.failed_builds(FAILING, FAILING).await.unwrap();
+        if n == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "failed_builds {n:?}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Longer than the scheduler's host state cache (`host_state_cache_ms`).
+async fn host_state_expires() {
+    let ttl = api_super::scheduler::SchedulerConfig::default().host_state_cache_ms;
+    tokio::time::sleep(Duration::from_millis(ttl + 200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_builds_fail_is_avoided_until_a_build_succeeds_there() {
+    let region = Region::start("sched_build_failure", 1, 3).await;
+    region.hypervisors[0].fail_spawns(FAILING, "the hypervisor refuses to spawn");
+
+    // The first failure: forced onto the failing host (no alternate).
+    let s = boot(&region, "first", Some(&format!("nova:{FAILING}"))).await;
+    assert_eq!(s["status"], "ERROR", "{s}");
+    assert!(
+        s["fault"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(FAILING)),
+        "{s}"
+    );
+    wait_failed_builds(&region, 1).await;
+    host_state_expires().await;
+
+    // The failing host holds nothing, so every spreading weigher prefers
+    // it; the failure weigher sends each build elsewhere, and none fails.
+    let mut on = Vec::new();
+    for i in 0..4 {
+        let s = boot(&region, &format!("later{i}"), None).await;
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        let host = s["OS-EXT-SRV-ATTR:host"].as_str().unwrap().to_owned();
+        assert_ne!(host, FAILING, "{s}");
+        on.push(host);
+    }
+    on.sort();
+    assert_eq!(
+        on,
+        ["c1-host2", "c1-host2", "c1-host3", "c1-host3"],
+        "spread over the healthy hosts"
+    );
+    wait_failed_builds(&region, 1).await;
+
+    // The host heals; a build forced onto it succeeds and clears the count.
+    region.hypervisors[0].reset_host(FAILING);
+    let s = boot(&region, "healed", Some(&format!("nova:{FAILING}"))).await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    wait_failed_builds(&region, 0).await;
+    host_state_expires().await;
+    // Back in the rotation: it is the freest host again (1 server, the
+    // others 2 each).
+    let s = boot(&region, "back", None).await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    assert_eq!(s["OS-EXT-SRV-ATTR:host"], FAILING, "{s}");
+    region.stop().await;
+}
