@@ -225,3 +225,38 @@ fn region_serves_identity_and_placement_with_tokens() {
     drop(r);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Settings that put a region binary on the production backends: fresh
+/// PostgreSQL databases `t_<name>_<db>` and RabbitMQ vhosts
+/// `t_<name>_<cell>` for two cells. `None` (skip) when a server is missing
+/// and not required.
+fn production_backends(name: &str) -> Option<Vec<(&'static str, String)>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut db_template = String::new();
+    for db in [
+        "api",
+        "cell0",
+        "cell1",
+        "cell2",
+        "placement",
+        "identity",
+        "image",
+    ] {
+        let full = format!("{name}_{db}");
+        let pg = rt.block_on(testkit::postgres(&full))?;
+        db_template = pg.url.replace(&full, &format!("{name}_{{db}}"));
+    }
+    let mut bus_template = String::new();
+    for cell in ["cell1", "cell2"] {
+        let full = format!("{name}_{cell}");
+        let url = testkit::rabbitmq(&full)?;
+        bus_template = url.replace(&full, &format!("{name}_{{cell}}"));
+    }
+    Some(vec![
+        ("REGION__REGION__DATABASE_URL", db_template),
+        ("REGION__REGION__TRANSPORT_URL", bus_template),
+    ])
+}

@@ -13,6 +13,20 @@ fn rows(v: &Value) -> &Vec<Value> {
 
 #[test]
 fn openstack_cli_runs_the_operator_apis() {
+    openstack_cli_runs_the_operator_apis_with(&[]);
+}
+
+/// The same on PostgreSQL (a database per service and cell) and RabbitMQ
+/// (a vhost per cell).
+#[test]
+fn openstack_cli_runs_the_operator_apis_on_postgresql_and_rabbitmq() {
+    let Some(env) = super::production_backends("operator") else {
+        return;
+    };
+    openstack_cli_runs_the_operator_apis_with(&env);
+}
+
+fn openstack_cli_runs_the_operator_apis_with(extra: &[(&'static str, String)]) {
     let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
         return;
     };
@@ -25,7 +39,10 @@ fn openstack_cli_runs_the_operator_apis() {
             ("REGION__REGION__PLACEMENT_LISTEN", port()),
             ("REGION__REGION__COMPUTE_LISTEN", port()),
             ("REGION__REGION__IMAGE_LISTEN", port()),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .collect::<Vec<_>>(),
     );
     let admin = Cli {
         bin: bin.clone(),

@@ -36,6 +36,20 @@ fn wait_for(cli: &Cli, server: &str, status: &str) -> Value {
 
 #[test]
 fn openstack_cli_server_actions_properties_tags_and_events() {
+    openstack_cli_server_actions_properties_tags_and_events_with(&[]);
+}
+
+/// The same on PostgreSQL (a database per service and cell) and RabbitMQ
+/// (a vhost per cell).
+#[test]
+fn openstack_cli_server_actions_properties_tags_and_events_on_postgresql_and_rabbitmq() {
+    let Some(env) = super::production_backends("actions") else {
+        return;
+    };
+    openstack_cli_server_actions_properties_tags_and_events_with(&env);
+}
+
+fn openstack_cli_server_actions_properties_tags_and_events_with(extra: &[(&'static str, String)]) {
     let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
         return;
     };
@@ -47,7 +61,10 @@ fn openstack_cli_server_actions_properties_tags_and_events() {
             ("REGION__REGION__PLACEMENT_LISTEN", port()),
             ("REGION__REGION__COMPUTE_LISTEN", port()),
             ("REGION__REGION__IMAGE_LISTEN", port()),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .collect::<Vec<_>>(),
     );
     let member = Cli {
         bin: bin.clone(),

@@ -31,6 +31,20 @@ fn field(v: &Value, name: &str) -> Value {
 
 #[test]
 fn openstack_cli_keypairs_flavors_quotas_and_limits() {
+    openstack_cli_keypairs_flavors_quotas_and_limits_with(&[]);
+}
+
+/// The same on PostgreSQL (a database per service and cell) and RabbitMQ
+/// (a vhost per cell).
+#[test]
+fn openstack_cli_keypairs_flavors_quotas_and_limits_on_postgresql_and_rabbitmq() {
+    let Some(env) = super::production_backends("user_apis") else {
+        return;
+    };
+    openstack_cli_keypairs_flavors_quotas_and_limits_with(&env);
+}
+
+fn openstack_cli_keypairs_flavors_quotas_and_limits_with(extra: &[(&'static str, String)]) {
     let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
         return;
     };
@@ -42,7 +56,10 @@ fn openstack_cli_keypairs_flavors_quotas_and_limits() {
             ("REGION__REGION__PLACEMENT_LISTEN", port()),
             ("REGION__REGION__COMPUTE_LISTEN", port()),
             ("REGION__REGION__IMAGE_LISTEN", port()),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .collect::<Vec<_>>(),
     );
     let admin = Cli {
         bin: bin.clone(),
