@@ -129,8 +129,13 @@ impl HttpPlacement {
     /// A client of the placement API at `base` (`http://127.0.0.1:8778`),
     /// authenticating with `token`.
     pub fn new(base: &str, token: &str) -> Result<Self, PlacementError> {
+        // One client serves every fake host of a process (hundreds): keep
+        // few idle connections, or 10,000 hosts hold 10,000 sockets open
+        // on each side and run the process out of file descriptors.
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(4)
+            .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .map_err(PlacementError::Http)?;
         Ok(Self {
