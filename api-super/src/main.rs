@@ -287,12 +287,10 @@ async fn serve_compute_side(
         api_super::ComputeDeps {
             api_database: api_db.clone(),
             auth,
-            policy: std::sync::Arc::new(if cfg.identity.policy_file.is_empty() {
-                identity::policy::Policy::defaults()
-            } else {
-                identity::policy::Policy::from_file(std::path::Path::new(&cfg.identity.policy_file))
-                    .map_err(|e| anyhow::anyhow!("policy file: {e}"))?
-            }),
+            policy: std::sync::Arc::new(
+                identity::policy::Policy::load(&cfg.identity.policy_file)
+                    .map_err(|e| anyhow::anyhow!("policy file: {e}"))?,
+            ),
             placement: std::sync::Arc::new(
                 api_super::scheduler::placement::HttpPlacement::with_token(
                     &cfg.placement.endpoint,

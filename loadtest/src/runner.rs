@@ -793,7 +793,11 @@ async fn start_embedded(
         config: {
             let mut c = serde_json::to_value(&cfg.region)?;
             for k in ["database_url", "transport_url"] {
-                if let Some(u) = c.get(k).and_then(|v| v.as_str()).map(mask_password) {
+                if let Some(u) = c
+                    .get(k)
+                    .and_then(|v| v.as_str())
+                    .map(cell_mapping::url::mask)
+                {
                     c[k] = serde_json::Value::String(u);
                 }
             }
@@ -1542,17 +1546,6 @@ fn errors_by_fault(
         *out.entry(label).or_default().entry(msg).or_default() += 1;
     }
     out
-}
-
-/// A URL with its password replaced by `***` (reports never hold secrets).
-fn mask_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-            None => url.to_owned(),
-        },
-        _ => url.to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -79,7 +79,7 @@ async fn main() -> Result<()> {
             "  {:<9} {db_kind} with {} fake hosts, conductor up, bus {}",
             c.name,
             c.hosts.len(),
-            redact(&c.bus_url)
+            cell_mapping::url::mask(&c.bus_url)
         );
     }
     if !cfg.telemetry.metrics_listen.is_empty() {
@@ -101,18 +101,4 @@ async fn main() -> Result<()> {
     tokio::signal::ctrl_c().await?;
     region.shutdown().await;
     Ok(())
-}
-
-/// A URL with its password replaced by `***` (for printing).
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
 }

@@ -654,6 +654,16 @@ impl Policy {
         Ok(self)
     }
 
+    /// The defaults, with the overrides of `policy_file` when it is not
+    /// empty (the `policy_file` setting of identity and the Compute API).
+    pub fn load(policy_file: &str) -> Result<Self, PolicyError> {
+        if policy_file.is_empty() {
+            Ok(Self::defaults())
+        } else {
+            Self::from_file(Path::new(policy_file))
+        }
+    }
+
     /// The defaults with the overrides of a policy file (YAML or JSON).
     pub fn from_file(path: &Path) -> Result<Self, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|e| PolicyError {

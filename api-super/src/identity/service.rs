@@ -109,12 +109,8 @@ impl Identity {
     /// Opens the store, loads (or creates) signing keys and revocations.
     pub async fn open(cfg: IdentityConfig) -> Result<Self> {
         let db = Db::open(&cfg.database.connection, cfg.database.max_connections).await?;
-        let policy = if cfg.policy_file.is_empty() {
-            Policy::defaults()
-        } else {
-            Policy::from_file(std::path::Path::new(&cfg.policy_file))
-                .map_err(|e| IdentityError::Config(e.to_string()))?
-        };
+        let policy =
+            Policy::load(&cfg.policy_file).map_err(|e| IdentityError::Config(e.to_string()))?;
         if db.keys().await?.iter().all(|k| k.retired_at.is_some()) {
             insert_new_key(&db).await?;
         }

@@ -42,41 +42,11 @@ fn openstack_cli_boots_servers_on_postgresql_and_rabbitmq() {
     let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    // Fresh databases and vhosts, named t_region_pg_<name>.
-    let mut db_template = None;
-    for db in [
-        "api",
-        "cell0",
-        "cell1",
-        "cell2",
-        "placement",
-        "identity",
-        "image",
-    ] {
-        let Some(pg) = rt.block_on(testkit::postgres(&format!("region_pg_{db}"))) else {
-            return;
-        };
-        db_template = Some(pg.url.replace(&format!("region_pg_{db}"), "region_pg_{db}"));
-    }
-    let mut bus_template = None;
-    for cell in ["cell1", "cell2"] {
-        let Some(url) = testkit::rabbitmq(&format!("region_pg_{cell}")) else {
-            return;
-        };
-        bus_template = Some(url.replace(&format!("region_pg_{cell}"), "region_pg_{cell}"));
-    }
+    let Some(backends) = super::production_backends("region_pg") else {
+        return;
+    };
     let dir = testkit::temp_dir("region_servers_pg");
-    let r = start(
-        &dir,
-        &[
-            ("REGION__REGION__DATABASE_URL", db_template.unwrap()),
-            ("REGION__REGION__TRANSPORT_URL", bus_template.unwrap()),
-        ],
-    );
+    let r = start(&dir, &backends);
     assert!(
         r.lines
             .iter()
@@ -91,11 +61,15 @@ fn openstack_cli_boots_servers_on_postgresql_and_rabbitmq() {
         .collect();
     assert_eq!(cells.len(), 2, "{:?}", r.lines);
     assert!(
-        cells.iter().all(|l| l.contains("amqp://guest:***@")),
+        cells.iter().all(|l| l.contains("amqp://guest:****@")),
         "the bus password must not be printed: {cells:?}"
     );
     boot_list_show_delete(&r, &bin);
     // No cell database holds a live instance.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let db_url = |db: &str| format!("{}/t_region_pg_{db}", pg_base());
     for cell in ["cell1", "cell2"] {
         let live: i64 = rt.block_on(async {
