@@ -176,3 +176,22 @@ pub async fn host_mappings(api: &str) -> Vec<(String, String)> {
     pool.close().await;
     v
 }
+
+/// A fresh, migrated cell database on `be`; keep the second value alive
+/// (it removes the SQLite file when dropped). `None`: PostgreSQL skipped.
+pub async fn cell_db(
+    be: Be,
+    name: &str,
+) -> Option<(cell_mapping::CellDb, Option<testkit::SqliteDb>)> {
+    let (url, keep) = match be {
+        Be::Sqlite => {
+            let d = testkit::sqlite(name);
+            (d.url.clone(), Some(d))
+        }
+        Be::Pg => (testkit::postgres(name).await?.url, None),
+    };
+    migrations::migrate(migrations::Kind::Cell, &url)
+        .await
+        .expect("cell migrations");
+    Some((cell_mapping::CellDb::open(&url).await.expect("open"), keep))
+}

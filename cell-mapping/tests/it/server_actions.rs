@@ -4,32 +4,14 @@
 use cell_mapping::db::server_actions::{
     ActionRecord, ActionRefused, ActionStart, ActionsFilter, RebuildChange, WriteOutcome,
 };
-use cell_mapping::db::{InstanceFlavor, NewCellInstance, Pool};
+use cell_mapping::db::{InstanceFlavor, NewCellInstance};
 use cell_mapping::CellDb;
 use chrono::{Duration, Utc};
 
-use crate::common::Be;
-
-async fn cell_db(be: Be, name: &str) -> Option<(CellDb, Option<testkit::SqliteDb>)> {
-    let (url, keep) = match be {
-        Be::Sqlite => {
-            let d = testkit::sqlite(name);
-            (d.url.clone(), Some(d))
-        }
-        Be::Pg => (testkit::postgres(name).await?.url, None),
-    };
-    migrations::migrate(migrations::Kind::Cell, &url)
-        .await
-        .expect("cell migrations");
-    Some((CellDb::open(&url).await.expect("open"), keep))
-}
+use crate::common::{cell_db, Be};
 
 async fn exec(db: &CellDb, sql: &str, uuid: &str) {
-    match db.pool() {
-        Pool::Postgres(p) => sqlx::query(sql).bind(uuid).execute(p).await.map(|_| ()),
-        Pool::Sqlite(p) => sqlx::query(sql).bind(uuid).execute(p).await.map(|_| ()),
-    }
-    .expect(sql);
+    crate::common::exec(db.pool(), sql, &[uuid]).await;
 }
 
 fn record(action: &str, rid: &str) -> ActionRecord {
