@@ -78,7 +78,7 @@ fn action_view(ctx: &Ctx, a: &InstanceActionRow) -> Value {
     v
 }
 
-fn parse_time(name: &str, s: &str) -> ApiResult<DateTime<Utc>> {
+pub(crate) fn parse_time(name: &str, s: &str) -> ApiResult<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&Utc));
     }

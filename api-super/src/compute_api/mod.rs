@@ -23,6 +23,7 @@ pub mod microversion;
 pub mod quotas;
 pub mod server_actions;
 pub mod server_groups;
+pub mod server_list;
 pub mod server_metadata;
 pub mod servers;
 pub mod services;
@@ -281,8 +282,11 @@ pub fn router(app: App) -> Router {
             "/v2.1/os-simple-tenant-usage/{project_id}",
             get(usage::show),
         )
-        .route("/v2.1/servers", get(servers::index).post(servers::create))
-        .route("/v2.1/servers/detail", get(servers::index_detail))
+        .route(
+            "/v2.1/servers",
+            get(server_list::index).post(servers::create),
+        )
+        .route("/v2.1/servers/detail", get(server_list::index_detail))
         .route(
             "/v2.1/servers/{id}",
             get(servers::show)

@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use cell_mapping::db::{CellFault, CellInstance, InstanceFlavor, ListFilter};
+use cell_mapping::db::{CellFault, CellInstance, InstanceFlavor};
 use cell_mapping::CellMapping;
 use chrono::{DateTime, SecondsFormat, Utc};
-use fabric::rpc::{self, method, power_state, task_state as ts, vm_state as vs, RequestIds};
+use fabric::rpc::{self, method, task_state as ts, vm_state as vs, RequestIds};
 use serde_json::{json, Value};
 
 use super::db::{BuildInstance, RequestSpec};
@@ -39,7 +39,7 @@ pub(crate) struct Server {
     pub(crate) updated_at: Option<DateTime<Utc>>,
     pub(crate) launched_at: Option<DateTime<Utc>>,
     pub(crate) progress: Option<i64>,
-    fault: Option<CellFault>,
+    pub(crate) fault: Option<CellFault>,
     /// Locked (2.9).
     pub(crate) locked: bool,
     /// `owner` or `admin`.
@@ -50,39 +50,19 @@ pub(crate) struct Server {
     pub(crate) metadata: Vec<(String, String)>,
     /// Tags (2.26), sorted.
     pub(crate) tags: Vec<String>,
-    key_name: Option<String>,
+    pub(crate) key_name: Option<String>,
 }
 
 impl Server {
-    fn from_build(b: &BuildInstance) -> Self {
-        Server {
-            uuid: b.uuid.clone(),
-            name: b.display_name.clone(),
-            project_id: b.project_id.clone(),
-            user_id: b.user_id.clone(),
-            vm_state: vs::BUILDING.into(),
-            task_state: Some(ts::SCHEDULING.into()),
-            power_state: power_state::NOSTATE as i64,
-            host: None,
-            node: None,
-            availability_zone: b.availability_zone.clone(),
-            image_ref: b.image_ref.clone(),
-            flavor: Some(b.flavor.clone()),
-            created_at: b.created_at,
-            updated_at: None,
-            launched_at: None,
-            progress: Some(0),
-            fault: None,
-            locked: false,
-            locked_by: None,
-            locked_reason: None,
-            metadata: Vec::new(),
-            tags: Vec::new(),
-            key_name: b.key_name.clone(),
-        }
+    /// A build request not scheduled yet, as the instance it will be.
+    pub(crate) fn from_build(b: &BuildInstance) -> Self {
+        let mut s = Server::from_cell(super::server_list::build_as_instance(b));
+        s.flavor = Some(b.flavor.clone());
+        s.key_name = b.key_name.clone();
+        s
     }
 
-    fn from_cell(i: CellInstance) -> Self {
+    pub(crate) fn from_cell(i: CellInstance) -> Self {
         Server {
             uuid: i.uuid,
             name: i.display_name.unwrap_or_default(),
@@ -124,19 +104,19 @@ pub(crate) async fn add_metadata_and_tags(
         return Ok(());
     }
     let uuids: Vec<String> = servers.iter().map(|s| s.uuid.clone()).collect();
-    let meta = db.api_metadata(&uuids).await?;
-    let tags = db.api_tags(&uuids).await?;
+    let (meta, tags) =
+        futures_util::future::try_join(db.api_metadata(&uuids), db.api_tags(&uuids)).await?;
+    let mut meta_of: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    for (uuid, k, v) in meta {
+        meta_of.entry(uuid).or_default().push((k, v));
+    }
+    let mut tags_of: HashMap<String, Vec<String>> = HashMap::new();
+    for (uuid, t) in tags {
+        tags_of.entry(uuid).or_default().push(t);
+    }
     for s in servers.iter_mut() {
-        s.metadata = meta
-            .iter()
-            .filter(|m| m.0 == s.uuid)
-            .map(|m| (m.1.clone(), m.2.clone()))
-            .collect();
-        s.tags = tags
-            .iter()
-            .filter(|t| t.0 == s.uuid)
-            .map(|t| t.1.clone())
-            .collect();
+        s.metadata = meta_of.remove(&s.uuid).unwrap_or_default();
+        s.tags = tags_of.remove(&s.uuid).unwrap_or_default();
     }
     Ok(())
 }
@@ -170,7 +150,7 @@ fn status_of_vm(vm_state: &str) -> &'static str {
 }
 
 /// The vm_states a status filter means (`None`: unknown status).
-fn vm_states_of(status: &str) -> Option<Vec<String>> {
+pub(crate) fn vm_states_of(status: &str) -> Option<Vec<String>> {
     let v: &[&str] = match status.to_ascii_uppercase().as_str() {
         "BUILD" => &[vs::BUILDING],
         "ACTIVE" => &[vs::ACTIVE],
@@ -288,14 +268,14 @@ pub(crate) fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
     v
 }
 
-fn brief_view(app: &App, s: &Server) -> Value {
+pub(crate) fn brief_view(app: &App, s: &Server) -> Value {
     json!({"id": s.uuid, "name": s.name, "links": links(app, "servers", &s.uuid)})
 }
 
 /// `OS-EXT-AZ:availability_zone` as Nova shows it: a server on a host is
 /// in that host's zone now (its aggregates' `availability_zone`, else the
 /// default zone), so a zone change of an aggregate shows at once.
-async fn current_zones(app: &App, servers: &mut [Server]) -> ApiResult<()> {
+pub(crate) async fn current_zones(app: &App, servers: &mut [Server]) -> ApiResult<()> {
     if servers.iter().all(|s| s.host.is_none()) {
         return Ok(());
     }
@@ -650,7 +630,7 @@ pub(crate) fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
     m
 }
 
-fn decode(s: &str) -> String {
+pub(crate) fn decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -670,222 +650,6 @@ fn decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResult<Response> {
-    let action = if detail {
-        "os_compute_api:servers:detail"
-    } else {
-        "os_compute_api:servers:index"
-    };
-    app.authorize(ctx, action, ctx.project_id())?;
-    let q = parse_query(raw);
-    let all_tenants = q.get("all_tenants").is_some_and(|v| {
-        !matches!(
-            v.to_ascii_lowercase().as_str(),
-            "0" | "false" | "off" | "no"
-        )
-    });
-    let project = if all_tenants {
-        app.authorize(ctx, &format!("{action}:get_all_tenants"), ctx.project_id())?;
-        q.get("project_id").or(q.get("tenant_id")).cloned()
-    } else {
-        Some(ctx.project_id().to_owned())
-    };
-    let limit = match q.get("limit") {
-        None => app.max_limit,
-        Some(l) => l
-            .parse::<usize>()
-            .map_err(|_| {
-                bad(format!(
-                    "Invalid input for query parameters limit. Value: {l}."
-                ))
-            })?
-            .min(app.max_limit),
-    };
-    let vm_states = match q.get("status") {
-        None => Vec::new(),
-        Some(s) => match vm_states_of(s) {
-            Some(v) => v,
-            // Nova answers an unknown status with nothing.
-            None => return Ok(render_list(app, ctx, Vec::new(), detail, limit, raw)),
-        },
-    };
-    let name_re = match q.get("name") {
-        None => None,
-        Some(n) => Some(
-            regex::Regex::new(n).map_err(|_| bad(format!("Invalid regular expression: {n}")))?,
-        ),
-    };
-    let after = match q.get("marker") {
-        None => None,
-        Some(m) => Some(marker_position(app, m).await?),
-    };
-    let keep = |s: &Server| -> bool {
-        name_re.as_ref().is_none_or(|re| re.is_match(&s.name))
-            && (vm_states.is_empty() || vm_states.contains(&s.vm_state))
-            && after
-                .as_ref()
-                .is_none_or(|(t, u)| (s.created_at, s.uuid.as_str()) < (*t, u.as_str()))
-    };
-    // Build requests not scheduled yet.
-    let mut all: Vec<Server> = app
-        .db
-        .build_requests(project.as_deref())
-        .await?
-        .iter()
-        .map(|b| Server::from_build(&b.instance))
-        .filter(|s| keep(s))
-        .collect();
-    // Every cell in parallel, each a page at a time until `limit` match.
-    let filter = ListFilter {
-        project_id: project.clone(),
-        vm_states: vm_states.clone(),
-        after: after.clone(),
-        limit: (limit.max(1) as i64).min(500),
-    };
-    let cells = app.cells.all();
-    let per_cell = cells.iter().map(|cell| {
-        let app = app.clone();
-        let mut f = filter.clone();
-        let name_re = name_re.clone();
-        async move {
-            let db = app.cells.db(cell).await.map_err(ApiError::internal)?;
-            let mut out = Vec::new();
-            loop {
-                let rows = db.api_instances(&f).await?;
-                let got = rows.len() as i64;
-                if let Some(last) = rows.last() {
-                    f.after = Some((last.created_at, last.uuid.clone()));
-                }
-                for r in rows {
-                    let s = Server::from_cell(r);
-                    if name_re.as_ref().is_none_or(|re| re.is_match(&s.name)) {
-                        out.push(s);
-                    }
-                }
-                if got < f.limit || out.len() >= limit {
-                    break;
-                }
-            }
-            if detail {
-                add_metadata_and_tags(&db, &mut out).await?;
-                let errs: Vec<String> = out
-                    .iter()
-                    .filter(|s| s.vm_state == vs::ERROR)
-                    .map(|s| s.uuid.clone())
-                    .collect();
-                if !errs.is_empty() {
-                    let faults = db.api_faults(&errs).await?;
-                    for s in out.iter_mut() {
-                        s.fault = faults.iter().find(|f| f.instance_uuid == s.uuid).cloned();
-                    }
-                }
-            }
-            Ok::<_, ApiError>(out)
-        }
-    });
-    for r in futures_util::future::join_all(per_cell).await {
-        let from_cell = r?;
-        // A build that landed between the reads: the cell's row wins.
-        all.retain(|b| !from_cell.iter().any(|c| c.uuid == b.uuid));
-        all.extend(from_cell);
-    }
-    all.sort_by(|a, b| (b.created_at, &b.uuid).cmp(&(a.created_at, &a.uuid)));
-    if detail {
-        all.truncate(limit);
-        let ids: Vec<String> = all
-            .iter()
-            .filter(|s| s.key_name.is_none())
-            .map(|s| s.uuid.clone())
-            .collect();
-        let mut names = app.db.key_names(&ids).await?;
-        for s in all.iter_mut() {
-            if let Some(k) = names.remove(&s.uuid) {
-                s.key_name = Some(k);
-            }
-        }
-        current_zones(app, &mut all).await?;
-    }
-    Ok(render_list(app, ctx, all, detail, limit, raw))
-}
-
-fn render_list(
-    app: &App,
-    ctx: &Ctx,
-    mut all: Vec<Server>,
-    detail: bool,
-    limit: usize,
-    raw: Option<&str>,
-) -> Response {
-    // As upstream: a full page links to the next one.
-    let more = limit > 0 && all.len() >= limit;
-    all.truncate(limit);
-    let items: Vec<Value> = all
-        .iter()
-        .map(|s| {
-            if detail {
-                detail_view(app, ctx, s)
-            } else {
-                brief_view(app, s)
-            }
-        })
-        .collect();
-    let key = "servers";
-    let mut body = json!({ key: items });
-    if more {
-        if let Some(last) = all.last() {
-            let mut q: Vec<String> = raw
-                .unwrap_or("")
-                .split('&')
-                .filter(|p| !p.is_empty() && !p.starts_with("marker="))
-                .map(str::to_owned)
-                .collect();
-            q.push(format!("marker={}", last.uuid));
-            let path = if detail { "servers/detail" } else { "servers" };
-            body["servers_links"] = json!([{"rel": "next",
-                "href": format!("{}/v2.1/{path}?{}", app.public_url(), q.join("&"))}]);
-        }
-    }
-    Json(body).into_response()
-}
-
-/// `(created_at, uuid)` of the marker server.
-async fn marker_position(app: &App, marker: &str) -> ApiResult<(DateTime<Utc>, String)> {
-    let not_found = || bad(format!("marker [{marker}] not found"));
-    let Some((cell_id, _)) = app.db.mapping(marker).await? else {
-        return Err(not_found());
-    };
-    match cell_id {
-        None => {
-            let b = app.db.build_request(marker).await?.ok_or_else(not_found)?;
-            Ok((b.instance.created_at, b.instance.uuid))
-        }
-        Some(cid) => {
-            let cell = app.cells.by_id(cid).ok_or_else(not_found)?;
-            let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
-            let i = db.api_instance(marker).await?.ok_or_else(not_found)?;
-            Ok((i.created_at, i.uuid))
-        }
-    }
-}
-
-/// `GET /servers`.
-pub async fn index(
-    State(app): State<App>,
-    Extension(ctx): Extension<Ctx>,
-    RawQuery(raw): RawQuery,
-) -> ApiResult<Response> {
-    list(&app, &ctx, raw.as_deref(), false).await
-}
-
-/// `GET /servers/detail`.
-pub async fn index_detail(
-    State(app): State<App>,
-    Extension(ctx): Extension<Ctx>,
-    RawQuery(raw): RawQuery,
-) -> ApiResult<Response> {
-    list(&app, &ctx, raw.as_deref(), true).await
 }
 
 // ---------------------------------------------------------- show / update

@@ -8,5 +8,6 @@ mod matrix;
 mod operator;
 mod ratelimit;
 mod scheduler;
+mod server_list;
 mod tokens;
 mod user_apis;

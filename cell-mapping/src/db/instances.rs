@@ -177,17 +177,207 @@ impl ComputeHost {
     }
 }
 
-/// A page of a listing: newest first, after `marker`.
+/// A page of a listing, in `order`, after the position `after`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ListFilter {
     /// Only this project (`None`: every project).
     pub project_id: Option<String>,
     /// Only these `vm_state`s (empty: any).
     pub vm_states: Vec<String>,
-    /// Keyset marker: rows strictly after (older than) `(created_at, uuid)`.
-    pub after: Option<(DateTime<Utc>, String)>,
+    /// Only instances on this host.
+    pub host: Option<String>,
+    /// Only instances changed at or after this time (`changes-since`;
+    /// `updated_at`, or `created_at` when never updated).
+    pub changes_since: Option<DateTime<Utc>>,
+    /// Only instances changed at or before this time (`changes-before`).
+    pub changes_before: Option<DateTime<Utc>>,
+    /// Deleted instances too (a `changes-since` listing, as upstream).
+    pub include_deleted: bool,
+    /// The sort.
+    pub order: ListOrder,
+    /// Keyset marker: rows strictly after this position (the sort values
+    /// of the last row of the previous page, one per key of `order`).
+    pub after: Option<Vec<SortValue>>,
     /// At most this many rows.
     pub limit: i64,
+}
+
+/// A column the server list sorts on: Nova's `sort_key`s whose values this
+/// cloud stores. Each sorts on a value that is never NULL, the same in SQL
+/// ([`SortKey::sql`]) and in the API's merge of per-cell pages: a missing
+/// text is `""`, a missing number `0`, a missing `updated_at` is the
+/// creation time and a missing `launched_at` the Unix epoch. Text compares
+/// byte-wise (PostgreSQL: `COLLATE "C"`, SQLite's default), so every cell
+/// and the merge agree whatever the database's collation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    /// `created_at`.
+    CreatedAt,
+    /// `updated_at`.
+    UpdatedAt,
+    /// `launched_at`.
+    LaunchedAt,
+    /// `display_name`.
+    DisplayName,
+    /// `host` (admins only, as upstream).
+    Host,
+    /// `node` (admins only, as upstream).
+    Node,
+    /// `availability_zone`.
+    AvailabilityZone,
+    /// `project_id`.
+    ProjectId,
+    /// `user_id`.
+    UserId,
+    /// `uuid`.
+    Uuid,
+    /// `vm_state`.
+    VmState,
+    /// `task_state`.
+    TaskState,
+    /// `power_state`.
+    PowerState,
+    /// `progress`.
+    Progress,
+    /// `image_ref`.
+    ImageRef,
+    /// `locked` (2.73).
+    Locked,
+    /// `locked_by`.
+    LockedBy,
+}
+
+/// A [`SortKey`]'s value in one row.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SortValue {
+    /// Text (byte-wise order).
+    Text(String),
+    /// Integer.
+    Int(i64),
+    /// Time.
+    Time(DateTime<Utc>),
+}
+
+impl SortKey {
+    /// The key named `name` (Nova's `sort_key` vocabulary), if stored here.
+    pub fn parse(name: &str) -> Option<SortKey> {
+        Some(match name {
+            "created_at" => SortKey::CreatedAt,
+            "updated_at" => SortKey::UpdatedAt,
+            "launched_at" => SortKey::LaunchedAt,
+            "display_name" => SortKey::DisplayName,
+            "host" => SortKey::Host,
+            "node" => SortKey::Node,
+            "availability_zone" => SortKey::AvailabilityZone,
+            "project_id" => SortKey::ProjectId,
+            "user_id" => SortKey::UserId,
+            "uuid" => SortKey::Uuid,
+            "vm_state" => SortKey::VmState,
+            "task_state" => SortKey::TaskState,
+            "power_state" => SortKey::PowerState,
+            "progress" => SortKey::Progress,
+            "image_ref" => SortKey::ImageRef,
+            "locked" => SortKey::Locked,
+            "locked_by" => SortKey::LockedBy,
+            _ => return None,
+        })
+    }
+
+    /// The SQL expression sorted on (never NULL), on `instances i`.
+    pub fn sql(self, postgres: bool) -> String {
+        let text = |col: &str| {
+            if postgres {
+                format!("COALESCE(i.{col}, '') COLLATE \"C\"")
+            } else {
+                format!("COALESCE(i.{col}, '')")
+            }
+        };
+        match self {
+            SortKey::CreatedAt => "i.created_at".into(),
+            SortKey::UpdatedAt => "COALESCE(i.updated_at, i.created_at)".into(),
+            SortKey::LaunchedAt if postgres => {
+                "COALESCE(i.launched_at, TIMESTAMPTZ '1970-01-01 00:00:00+00')".into()
+            }
+            // sqlx stores SQLite times as RFC 3339 text.
+            SortKey::LaunchedAt => "COALESCE(i.launched_at, '1970-01-01T00:00:00+00:00')".into(),
+            // Never NULL: no COALESCE, so the index serves it.
+            SortKey::Uuid if postgres => "i.uuid COLLATE \"C\"".into(),
+            SortKey::Uuid => "i.uuid".into(),
+            SortKey::DisplayName => text("display_name"),
+            SortKey::Host => text("host"),
+            SortKey::Node => text("node"),
+            SortKey::AvailabilityZone => text("availability_zone"),
+            SortKey::ProjectId => text("project_id"),
+            SortKey::UserId => text("user_id"),
+            SortKey::VmState => text("vm_state"),
+            SortKey::TaskState => text("task_state"),
+            SortKey::ImageRef => text("image_ref"),
+            SortKey::LockedBy => text("locked_by"),
+            SortKey::PowerState => "COALESCE(i.power_state, 0)".into(),
+            SortKey::Progress => "COALESCE(i.progress, 0)".into(),
+            SortKey::Locked => "(CASE WHEN i.locked THEN 1 ELSE 0 END)".into(),
+        }
+    }
+
+    /// The value of this key in `i`, as [`SortKey::sql`] computes it.
+    pub fn value(self, i: &CellInstance) -> SortValue {
+        let text = |v: &Option<String>| SortValue::Text(v.clone().unwrap_or_default());
+        match self {
+            SortKey::CreatedAt => SortValue::Time(i.created_at),
+            SortKey::UpdatedAt => SortValue::Time(i.updated_at.unwrap_or(i.created_at)),
+            SortKey::LaunchedAt => SortValue::Time(i.launched_at.unwrap_or(DateTime::UNIX_EPOCH)),
+            SortKey::DisplayName => text(&i.display_name),
+            SortKey::Host => text(&i.host),
+            SortKey::Node => text(&i.node),
+            SortKey::AvailabilityZone => text(&i.availability_zone),
+            SortKey::ProjectId => SortValue::Text(i.project_id.clone()),
+            SortKey::UserId => SortValue::Text(i.user_id.clone()),
+            SortKey::Uuid => SortValue::Text(i.uuid.clone()),
+            SortKey::VmState => text(&i.vm_state),
+            SortKey::TaskState => text(&i.task_state),
+            SortKey::ImageRef => text(&i.image_ref),
+            SortKey::LockedBy => text(&i.locked_by),
+            SortKey::PowerState => SortValue::Int(i.power_state.unwrap_or(0)),
+            SortKey::Progress => SortValue::Int(i.progress.unwrap_or(0)),
+            SortKey::Locked => SortValue::Int(i64::from(i.locked)),
+        }
+    }
+}
+
+/// Where a listing stands: the sort and, for the next page, the sort
+/// values of the last row seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListOrder {
+    /// Keys and directions (`true`: descending); the last key is
+    /// [`SortKey::Uuid`], so the order is total.
+    pub keys: Vec<(SortKey, bool)>,
+}
+
+impl Default for ListOrder {
+    /// Newest first (`created_at` desc, then `uuid` desc).
+    fn default() -> Self {
+        ListOrder {
+            keys: vec![(SortKey::CreatedAt, true), (SortKey::Uuid, true)],
+        }
+    }
+}
+
+impl ListOrder {
+    /// The sort values of `i`, one per key.
+    pub fn values(&self, i: &CellInstance) -> Vec<SortValue> {
+        self.keys.iter().map(|(k, _)| k.value(i)).collect()
+    }
+
+    /// `a` against `b` (values of this order) in listing order.
+    pub fn cmp(&self, a: &[SortValue], b: &[SortValue]) -> std::cmp::Ordering {
+        for ((_, desc), (x, y)) in self.keys.iter().zip(a.iter().zip(b)) {
+            let o = x.cmp(y);
+            if o != std::cmp::Ordering::Equal {
+                return if *desc { o.reverse() } else { o };
+            }
+        }
+        std::cmp::Ordering::Equal
+    }
 }
 
 const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, i.node, \
@@ -267,30 +457,66 @@ impl CellDb {
             sqlx::query_as(&sql).bind(uuid).fetch_optional(p)).await?))
     }
 
-    /// Live instances, newest first (`created_at` desc, then `uuid` desc).
+    /// Instances matching `f`, in `f.order`, after `f.after`.
     pub async fn api_instances(&self, f: &ListFilter) -> Result<Vec<CellInstance>, Error> {
-        let mut sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE NOT i.deleted");
+        let postgres = matches!(self.pool(), super::Pool::Postgres(_));
+        let mut sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE TRUE");
+        if !f.include_deleted {
+            sql.push_str(" AND NOT i.deleted");
+        }
+        // Placeholders in binding order.
         let mut n = 1;
+        let mut take = |count: usize| {
+            let k = n;
+            n += count;
+            k
+        };
         if f.project_id.is_some() {
-            sql.push_str(&format!(" AND i.project_id = ${n}"));
-            n += 1;
+            sql.push_str(&format!(" AND i.project_id = ${}", take(1)));
         }
         if !f.vm_states.is_empty() {
+            let k = take(f.vm_states.len());
             sql.push_str(&format!(
                 " AND i.vm_state IN ({})",
-                placeholders(n, f.vm_states.len())
+                placeholders(k, f.vm_states.len())
             ));
-            n += f.vm_states.len();
         }
-        if f.after.is_some() {
-            sql.push_str(&format!(
-                " AND (i.created_at < ${n} OR (i.created_at = ${n} AND i.uuid < ${}))",
-                n + 1
-            ));
-            n += 2;
+        if f.host.is_some() {
+            sql.push_str(&format!(" AND i.host = ${}", take(1)));
         }
+        let changed = SortKey::UpdatedAt.sql(postgres);
+        if f.changes_since.is_some() {
+            sql.push_str(&format!(" AND {changed} >= ${}", take(1)));
+        }
+        if f.changes_before.is_some() {
+            sql.push_str(&format!(" AND {changed} <= ${}", take(1)));
+        }
+        let exprs: Vec<String> = f.order.keys.iter().map(|(k, _)| k.sql(postgres)).collect();
+        if let Some(after) = &f.after {
+            // (k1 op v1) OR (k1 = v1 AND k2 op v2) OR ...
+            let first = take(after.len());
+            let mut ors = Vec::new();
+            for (j, (_, desc)) in f.order.keys.iter().enumerate().take(after.len()) {
+                let mut ands: Vec<String> = (0..j)
+                    .map(|i| format!("{} = ${}", exprs[i], first + i))
+                    .collect();
+                let op = if *desc { "<" } else { ">" };
+                ands.push(format!("{} {op} ${}", exprs[j], first + j));
+                ors.push(format!("({})", ands.join(" AND ")));
+            }
+            sql.push_str(&format!(" AND ({})", ors.join(" OR ")));
+        }
+        let order: Vec<String> = f
+            .order
+            .keys
+            .iter()
+            .zip(&exprs)
+            .map(|((_, desc), e)| format!("{e} {}", if *desc { "DESC" } else { "ASC" }))
+            .collect();
         sql.push_str(&format!(
-            " ORDER BY i.created_at DESC, i.uuid DESC LIMIT ${n}"
+            " ORDER BY {} LIMIT ${}",
+            order.join(", "),
+            take(1)
         ));
         Ok(with_pool!(self.pool(), p => {
             let mut q = sqlx::query_as(&sql);
@@ -300,8 +526,21 @@ impl CellDb {
             for s in &f.vm_states {
                 q = q.bind(s);
             }
-            if let Some((at, uuid)) = &f.after {
-                q = q.bind(*at).bind(uuid);
+            if let Some(h) = &f.host {
+                q = q.bind(h);
+            }
+            if let Some(t) = f.changes_since {
+                q = q.bind(t);
+            }
+            if let Some(t) = f.changes_before {
+                q = q.bind(t);
+            }
+            for v in f.after.iter().flatten() {
+                q = match v {
+                    SortValue::Text(t) => q.bind(t.clone()),
+                    SortValue::Int(i) => q.bind(*i),
+                    SortValue::Time(t) => q.bind(*t),
+                };
             }
             measured("api_instances_list", q.bind(f.limit).fetch_all(p)).await?
         }))

@@ -183,7 +183,8 @@ impl CellDb {
 pub use aggregates::{Aggregate, AggregateRefused};
 pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
 pub use instances::{
-    CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, NewCellInstance, NewFault,
+    CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, ListOrder, NewCellInstance,
+    NewFault, SortKey, SortValue,
 };
 pub use server_groups::{NewServerGroup, ServerGroup};
 pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};

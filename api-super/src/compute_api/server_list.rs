@@ -1,0 +1,550 @@
+//! `GET /servers` and `/servers/detail` over every cell: filters, sort keys
+//! and keyset paging, as one sorted merge of per-cell sorted pages.
+//!
+//! Each cell is read lazily: a first page of about its share of `limit`
+//! (all cells in parallel), then another page only for a cell whose rows
+//! ran out while the merge still needs rows. A 1,000-server page over four
+//! cells reads about 1,300 instance rows, where reading `limit` rows from
+//! every cell (upstream's way) reads 4,000. Metadata, tags and faults are
+//! read afterwards for the rows kept only. Paging is by the sort values of
+//! the marker (the last server of the previous page) with the uuid as the
+//! final key, so a page never skips or repeats a server while others come
+//! and go.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use axum::extract::{RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use cell_mapping::db::{CellInstance, ListFilter, ListOrder, SortKey, SortValue};
+use cell_mapping::{CellDb, CellMapping};
+use chrono::{DateTime, Utc};
+use fabric::rpc::{power_state, task_state as ts, vm_state as vs};
+use serde_json::json;
+
+use super::db::BuildInstance;
+use super::error::{ApiError, ApiResult};
+use super::servers::{
+    add_metadata_and_tags, brief_view, current_zones, decode, detail_view, parse_query,
+    vm_states_of, Server,
+};
+use super::{App, Ctx};
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::BadRequest(msg.into())
+}
+
+/// Rows read from a cell at most per statement.
+const MAX_PAGE: i64 = 500;
+
+/// Nova's sort keys that were valid before its query schema and are
+/// ignored (dropped with their direction) before 2.75, refused from 2.75.
+const IGNORED_SORT_KEYS: &[&str] = &[
+    "architecture",
+    "cell_name",
+    "cleaned",
+    "default_ephemeral_device",
+    "default_swap_device",
+    "deleted",
+    "deleted_at",
+    "disable_terminate",
+    "ephemeral_gb",
+    "ephemeral_key_uuid",
+    "id",
+    "key_data",
+    "launched_on",
+    "memory_mb",
+    "os_type",
+    "reservation_id",
+    "root_gb",
+    "shutdown_terminate",
+    "user_data",
+    "vcpus",
+    "vm_mode",
+];
+
+/// Nova's valid sort keys whose values this cloud does not keep (always
+/// empty here or kept elsewhere): refused with a clear 400 instead of a
+/// silently meaningless order.
+const UNSUPPORTED_SORT_KEYS: &[&str] = &[
+    "access_ip_v4",
+    "access_ip_v6",
+    "auto_disk_config",
+    "config_drive",
+    "display_description",
+    "hostname",
+    "instance_type_id",
+    "kernel_id",
+    "key_name",
+    "launch_index",
+    "ramdisk_id",
+    "root_device_name",
+    "terminated_at",
+];
+
+/// The sort a request asks for (`sort_key`/`sort_dir`, repeatable), as
+/// upstream: directions pair with keys by position, keys without one take
+/// the first direction given (default `desc`), `created_at` and then
+/// `uuid` close the order.
+fn parse_order(ctx: &Ctx, raw: Option<&str>) -> ApiResult<ListOrder> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut dirs: Vec<String> = Vec::new();
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match decode(k).as_str() {
+            "sort_key" => keys.push(decode(v)),
+            "sort_dir" => dirs.push(decode(v)),
+            _ => {}
+        }
+    }
+    let invalid = |reason: &str| bad(format!("Invalid input received: {reason}"));
+    for d in &dirs {
+        if d != "asc" && d != "desc" {
+            return Err(invalid("Unknown sort direction, must be 'desc' or 'asc'"));
+        }
+    }
+    // Keys Nova ignores go with their direction.
+    let locked_valid = ctx.mv.at_least(73);
+    let mut kept: Vec<(String, Option<String>)> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let ignored = IGNORED_SORT_KEYS.contains(&k.as_str()) || (k == "locked" && !locked_valid);
+        if ignored {
+            if ctx.mv.at_least(75) {
+                return Err(bad(format!(
+                    "Invalid input for query parameters sort_key. Value: {k}. '{k}' is not a valid sort key"
+                )));
+            }
+            continue;
+        }
+        if UNSUPPORTED_SORT_KEYS.contains(&k.as_str()) {
+            return Err(bad(format!(
+                "Sort key {k} is not supported by this cloud: its value is not kept"
+            )));
+        }
+        if SortKey::parse(k).is_none() {
+            return Err(bad(format!(
+                "Invalid input for query parameters sort_key. Value: {k}. '{k}' is not a valid sort key"
+            )));
+        }
+        if (k == "host" || k == "node") && !ctx.is_admin() {
+            return Err(ApiError::Forbidden(format!(
+                "Only administrators can sort servers by {k}"
+            )));
+        }
+        kept.push((k.clone(), dirs.get(i).cloned()));
+    }
+    if dirs.len() > keys.len() {
+        return Err(invalid("Sort direction size exceeds sort key size"));
+    }
+    // Keys without a direction take the first one left (default desc).
+    let default_desc = kept
+        .iter()
+        .find_map(|(_, d)| d.as_deref())
+        .is_none_or(|d| d == "desc");
+    let mut order: Vec<(SortKey, bool)> = Vec::new();
+    for (k, d) in kept {
+        let key = SortKey::parse(&k).expect("checked above");
+        if order.iter().any(|(o, _)| *o == key) {
+            continue;
+        }
+        order.push((key, d.map_or(default_desc, |d| d == "desc")));
+    }
+    for key in [SortKey::CreatedAt, SortKey::Uuid] {
+        if !order.iter().any(|(o, _)| *o == key) {
+            order.push((key, default_desc));
+        }
+    }
+    Ok(ListOrder { keys: order })
+}
+
+/// A build request as the instance row it will become (for sorting and
+/// filtering it with the cells' rows).
+pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
+    CellInstance {
+        uuid: b.uuid.clone(),
+        project_id: b.project_id.clone(),
+        user_id: b.user_id.clone(),
+        display_name: Some(b.display_name.clone()),
+        host: None,
+        node: None,
+        vm_state: Some(vs::BUILDING.into()),
+        task_state: Some(ts::SCHEDULING.into()),
+        power_state: Some(power_state::NOSTATE as i64),
+        availability_zone: b.availability_zone.clone(),
+        image_ref: Some(b.image_ref.clone()),
+        reservation_id: Some(b.reservation_id.clone()),
+        launch_index: Some(b.launch_index),
+        launched_at: None,
+        created_at: b.created_at,
+        updated_at: None,
+        deleted: false,
+        progress: Some(0),
+        flavor: None,
+        locked: false,
+        locked_by: None,
+        locked_reason: None,
+    }
+}
+
+/// The rows of one source (a cell, or the unscheduled build requests),
+/// read a page at a time, each with its sort values.
+struct Source {
+    /// The cell (`None`: build requests, all loaded at once).
+    cell: Option<(CellMapping, CellDb)>,
+    rows: VecDeque<(Vec<SortValue>, Server)>,
+    after: Option<Vec<SortValue>>,
+    done: bool,
+}
+
+/// What every page read of one listing shares.
+struct Query<'a> {
+    filter: ListFilter,
+    name_re: Option<&'a regex::Regex>,
+}
+
+impl Source {
+    /// Reads the next rows (at least one kept, unless the cell has no more).
+    async fn refill(&mut self, q: &Query<'_>, want: i64) -> ApiResult<()> {
+        let Some((_, db)) = &self.cell else {
+            self.done = true;
+            return Ok(());
+        };
+        let want = want.clamp(1, MAX_PAGE);
+        while self.rows.is_empty() && !self.done {
+            let mut f = q.filter.clone();
+            f.after = self.after.clone();
+            f.limit = want;
+            let rows = db.api_instances(&f).await?;
+            self.done = (rows.len() as i64) < want;
+            for r in rows {
+                let v = f.order.values(&r);
+                self.after = Some(v.clone());
+                if q.name_re
+                    .is_none_or(|re| re.is_match(r.display_name.as_deref().unwrap_or("")))
+                {
+                    self.rows.push_back((v, Server::from_cell(r)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `v` (a row's sort values) lies strictly after `after`.
+fn is_after(order: &ListOrder, v: &[SortValue], after: Option<&Vec<SortValue>>) -> bool {
+    after.is_none_or(|a| order.cmp(v, a) == std::cmp::Ordering::Greater)
+}
+
+/// Whether a query parameter is a true boolean, as Nova reads `all_tenants`.
+fn truthy(v: &str) -> bool {
+    !matches!(
+        v.to_ascii_lowercase().as_str(),
+        "0" | "false" | "off" | "no"
+    )
+}
+
+async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResult<Response> {
+    let action = if detail {
+        "os_compute_api:servers:detail"
+    } else {
+        "os_compute_api:servers:index"
+    };
+    app.authorize(ctx, action, ctx.project_id())?;
+    let q = parse_query(raw);
+    let all_tenants = q.get("all_tenants").is_some_and(|v| truthy(v));
+    let project = if all_tenants {
+        app.authorize(ctx, &format!("{action}:get_all_tenants"), ctx.project_id())?;
+        q.get("project_id").or(q.get("tenant_id")).cloned()
+    } else {
+        Some(ctx.project_id().to_owned())
+    };
+    let limit = match q.get("limit") {
+        None => app.max_limit,
+        Some(l) => l
+            .parse::<usize>()
+            .map_err(|_| {
+                bad(format!(
+                    "Invalid input for query parameters limit. Value: {l}."
+                ))
+            })?
+            .min(app.max_limit),
+    };
+    let order = parse_order(ctx, raw)?;
+    let vm_states = match q.get("status") {
+        None => Vec::new(),
+        Some(s) => match vm_states_of(s) {
+            Some(v) => v,
+            // Nova answers an unknown status with nothing.
+            None => return Ok(render(app, ctx, Vec::new(), detail, limit, raw)),
+        },
+    };
+    let name_re = match q.get("name") {
+        None => None,
+        Some(n) => Some(
+            regex::Regex::new(n).map_err(|_| bad(format!("Invalid regular expression: {n}")))?,
+        ),
+    };
+    // Admin-only filters are ignored for others, as upstream.
+    let host = q.get("host").filter(|_| ctx.is_admin()).cloned();
+    let time = |name: &str| -> ApiResult<Option<DateTime<Utc>>> {
+        q.get(name)
+            .map(|s| super::instance_actions::parse_time(name, s))
+            .transpose()
+    };
+    let changes_since = time("changes-since")?;
+    let changes_before = if ctx.mv.at_least(66) {
+        time("changes-before")?
+    } else {
+        None
+    };
+    if let (Some(a), Some(b)) = (changes_since, changes_before) {
+        if a > b {
+            return Err(bad(
+                "The value of changes-since must be less than or equal to changes-before.",
+            ));
+        }
+    }
+    let after = match q.get("marker") {
+        None => None,
+        Some(m) => Some(marker_position(app, &order, m).await?),
+    };
+    let filter = ListFilter {
+        project_id: project.clone(),
+        vm_states,
+        host,
+        changes_since,
+        changes_before,
+        // A changes-since listing shows deleted servers too, as upstream.
+        include_deleted: changes_since.is_some() || changes_before.is_some(),
+        order,
+        after,
+        limit: 0,
+    };
+    let query = Query {
+        filter,
+        name_re: name_re.as_ref(),
+    };
+    let mut sources = sources(app, &query).await?;
+    let merged = merge(&query, &mut sources, limit).await?;
+    let mut servers = if detail {
+        with_details(app, &sources, merged).await?
+    } else {
+        merged.into_iter().map(|(_, s)| s).collect()
+    };
+    if detail {
+        current_zones(app, &mut servers).await?;
+    }
+    Ok(render(app, ctx, servers, detail, limit, raw))
+}
+
+/// The build requests (filtered and sorted) and one source per cell.
+async fn sources(app: &App, q: &Query<'_>) -> ApiResult<Vec<Source>> {
+    let f = &q.filter;
+    let changed_ok = |t: DateTime<Utc>| {
+        f.changes_since.is_none_or(|s| t >= s) && f.changes_before.is_none_or(|b| t <= b)
+    };
+    let mut builds: Vec<(Vec<SortValue>, Server)> = Vec::new();
+    if f.host.is_none() {
+        for b in app.db.build_requests(f.project_id.as_deref()).await? {
+            let i = build_as_instance(&b.instance);
+            let v = f.order.values(&i);
+            let keep = q
+                .name_re
+                .is_none_or(|re| re.is_match(&b.instance.display_name))
+                && (f.vm_states.is_empty() || f.vm_states.iter().any(|s| s == vs::BUILDING))
+                && changed_ok(b.instance.created_at)
+                && is_after(&f.order, &v, f.after.as_ref());
+            if keep {
+                builds.push((v, Server::from_build(&b.instance)));
+            }
+        }
+    }
+    builds.sort_by(|a, b| f.order.cmp(&a.0, &b.0));
+    let mut out = vec![Source {
+        cell: None,
+        rows: builds.into(),
+        after: None,
+        done: true,
+    }];
+    for cell in app.cells.all() {
+        let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+        out.push(Source {
+            cell: Some((cell, db)),
+            rows: VecDeque::new(),
+            after: f.after.clone(),
+            done: false,
+        });
+    }
+    Ok(out)
+}
+
+/// The first `limit` rows of all sources in order (each with the index of
+/// its source). A server seen twice (a build that landed in its cell
+/// between the reads) is shown once.
+async fn merge(
+    q: &Query<'_>,
+    sources: &mut [Source],
+    limit: usize,
+) -> ApiResult<Vec<(usize, Server)>> {
+    let cells = sources.iter().filter(|s| s.cell.is_some()).count().max(1);
+    // First pages: a cell's share of the page and a margin.
+    let mut want = (limit as i64 * 5 / 4 / cells as i64 + 16).min(MAX_PAGE);
+    let mut out: Vec<(usize, Server)> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    while out.len() < limit {
+        let refills = sources
+            .iter_mut()
+            .filter(|s| s.rows.is_empty() && !s.done)
+            .map(|s| s.refill(q, want));
+        for r in futures_util::future::join_all(refills).await {
+            r?;
+        }
+        // Later pages: what the page may still need from one cell.
+        want = (limit - out.len()) as i64 + 1;
+        let best = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.rows.front().map(|(v, _)| (i, v)))
+            .min_by(|a, b| q.filter.order.cmp(a.1, b.1))
+            .map(|(i, _)| i);
+        let Some(i) = best else { break };
+        let (_, s) = sources[i].rows.pop_front().expect("front seen");
+        if seen.insert(s.uuid.clone()) {
+            out.push((i, s));
+        }
+    }
+    Ok(out)
+}
+
+/// Metadata, tags and faults of the kept rows (each cell's in parallel),
+/// and key names from the API database; the order is kept.
+async fn with_details(
+    app: &App,
+    sources: &[Source],
+    merged: Vec<(usize, Server)>,
+) -> ApiResult<Vec<Server>> {
+    let mut by_source: HashMap<usize, Vec<(usize, Server)>> = HashMap::new();
+    for (pos, (src, s)) in merged.into_iter().enumerate() {
+        by_source.entry(src).or_default().push((pos, s));
+    }
+    let jobs = by_source.into_iter().map(|(src, rows)| async move {
+        let Some((_, db)) = &sources[src].cell else {
+            return Ok::<_, ApiError>(rows);
+        };
+        let (pos, mut servers): (Vec<usize>, Vec<Server>) = rows.into_iter().unzip();
+        add_metadata_and_tags(db, &mut servers).await?;
+        let errs: Vec<String> = servers
+            .iter()
+            .filter(|s| s.vm_state == vs::ERROR)
+            .map(|s| s.uuid.clone())
+            .collect();
+        if !errs.is_empty() {
+            let mut faults: HashMap<String, _> = db
+                .api_faults(&errs)
+                .await?
+                .into_iter()
+                .map(|f| (f.instance_uuid.clone(), f))
+                .collect();
+            for s in servers.iter_mut() {
+                s.fault = faults.remove(&s.uuid);
+            }
+        }
+        Ok(pos.into_iter().zip(servers).collect())
+    });
+    let mut all: Vec<(usize, Server)> = Vec::new();
+    for r in futures_util::future::join_all(jobs).await {
+        all.extend(r?);
+    }
+    all.sort_by_key(|(pos, _)| *pos);
+    let mut servers: Vec<Server> = all.into_iter().map(|(_, s)| s).collect();
+    let ids: Vec<String> = servers
+        .iter()
+        .filter(|s| s.key_name.is_none())
+        .map(|s| s.uuid.clone())
+        .collect();
+    let mut names = app.db.key_names(&ids).await?;
+    for s in servers.iter_mut() {
+        if let Some(k) = names.remove(&s.uuid) {
+            s.key_name = Some(k);
+        }
+    }
+    Ok(servers)
+}
+
+fn render(
+    app: &App,
+    ctx: &Ctx,
+    mut all: Vec<Server>,
+    detail: bool,
+    limit: usize,
+    raw: Option<&str>,
+) -> Response {
+    // As upstream: a full page links to the next one.
+    let more = limit > 0 && all.len() >= limit;
+    all.truncate(limit);
+    let items: Vec<serde_json::Value> = all
+        .iter()
+        .map(|s| {
+            if detail {
+                detail_view(app, ctx, s)
+            } else {
+                brief_view(app, s)
+            }
+        })
+        .collect();
+    let mut body = json!({ "servers": items });
+    if more {
+        if let Some(last) = all.last() {
+            let mut q: Vec<String> = raw
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty() && !p.starts_with("marker="))
+                .map(str::to_owned)
+                .collect();
+            q.push(format!("marker={}", last.uuid));
+            let path = if detail { "servers/detail" } else { "servers" };
+            body["servers_links"] = json!([{"rel": "next",
+                "href": format!("{}/v2.1/{path}?{}", app.public_url(), q.join("&"))}]);
+        }
+    }
+    Json(body).into_response()
+}
+
+/// The sort values of the marker server (deleted ones too: a
+/// changes-since page may end on one).
+async fn marker_position(app: &App, order: &ListOrder, marker: &str) -> ApiResult<Vec<SortValue>> {
+    let not_found = || bad(format!("marker [{marker}] not found"));
+    let Some((cell_id, _)) = app.db.mapping(marker).await? else {
+        return Err(not_found());
+    };
+    let row = match cell_id {
+        None => {
+            let b = app.db.build_request(marker).await?.ok_or_else(not_found)?;
+            build_as_instance(&b.instance)
+        }
+        Some(cid) => {
+            let cell = app.cells.by_id(cid).ok_or_else(not_found)?;
+            let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+            db.api_instance(marker).await?.ok_or_else(not_found)?
+        }
+    };
+    Ok(order.values(&row))
+}
+
+/// `GET /servers`.
+pub async fn index(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    list(&app, &ctx, raw.as_deref(), false).await
+}
+
+/// `GET /servers/detail`.
+pub async fn index_detail(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    list(&app, &ctx, raw.as_deref(), true).await
+}
