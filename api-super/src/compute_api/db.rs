@@ -6,7 +6,10 @@
 //! Both backends through `cell_mapping::db::Pool`; each statement is written
 //! once with `$N` binds and compiled for both by [`on_pool!`].
 
-use cell_mapping::db::{InstanceFlavor, Pool};
+use cell_mapping::db::server_groups::{
+    group_lock_sql, MEMBER_COUNT_BY_USER_SQL, MEMBER_INSERT_SQL,
+};
+use cell_mapping::db::{quota_lock_sql, InstanceFlavor, Pool, QUOTA_LOCK_INSERT};
 use cell_mapping::ApiDb;
 use chrono::{DateTime, Utc};
 use migrations::BeginWrite;
@@ -237,14 +240,18 @@ impl ComputeDb {
     }
 
     /// Writes the build requests, request specs and instance mappings (cell
-    /// unset) of a create, in one transaction. With `limits`, the project's
+    /// unset) of a create, and with `group` the servers' membership of
+    /// their server group, in one transaction. With `limits`, the project's
     /// usage is counted and checked in the same transaction, under the
-    /// project's quota lock: all of `builds` fit, or nothing is written and
-    /// the answer is Nova's 403.
+    /// project's quota lock; with `group`, the group's members of the
+    /// creating user are counted against `server_group_members` under the
+    /// group's row lock: all of `builds` fit, or nothing is written and the
+    /// answer is Nova's 403 (400 when the group was deleted meanwhile).
     pub async fn create_builds(
         &self,
         builds: &[(BuildInstance, RequestSpec)],
         limits: Option<&InstanceLimits>,
+        group: Option<&GroupJoin>,
     ) -> Result<(), ApiError> {
         let t = Utc::now();
         let pg = self.is_postgres();
@@ -252,15 +259,27 @@ impl ComputeDb {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             if let (Some(l), Some((first, _))) = (limits, builds.first()) {
                 let scope = format!("project:{}", first.project_id);
-                sqlx::query("INSERT INTO quota_locks (scope) VALUES ($1) ON CONFLICT (scope) DO NOTHING")
+                sqlx::query(QUOTA_LOCK_INSERT)
                     .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
-                sqlx::query(lock_sql(pg)).bind(&scope)
+                sqlx::query(quota_lock_sql(pg)).bind(&scope)
                     .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
                 let used: (i64, i64, i64) = sqlx::query_as(INSTANCE_USAGE_SQL)
                     .bind(&first.project_id).fetch_one(&mut *tx).await.map_err(db("quota_usage"))?;
                 let n = builds.len() as i64;
                 let want = (n, n * first.flavor.vcpus, n * first.flavor.memory_mb);
                 l.check(used, want)?;
+            }
+            if let (Some(g), Some((first, _))) = (group, builds.first()) {
+                let exists: Option<i64> = sqlx::query_scalar(group_lock_sql(pg)).bind(g.id)
+                    .fetch_optional(&mut *tx).await.map_err(db("server_group_lock"))?;
+                if exists.is_none() {
+                    return Err(ApiError::BadRequest(format!(
+                        "Invalid server group: Instance group {} could not be found.", g.uuid)));
+                }
+                let members: i64 = sqlx::query_scalar(MEMBER_COUNT_BY_USER_SQL)
+                    .bind(g.id).bind(&first.user_id)
+                    .fetch_one(&mut *tx).await.map_err(db("server_group_member_count"))?;
+                g.check(members, builds.len() as i64)?;
             }
             for (b, spec) in builds {
                 let inst = serde_json::to_string(b).map_err(ApiError::internal)?;
@@ -277,6 +296,10 @@ impl ComputeDb {
                     .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(b.created_at)
                     .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
                     .execute(&mut *tx).await.map_err(db("instance_mapping_insert"))?;
+                if let Some(g) = group {
+                    sqlx::query(MEMBER_INSERT_SQL).bind(g.id).bind(&b.uuid).bind(t)
+                        .execute(&mut *tx).await.map_err(db("server_group_member_insert"))?;
+                }
             }
             tx.commit().await.map_err(db("commit"))?;
         });
@@ -405,16 +428,6 @@ pub struct ComputeDb {
 // ------------------------------------------------------------ user APIs
 // Key pairs, flavor management (extra specs, access), quotas.
 
-/// The quota-lock statement: a row lock on PostgreSQL; on SQLite the write
-/// transaction (BEGIN IMMEDIATE) already serializes, a plain read is enough.
-fn lock_sql(pg: bool) -> &'static str {
-    if pg {
-        "SELECT scope FROM quota_locks WHERE scope = $1 FOR UPDATE"
-    } else {
-        "SELECT scope FROM quota_locks WHERE scope = $1"
-    }
-}
-
 /// A project's instance usage counted from the API database: mappings not
 /// queued for delete (whatever cell they are in, reachable or not) and the
 /// sizes recorded with them: `(instances, cores, ram)`.
@@ -452,6 +465,31 @@ impl InstanceLimits {
             return Err(ApiError::Forbidden(format!(
                 "Quota exceeded for {names}: Requested {w}, but already used {u} of {limit} {names}"
             )));
+        }
+        Ok(())
+    }
+}
+
+/// The server group a create joins, with the `server_group_members` limit
+/// of the creating project (-1: unlimited).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupJoin {
+    /// The group's row id.
+    pub id: i64,
+    /// Its uuid (for messages).
+    pub uuid: String,
+    /// `server_group_members`.
+    pub limit: i64,
+}
+
+impl GroupJoin {
+    /// Nova's 403 when `members` (the user's members of the group) plus
+    /// `want` new ones exceed the limit.
+    pub fn check(&self, members: i64, want: i64) -> Result<(), ApiError> {
+        if self.limit >= 0 && members + want > self.limit {
+            return Err(ApiError::Forbidden(
+                "Quota exceeded, too many servers in group".into(),
+            ));
         }
         Ok(())
     }
@@ -535,9 +573,9 @@ impl ComputeDb {
         );
         on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
-            sqlx::query("INSERT INTO quota_locks (scope) VALUES ($1) ON CONFLICT (scope) DO NOTHING")
+            sqlx::query(QUOTA_LOCK_INSERT)
                 .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
-            sqlx::query(lock_sql(pg)).bind(&scope)
+            sqlx::query(quota_lock_sql(pg)).bind(&scope)
                 .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
             let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM key_pairs WHERE user_id = $1")
                 .bind(user).fetch_one(&mut *tx).await.map_err(db("keypair_count"))?;
@@ -863,13 +901,6 @@ impl ComputeDb {
             on_pool!(self.pool(), p => sqlx::query_as(INSTANCE_USAGE_SQL)
             .bind(project).fetch_one(p).await.map_err(db("quota_usage"))?),
         )
-    }
-
-    /// Server groups of a project.
-    pub async fn server_group_count(&self, project: &str) -> Result<i64, ApiError> {
-        Ok(on_pool!(self.pool(), p => sqlx::query_scalar(
-            "SELECT COUNT(*) FROM instance_groups WHERE project_id = $1")
-            .bind(project).fetch_one(p).await.map_err(db("server_group_count"))?))
     }
 
     /// Key pair names recorded in the request specs of `uuids`.

@@ -4,9 +4,13 @@
 //! database's `quotas` table. Usage is counted, never stored: instances,
 //! cores and RAM from the API database's instance mappings (so a cell that
 //! is down cannot hide them), key pairs per user, server groups per
-//! project. Server create checks instances/cores/RAM in the same
-//! transaction that writes its build requests, under a per-project lock
-//! (see `ComputeDb::create_builds`).
+//! project. Server create checks instances/cores/RAM (and, booting into
+//! a server group, server_group_members) in the same transaction that
+//! writes its build requests, under a per-project lock (see
+//! `ComputeDb::create_builds`); server group create checks server_groups
+//! the same way. As in Nova, `server_group_members` is counted per group
+//! (the booting user's members) and is no project usage: `detail` shows
+//! it in use 0.
 //!
 //! Resource names at 2.57+: instances, cores, ram, key_pairs,
 //! metadata_items, server_groups, server_group_members; below 2.57 also
@@ -167,7 +171,7 @@ async fn usage(
     user: Option<&str>,
 ) -> ApiResult<HashMap<&'static str, i64>> {
     let (instances, cores, ram) = app.db.instance_usage(project).await?;
-    let groups = app.db.server_group_count(project).await?;
+    let groups = app.db.api().server_group_count(project).await?;
     let key_pairs = match user {
         Some(u) => app.db.keypair_count(u).await?,
         None => 0,

@@ -5,6 +5,13 @@
 //! join a group at create time (`os:scheduler_hints: {"group": uuid}`, see
 //! [`super::servers`]) and the scheduler honours its policy. Another
 //! project's group is 404 for a non-admin, as a server is.
+//!
+//! Quotas as Nova's: create is refused with 403 "Quota exceeded, too many
+//! server groups." when the project has `server_groups` groups already;
+//! a boot into a group with 403 "Quota exceeded, too many servers in
+//! group" when the booting user's live members of the group plus the new
+//! servers would exceed `server_group_members` (see
+//! `ComputeDb::create_builds`).
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -267,17 +274,24 @@ pub async fn create(
         }
     };
     let (name, policy, rules) = parse_create(&ctx, o)?;
+    // Counted and written under the project's quota lock: concurrent
+    // creates cannot pass the limit.
+    let limit = super::quotas::limit(&app, ctx.project_id(), "server_groups").await?;
     let uuid = app
         .db()
         .api()
-        .server_group_create(&NewServerGroup {
-            name,
-            user_id: ctx.user_id().to_owned(),
-            project_id: ctx.project_id().to_owned(),
-            policy,
-            rules,
-        })
-        .await?;
+        .server_group_create(
+            &NewServerGroup {
+                name,
+                user_id: ctx.user_id().to_owned(),
+                project_id: ctx.project_id().to_owned(),
+                policy,
+                rules,
+            },
+            Some(limit),
+        )
+        .await?
+        .ok_or_else(|| ApiError::Forbidden("Quota exceeded, too many server groups.".into()))?;
     let g = app
         .db()
         .api()
@@ -343,20 +357,4 @@ pub(crate) async fn for_boot(app: &App, ctx: &Ctx, id: &str) -> ApiResult<Server
         ))),
         Err(e) => Err(e),
     }
-}
-
-/// Adds new servers to `g`.
-pub(crate) async fn join(app: &App, g: &ServerGroup, servers: &[String]) -> ApiResult<()> {
-    if !app
-        .db()
-        .api()
-        .server_group_add_members(g.id, servers)
-        .await?
-    {
-        return Err(bad(format!(
-            "Invalid server group: Instance group {} could not be found.",
-            g.uuid
-        )));
-    }
-    Ok(())
 }

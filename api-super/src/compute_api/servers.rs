@@ -13,7 +13,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use fabric::rpc::{self, method, task_state as ts, vm_state as vs, RequestIds};
 use serde_json::{json, Value};
 
-use super::db::{BuildInstance, RequestSpec};
+use super::db::{BuildInstance, GroupJoin, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
 use super::{App, Ctx};
@@ -478,7 +478,9 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
 }
 
 /// `POST /servers`. Quotas: metadata_items, and instances/cores/ram for
-/// all of `max_count` (all or none), checked where the builds are written.
+/// all of `max_count` (all or none), then with a `group` hint
+/// server_group_members for all of them, checked where the builds are
+/// written.
 pub async fn create(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
@@ -579,19 +581,20 @@ pub async fn create(
         })
         .collect();
     let _ = req.min_count;
-    // The servers join their group before the builds exist, so the
-    // scheduler finds the group; undone if the builds cannot be written.
-    if let Some(g) = &group {
-        super::server_groups::join(&app, g, &uuids).await?;
-    }
-    if let Err(e) = app.db.create_builds(&builds, Some(&limits)).await {
-        if group.is_some() {
-            if let Err(e) = app.db.api().server_group_remove_members(&uuids).await {
-                tracing::error!(error = %e, "could not undo server group membership");
-            }
-        }
-        return Err(e);
-    }
+    // The servers join their group in the transaction that writes the
+    // builds (the scheduler, started after it, finds them in the group),
+    // within the group's `server_group_members` limit.
+    let join = match &group {
+        Some(g) => Some(GroupJoin {
+            id: g.id,
+            uuid: g.uuid.clone(),
+            limit: super::quotas::limit(&app, ctx.project_id(), "server_group_members").await?,
+        }),
+        None => None,
+    };
+    app.db
+        .create_builds(&builds, Some(&limits), join.as_ref())
+        .await?;
     let conductor = app.conductor().clone();
     tokio::spawn(async move { conductor.schedule_and_build(builds).await });
     let id = &uuids[0];

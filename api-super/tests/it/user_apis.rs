@@ -1,7 +1,8 @@
 //! The user-facing Compute APIs: key pairs, flavor management (extra
 //! specs, access), quotas and limits, with their enforcement on server
-//! create. A Compute API with identity, placement and cell0 but no
-//! compute hosts (builds land in cell0 in ERROR, which still counts against
+//! create and server group create (server groups and their members). A
+//! Compute API with identity, placement and cell0 but no compute hosts
+//! (builds land in cell0 in ERROR, which still counts against
 //! quotas, as upstream), on SQLite or on a PostgreSQL API database. Two
 //! empty cells are mapped too (the usage test writes instances there).
 
@@ -1187,6 +1188,304 @@ async fn concurrent_creates_never_exceed_the_quota_postgres() {
     };
     let s = Stack::start("ua_race_pg", Some(pg)).await;
     concurrent_creates(&s, 3, 12).await;
+    s.stop().await;
+}
+
+impl Stack {
+    /// `POST /os-server-groups` (2.64) as `token`.
+    async fn create_group(&self, token: &str, name: &str) -> testkit::http::Response {
+        self.call_at(
+            "2.64",
+            token,
+            "POST",
+            "/v2.1/os-server-groups",
+            Some(json!({"server_group": {"name": name, "policy": "anti-affinity"}})),
+        )
+        .await
+    }
+
+    /// `POST /servers` of `count` m1.tiny servers into `group` as `token`.
+    async fn boot_into(
+        &self,
+        token: &str,
+        name: &str,
+        group: &str,
+        count: u32,
+    ) -> testkit::http::Response {
+        let mut b = Stack::boot_body(name, "1");
+        b["server"]["min_count"] = json!(count);
+        b["server"]["max_count"] = json!(count);
+        b["os:scheduler_hints"] = json!({ "group": group });
+        self.call(token, "POST", "/v2.1/servers", Some(b)).await
+    }
+
+    /// The members of `group`.
+    async fn members(&self, group: &str) -> Vec<String> {
+        let r = self
+            .call(
+                &self.admin,
+                "GET",
+                &format!("/v2.1/os-server-groups/{group}"),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let mut m: Vec<String> = body(&r)["server_group"]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap().to_owned())
+            .collect();
+        m.sort();
+        m
+    }
+}
+
+const TOO_MANY_GROUPS: &str = "Quota exceeded, too many server groups.";
+const TOO_MANY_MEMBERS: &str = "Quota exceeded, too many servers in group";
+
+/// Asserts Nova's exact 403 body.
+fn forbidden(r: &testkit::http::Response, message: &str) {
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        body(r),
+        json!({"forbidden": {"code": 403, "message": message}}),
+        "{}",
+        r.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_group_quotas_are_enforced_and_shown() {
+    let s = Stack::start("ua_sg_quotas", None).await;
+    let mine = format!("/v2.1/os-quota-sets/{}", s.member_project);
+    let r = s
+        .call(
+            &s.admin,
+            "PUT",
+            &mine,
+            Some(json!({"quota_set": {"server_groups": 2, "server_group_members": 2}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // server_groups: the third group of the project is refused, nothing
+    // written; a malformed body is still a 400 (validated first).
+    let r = s.create_group(&s.member, "g1").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let g1 = body(&r)["server_group"]["id"].as_str().unwrap().to_owned();
+    let r = s.create_group(&s.member, "g2").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let g2 = body(&r)["server_group"]["id"].as_str().unwrap().to_owned();
+    let r = s.create_group(&s.member, "g3").await;
+    forbidden(&r, TOO_MANY_GROUPS);
+    let r = s
+        .call_at(
+            "2.64",
+            &s.member,
+            "POST",
+            "/v2.1/os-server-groups",
+            Some(json!({"server_group": {"policy": "anti-affinity"}})),
+        )
+        .await;
+    fault(&r, 400, "badRequest", "'name' is a required property");
+    let r = s
+        .call(&s.member, "GET", "/v2.1/os-server-groups", None)
+        .await;
+    assert_eq!(body(&r)["server_groups"].as_array().unwrap().len(), 2);
+    // Another project has its own count.
+    let r = s.create_group(&s.other, "theirs").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // Usage: server_groups counted per project; server_group_members is
+    // per group, shown in use 0 as Nova does.
+    let r = s
+        .call(&s.member, "GET", &format!("{mine}/detail"), None)
+        .await;
+    let d = body(&r)["quota_set"].clone();
+    assert_eq!(
+        d["server_groups"],
+        json!({"limit": 2, "in_use": 2, "reserved": 0}),
+        "{d}"
+    );
+    assert_eq!(
+        d["server_group_members"],
+        json!({"limit": 2, "in_use": 0, "reserved": 0}),
+        "{d}"
+    );
+    let r = s.call(&s.member, "GET", "/v2.1/limits", None).await;
+    let a = body(&r)["limits"]["absolute"].clone();
+    assert_eq!(a["maxServerGroups"], 2, "{a}");
+    assert_eq!(a["maxServerGroupMembers"], 2, "{a}");
+    assert_eq!(a["totalServerGroupsUsed"], 2, "{a}");
+    // A limit below usage needs force.
+    let r = s
+        .call(
+            &s.admin,
+            "PUT",
+            &mine,
+            Some(json!({"quota_set": {"server_groups": 1}})),
+        )
+        .await;
+    fault(
+        &r,
+        400,
+        "badRequest",
+        "Quota limit 1 for server_groups must be greater than or equal to already used and reserved 2.",
+    );
+    // Deleting a group frees its share.
+    let r = s
+        .call(
+            &s.member,
+            "DELETE",
+            &format!("/v2.1/os-server-groups/{g2}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = s.create_group(&s.member, "g3").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.call(&s.member, "GET", "/v2.1/limits", None).await;
+    assert_eq!(body(&r)["limits"]["absolute"]["totalServerGroupsUsed"], 2);
+
+    // server_group_members: all of max_count or nothing (no build, no
+    // member, no usage).
+    let r = s.boot_into(&s.member, "many", &g1, 3).await;
+    forbidden(&r, TOO_MANY_MEMBERS);
+    let r = s.call(&s.member, "GET", "/v2.1/servers", None).await;
+    assert_eq!(body(&r)["servers"], json!([]), "{}", r.body);
+    assert!(s.members(&g1).await.is_empty());
+    let r = s
+        .call(&s.member, "GET", &format!("{mine}/detail"), None)
+        .await;
+    assert_eq!(body(&r)["quota_set"]["instances"]["in_use"], 0);
+    let r = s.boot_into(&s.member, "a", &g1, 1).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let a_id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let r = s.boot_into(&s.member, "two", &g1, 2).await;
+    forbidden(&r, TOO_MANY_MEMBERS);
+    let r = s.boot_into(&s.member, "b", &g1, 1).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let b_id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let r = s.boot_into(&s.member, "c", &g1, 1).await;
+    forbidden(&r, TOO_MANY_MEMBERS);
+    let mut want = vec![a_id.clone(), b_id.clone()];
+    want.sort();
+    assert_eq!(s.members(&g1).await, want);
+    // Another group of the project has its own count.
+    let r = s.create_group(&s.member, "g4").await;
+    fault(&r, 403, "forbidden", TOO_MANY_GROUPS);
+    let r = s
+        .call(&s.member, "GET", "/v2.1/os-server-groups", None)
+        .await;
+    let g3 = body(&r)["server_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "g3")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = s.boot_into(&s.member, "elsewhere", &g3, 2).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    // A deleted member stops counting.
+    let r = s
+        .call(&s.member, "DELETE", &format!("/v2.1/servers/{a_id}"), None)
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = s.boot_into(&s.member, "c", &g1, 1).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let c_id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let mut want = vec![b_id.clone(), c_id];
+    want.sort();
+    assert_eq!(s.members(&g1).await, want);
+    // The instance quota is checked first, as in Nova.
+    let r = s
+        .call(
+            &s.admin,
+            "PUT",
+            &mine,
+            Some(json!({"quota_set": {"instances": 4}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.boot_into(&s.member, "d", &g1, 1).await;
+    fault(&r, 403, "forbidden", "Quota exceeded for instances");
+    // As in Nova the members counted are the booting user's, against the
+    // booting project's limit: an admin (another project, another user)
+    // may still add to the member's full group.
+    let r = s.boot_into(&s.admin, "admins", &g1, 1).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(s.members(&g1).await.len(), 3);
+    s.stop().await;
+}
+
+/// `n` concurrent group creates against `server_groups` = `limit`, then
+/// `n` concurrent boots into one group against `server_group_members` =
+/// `limit`: exactly `limit` of each succeed, the others get Nova's 403.
+async fn concurrent_server_group_quotas(s: &Stack, limit: i64, n: usize) {
+    let mine = format!("/v2.1/os-quota-sets/{}", s.member_project);
+    let r = s
+        .call(
+            &s.admin,
+            "PUT",
+            &mine,
+            Some(json!({"quota_set": {"server_groups": limit,
+                "server_group_members": limit, "instances": -1, "cores": -1, "ram": -1}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let names: Vec<String> = (0..n).map(|i| format!("g{i}")).collect();
+    let results =
+        futures_util::future::join_all(names.iter().map(|g| s.create_group(&s.member, g))).await;
+    let created: Vec<String> = results
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| body(r)["server_group"]["id"].as_str().unwrap().to_owned())
+        .collect();
+    let all: Vec<_> = results.iter().map(|r| (r.status, &r.body)).collect();
+    assert_eq!(created.len() as i64, limit, "{all:?}");
+    for r in results.iter().filter(|r| r.status != 200) {
+        forbidden(r, TOO_MANY_GROUPS);
+    }
+    let r = s
+        .call(&s.member, "GET", &format!("{mine}/detail"), None)
+        .await;
+    assert_eq!(body(&r)["quota_set"]["server_groups"]["in_use"], limit);
+
+    let group = &created[0];
+    let names: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+    let results =
+        futures_util::future::join_all(names.iter().map(|m| s.boot_into(&s.member, m, group, 1)))
+            .await;
+    let ok = results.iter().filter(|r| r.status == 202).count();
+    let all: Vec<_> = results.iter().map(|r| (r.status, &r.body)).collect();
+    assert_eq!(ok as i64, limit, "{all:?}");
+    for r in results.iter().filter(|r| r.status != 202) {
+        forbidden(r, TOO_MANY_MEMBERS);
+    }
+    assert_eq!(s.members(group).await.len() as i64, limit);
+    let r = s
+        .call(&s.member, "GET", &format!("{mine}/detail"), None)
+        .await;
+    assert_eq!(body(&r)["quota_set"]["instances"]["in_use"], limit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_server_group_creates_and_boots_never_exceed_the_quota_sqlite() {
+    let s = Stack::start("ua_sg_race_sqlite", None).await;
+    concurrent_server_group_quotas(&s, 3, 12).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_server_group_creates_and_boots_never_exceed_the_quota_postgres() {
+    let Some(pg) = testkit::postgres("ua_sg_race_pg_api").await else {
+        return;
+    };
+    let s = Stack::start("ua_sg_race_pg", Some(pg)).await;
+    concurrent_server_group_quotas(&s, 3, 12).await;
     s.stop().await;
 }
 

@@ -67,6 +67,27 @@ pub(crate) fn placeholders(start: usize, n: usize) -> String {
 /// Largest number of values bound in one statement's `IN`/`VALUES` list.
 pub(crate) const CHUNK: usize = 200;
 
+/// Quota locks on the API database (`quota_locks`, migration 0003): a
+/// write transaction that counts a usage and then writes within the limit
+/// first makes sure the row of its scope (`project:<id>`, `user:<id>`)
+/// exists with this statement, then locks it with [`quota_lock_sql`], so
+/// concurrent requests of one scope count and write one after the other.
+/// Used by the Compute API's server create and key pair create and by
+/// [`ApiDb::server_group_create`].
+pub const QUOTA_LOCK_INSERT: &str =
+    "INSERT INTO quota_locks (scope) VALUES ($1) ON CONFLICT (scope) DO NOTHING";
+
+/// The quota-lock statement (see [`QUOTA_LOCK_INSERT`]): a row lock on
+/// PostgreSQL; on SQLite the write transaction (`BEGIN IMMEDIATE`) already
+/// serializes writers and a plain read is enough.
+pub fn quota_lock_sql(pg: bool) -> &'static str {
+    if pg {
+        "SELECT scope FROM quota_locks WHERE scope = $1 FOR UPDATE"
+    } else {
+        "SELECT scope FROM quota_locks WHERE scope = $1"
+    }
+}
+
 impl Pool {
     /// Opens a pool on `url`. `role` names the database in errors ("API",
     /// "cell1", …). The first connection is made eagerly, so an unreachable

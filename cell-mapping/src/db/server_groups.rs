@@ -65,6 +65,42 @@ type GroupRow = (
 const GROUP_SELECT: &str = "SELECT g.id, g.uuid, g.name, g.user_id, g.project_id, g.created_at, \
     p.policy, p.rules FROM instance_groups g LEFT JOIN instance_group_policy p ON p.group_id = g.id";
 
+/// A project's server groups (`server_groups` usage): `$1` the project.
+const GROUP_COUNT_SQL: &str = "SELECT COUNT(*) FROM instance_groups WHERE project_id = $1";
+
+/// Adds one member: `$1` group id, `$2` instance uuid, `$3` created at.
+/// Also run by the Compute API's server create, in the transaction that
+/// writes the builds.
+pub const MEMBER_INSERT_SQL: &str =
+    "INSERT INTO instance_group_member (group_id, instance_uuid, created_at) VALUES ($1, $2, $3)";
+
+/// The `server_group_members` usage Nova checks: the members of group `$1`
+/// that belong to user `$2` and are not being deleted (a deleted server's
+/// mapping is queued for delete, a build deleted before scheduling has no
+/// mapping left), counted in the API database like instances.
+pub const MEMBER_COUNT_BY_USER_SQL: &str = "SELECT COUNT(*) FROM instance_group_member m \
+    JOIN instance_mappings im ON im.instance_uuid = m.instance_uuid \
+    AND NOT im.queued_for_delete AND im.user_id = $2 WHERE m.group_id = $1";
+
+/// Locks group `$1`'s row (PostgreSQL; SQLite's write transaction already
+/// serializes): its member count and its member inserts, or its delete,
+/// happen one after the other.
+pub fn group_lock_sql(pg: bool) -> &'static str {
+    if pg {
+        "SELECT id FROM instance_groups WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT id FROM instance_groups WHERE id = $1"
+    }
+}
+
+fn for_update(pg: bool) -> &'static str {
+    if pg {
+        " FOR UPDATE"
+    } else {
+        ""
+    }
+}
+
 impl ApiDb {
     async fn groups_where(&self, cond: &str, bind: &str) -> Result<Vec<ServerGroup>, Error> {
         let sql = format!("{GROUP_SELECT} WHERE {cond} ORDER BY g.id");
@@ -136,12 +172,34 @@ impl ApiDb {
             .pop())
     }
 
-    /// Creates a group with its policy, in one transaction; returns its uuid.
-    pub async fn server_group_create(&self, g: &NewServerGroup) -> Result<String, Error> {
+    /// Creates a group with its policy, in one transaction; returns its
+    /// uuid. With `limit` (`server_groups`, -1: unlimited) the project's
+    /// groups are counted under the project's quota lock
+    /// ([`super::QUOTA_LOCK_INSERT`]) in the same transaction: `None`, and
+    /// nothing written, when the project already has `limit` groups.
+    pub async fn server_group_create(
+        &self,
+        g: &NewServerGroup,
+        limit: Option<i64>,
+    ) -> Result<Option<String>, Error> {
         let uuid = uuid::Uuid::new_v4().to_string();
         let now = Utc::now();
+        let pg = matches!(self.pool(), super::Pool::Postgres(_));
+        let scope = format!("project:{}", g.project_id);
         with_pool!(self.pool(), p => {
             let mut tx = measured("begin", p.begin_write()).await?;
+            if let Some(limit) = limit.filter(|l| *l >= 0) {
+                measured("quota_lock_insert", sqlx::query(super::QUOTA_LOCK_INSERT)
+                    .bind(&scope).execute(&mut *tx)).await?;
+                measured("quota_lock", sqlx::query(super::quota_lock_sql(pg))
+                    .bind(&scope).fetch_optional(&mut *tx)).await?;
+                let n: i64 = measured("server_group_count", sqlx::query_scalar(GROUP_COUNT_SQL)
+                    .bind(&g.project_id).fetch_one(&mut *tx)).await?;
+                if n + 1 > limit {
+                    measured("rollback", tx.rollback()).await?;
+                    return Ok(None);
+                }
+            }
             let id: i64 = measured("server_group_insert", sqlx::query_scalar(
                 "INSERT INTO instance_groups (uuid, name, user_id, project_id, created_at) \
                  VALUES ($1, $2, $3, $4, $5) RETURNING id")
@@ -154,17 +212,26 @@ impl ApiDb {
                 .execute(&mut *tx)).await?;
             measured("commit", tx.commit()).await?;
         });
-        Ok(uuid)
+        Ok(Some(uuid))
+    }
+
+    /// How many server groups `project` has (its `server_groups` usage).
+    pub async fn server_group_count(&self, project: &str) -> Result<i64, Error> {
+        Ok(with_pool!(self.pool(), p => {
+            measured("server_group_count", sqlx::query_scalar(GROUP_COUNT_SQL)
+                .bind(project).fetch_one(p)).await?
+        }))
     }
 
     /// Deletes a group with its policy and members, in one transaction;
     /// false when there is none.
     pub async fn server_group_delete(&self, uuid: &str) -> Result<bool, Error> {
+        let pg = matches!(self.pool(), super::Pool::Postgres(_));
         Ok(with_pool!(self.pool(), p => {
             let mut tx = measured("begin", p.begin_write()).await?;
             let id: Option<i64> = measured("server_group_get", sqlx::query_scalar(
-                "SELECT id FROM instance_groups WHERE uuid = $1").bind(uuid)
-                .fetch_optional(&mut *tx)).await?;
+                &format!("SELECT id FROM instance_groups WHERE uuid = $1{}", for_update(pg)))
+                .bind(uuid).fetch_optional(&mut *tx)).await?;
             match id {
                 None => false,
                 Some(id) => {
@@ -201,9 +268,7 @@ impl ApiDb {
                 return Ok(false);
             }
             for i in instances {
-                measured("server_group_member_insert", sqlx::query(
-                    "INSERT INTO instance_group_member (group_id, instance_uuid, created_at) \
-                     VALUES ($1, $2, $3)")
+                measured("server_group_member_insert", sqlx::query(MEMBER_INSERT_SQL)
                     .bind(group_id).bind(i).bind(now).execute(&mut *tx)).await?;
             }
             measured("commit", tx.commit()).await?;

@@ -200,17 +200,27 @@ async fn aggregates_and_groups(be: Be, name: &str) {
     );
     assert_eq!(api.aggregates(None).await.unwrap().len(), 1);
 
-    // Server groups; members are the servers with a live mapping.
+    // Server groups; members are the servers with a live mapping. A limit
+    // (`server_groups`) counts the project's groups: over it, nothing is
+    // written.
+    let new_group = NewServerGroup {
+        name: "spread".into(),
+        user_id: "u1".into(),
+        project_id: "p1".into(),
+        policy: "anti-affinity".into(),
+        rules: Some(r#"{"max_server_per_host": 2}"#.into()),
+    };
     let g = api
-        .server_group_create(&NewServerGroup {
-            name: "spread".into(),
-            user_id: "u1".into(),
-            project_id: "p1".into(),
-            policy: "anti-affinity".into(),
-            rules: Some(r#"{"max_server_per_host": 2}"#.into()),
-        })
+        .server_group_create(&new_group, Some(1))
         .await
-        .unwrap();
+        .unwrap()
+        .expect("within the limit");
+    assert_eq!(
+        api.server_group_create(&new_group, Some(1)).await.unwrap(),
+        None
+    );
+    assert_eq!(api.server_group_count("p1").await.unwrap(), 1);
+    assert_eq!(api.server_group_count("p2").await.unwrap(), 0);
     let group = api.server_group(&g).await.unwrap().unwrap();
     assert_eq!(group.policy, "anti-affinity");
     let vms = ["a", "b"].map(|_| uuid::Uuid::new_v4().to_string());

@@ -1,6 +1,6 @@
-//! Key pairs, flavor management, quotas and limits through the real
-//! `openstack` CLI (python-openstackclient from PyPI) against the region
-//! binary.
+//! Key pairs, flavor management, quotas and limits (with the server-group
+//! quotas) through the real `openstack` CLI (python-openstackclient from
+//! PyPI) against the region binary.
 
 use serde_json::Value;
 
@@ -190,6 +190,75 @@ fn openstack_cli_keypairs_flavors_quotas_and_limits_with(extra: &[(&'static str,
     // A member may not set quotas.
     let (ok, _, err) = member.run(&["quota", "set", "--instances", "50", "demo"]);
     assert!(!ok, "member set quotas: {err}");
+
+    // Server-group quotas: `server_groups` per project on group create,
+    // `server_group_members` per group on boot, with Nova's 403 messages.
+    admin.ok(&[
+        "quota",
+        "set",
+        "--server-groups",
+        "1",
+        "--server-group-members",
+        "1",
+        "demo",
+    ]);
+    let l = member.json(&["limits", "show", "--absolute"]);
+    assert_eq!(field(&l, "max_server_groups"), 1, "{l}");
+    assert_eq!(field(&l, "max_server_group_members"), 1, "{l}");
+    assert_eq!(field(&l, "total_server_groups_used"), 0, "{l}");
+    let group = member.json(&[
+        "server",
+        "group",
+        "create",
+        "--policy",
+        "anti-affinity",
+        "first",
+    ]);
+    let gid = group["id"].as_str().unwrap().to_owned();
+    let (ok, _, err) = member.run(&[
+        "server",
+        "group",
+        "create",
+        "--policy",
+        "anti-affinity",
+        "second",
+    ]);
+    assert!(
+        !ok && err.contains("Quota exceeded, too many server groups.") && err.contains("403"),
+        "second group: {err}"
+    );
+    let l = member.json(&["limits", "show", "--absolute"]);
+    assert_eq!(field(&l, "total_server_groups_used"), 1, "{l}");
+    let boot = |name: &str| {
+        member.run(&[
+            "server",
+            "create",
+            "--flavor",
+            "m1.tiny",
+            "--image",
+            "cirros-0.6.2-x86_64-disk",
+            "--nic",
+            "none",
+            "--hint",
+            &format!("group={gid}"),
+            "-f",
+            "json",
+            name,
+        ])
+    };
+    let (ok, out, err) = boot("in-group");
+    assert!(ok, "first member: {out} {err}");
+    let (ok, _, err) = boot("over");
+    assert!(
+        !ok && err.contains("Quota exceeded, too many servers in group") && err.contains("403"),
+        "second member: {err}"
+    );
+    let shown = member.json(&["server", "group", "show", "first"]);
+    assert_eq!(
+        shown["members"].as_array().map(Vec::len),
+        Some(1),
+        "{shown}"
+    );
 
     drop(r);
     std::fs::remove_dir_all(&dir).ok();
