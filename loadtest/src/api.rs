@@ -2,7 +2,7 @@
 //! API (servers), the image API (resolve the image by name), placement
 //! (usages) and identity (the catalog).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -119,6 +119,28 @@ impl Compute {
             .await
             .with_context(|| format!("DELETE /servers/{id}"))?;
         Ok(resp.status().as_u16())
+    }
+
+    /// One timed `GET`: from sending the request until the last byte of a
+    /// 200 answer arrived (what a client waits for, without its own JSON
+    /// decoding); returns the time and the body's size in bytes.
+    pub async fn get_timed(&self, path_and_query: &str) -> Result<(Duration, usize)> {
+        let t0 = Instant::now();
+        let resp = self
+            .req(reqwest::Method::GET, path_and_query)
+            .send()
+            .await
+            .with_context(|| format!("GET {path_and_query}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.unwrap_or_default();
+        let took = t0.elapsed();
+        if status != 200 {
+            bail!(
+                "GET {path_and_query}: HTTP {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok((took, body.len()))
     }
 
     /// One `GET` of a list page; returns the servers and the marker of the

@@ -506,9 +506,8 @@ pub async fn time_list(compute: &Compute, runs: usize) -> Result<ListPhase> {
     let (first, _) = compute.list_page("/servers/detail?limit=1000").await?;
     let mut lat = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let t0 = Instant::now();
-        let _ = compute.list_page("/servers/detail?limit=1000").await?;
-        lat.push(t0.elapsed());
+        let (took, _) = compute.get_timed("/servers/detail?limit=1000").await?;
+        lat.push(took);
     }
     Ok(ListPhase {
         servers_total,

@@ -1253,9 +1253,8 @@ async fn run_phase(
         let (first, _) = c.list_page("/servers/detail?limit=1000").await?;
         let mut lat = Vec::new();
         for _ in 0..runs {
-            let t = Instant::now();
-            c.list_page("/servers/detail?limit=1000").await?;
-            lat.push(t.elapsed());
+            let (took, _) = c.get_timed("/servers/detail?limit=1000").await?;
+            lat.push(took);
         }
         Some((summarize(&mut lat), first.len()))
     } else {

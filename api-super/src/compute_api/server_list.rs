@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
 use cell_mapping::db::{CellInstance, ListFilter, ListOrder, SortKey, SortValue};
 use cell_mapping::{CellDb, CellMapping};
 use chrono::{DateTime, Utc};
@@ -25,8 +25,8 @@ use serde_json::json;
 use super::db::BuildInstance;
 use super::error::{ApiError, ApiResult};
 use super::servers::{
-    add_metadata_and_tags, brief_view, current_zones, decode, detail_view, parse_query,
-    vm_states_of, Server,
+    add_metadata_and_tags, brief_view, current_zones, decode, parse_query, vm_states_of,
+    DetailView, Server,
 };
 use super::{App, Ctx};
 
@@ -471,6 +471,8 @@ async fn with_details(
     Ok(servers)
 }
 
+/// `{"servers": [...], "servers_links": [...]}`, serialized straight from
+/// the servers.
 fn render(
     app: &App,
     ctx: &Ctx,
@@ -482,32 +484,73 @@ fn render(
     // As upstream: a full page links to the next one.
     let more = limit > 0 && all.len() >= limit;
     all.truncate(limit);
-    let items: Vec<serde_json::Value> = all
-        .iter()
-        .map(|s| {
-            if detail {
-                detail_view(app, ctx, s)
-            } else {
-                brief_view(app, s)
-            }
-        })
-        .collect();
-    let mut body = json!({ "servers": items });
-    if more {
-        if let Some(last) = all.last() {
-            let mut q: Vec<String> = raw
-                .unwrap_or("")
-                .split('&')
-                .filter(|p| !p.is_empty() && !p.starts_with("marker="))
-                .map(str::to_owned)
-                .collect();
-            q.push(format!("marker={}", last.uuid));
-            let path = if detail { "servers/detail" } else { "servers" };
-            body["servers_links"] = json!([{"rel": "next",
-                "href": format!("{}/v2.1/{path}?{}", app.public_url(), q.join("&"))}]);
-        }
+    let base = app.public_url();
+    let next = more.then(|| all.last()).flatten().map(|last| {
+        let mut q: Vec<String> = raw
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty() && !p.starts_with("marker="))
+            .map(str::to_owned)
+            .collect();
+        q.push(format!("marker={}", last.uuid));
+        let path = if detail { "servers/detail" } else { "servers" };
+        format!("{base}/v2.1/{path}?{}", q.join("&"))
+    });
+    let page = Page {
+        base: &base,
+        ctx,
+        servers: &all,
+        detail,
+        next,
+    };
+    match serde_json::to_vec(&page) {
+        Ok(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => ApiError::internal(e).into_response(),
     }
-    Json(body).into_response()
+}
+
+/// A list answer.
+struct Page<'a> {
+    base: &'a str,
+    ctx: &'a Ctx,
+    servers: &'a [Server],
+    detail: bool,
+    next: Option<String>,
+}
+
+impl serde::Serialize for Page<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Servers<'b>(&'b Page<'b>);
+        impl serde::Serialize for Servers<'_> {
+            fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+                let p = self.0;
+                let mut seq = ser.serialize_seq(Some(p.servers.len()))?;
+                for s in p.servers {
+                    if p.detail {
+                        seq.serialize_element(&DetailView {
+                            base: p.base,
+                            ctx: p.ctx,
+                            s,
+                        })?;
+                    } else {
+                        seq.serialize_element(&brief_view(p.base, s))?;
+                    }
+                }
+                seq.end()
+            }
+        }
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("servers", &Servers(self))?;
+        if let Some(href) = &self.next {
+            m.serialize_entry("servers_links", &[json!({"rel": "next", "href": href})])?;
+        }
+        m.end()
+    }
 }
 
 /// The sort values of the marker server (deleted ones too: a

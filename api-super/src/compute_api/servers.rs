@@ -190,86 +190,258 @@ pub(crate) fn host_id(project: &str, host: Option<&str>) -> String {
     format!("{:016x}{:016x}", a.finish(), b.finish())
 }
 
-pub(crate) fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
-    let flavor = match (&s.flavor, ctx.mv.at_least(47)) {
-        (Some(f), true) => json!({
-            "vcpus": f.vcpus, "ram": f.memory_mb, "disk": f.root_gb,
-            "ephemeral": f.ephemeral_gb, "swap": f.swap, "original_name": f.name,
-            "extra_specs": {},
-        }),
-        (Some(f), false) => json!({"id": f.flavorid, "links": links(app, "flavors", &f.flavorid)}),
-        (None, _) => json!({}),
-    };
-    let mut v = json!({
-        "id": s.uuid,
-        "name": s.name,
-        "status": s.status(),
-        "tenant_id": s.project_id,
-        "user_id": s.user_id,
-        "metadata": s.metadata.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        "hostId": host_id(&s.project_id, s.host.as_deref()),
-        "image": if s.image_ref.is_empty() { json!("") } else {
-            json!({"id": s.image_ref, "links": [{"rel": "bookmark",
-                "href": format!("{}/images/{}", app.public_url(), s.image_ref)}]}) },
-        "flavor": flavor,
-        "created": iso(s.created_at),
-        "updated": iso(s.updated_at.unwrap_or(s.created_at)),
-        "addresses": {},
-        "accessIPv4": "",
-        "accessIPv6": "",
-        "links": links(app, "servers", &s.uuid),
-        "OS-DCF:diskConfig": "MANUAL",
-        "OS-EXT-AZ:availability_zone": s.availability_zone.clone().unwrap_or_default(),
-        "config_drive": "",
-        "key_name": s.key_name,
-        "OS-SRV-USG:launched_at": s.launched_at.map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
-        "OS-SRV-USG:terminated_at": null,
-        "OS-EXT-STS:task_state": s.task_state,
-        "OS-EXT-STS:vm_state": s.vm_state,
-        "OS-EXT-STS:power_state": s.power_state,
-        "os-extended-volumes:volumes_attached": [],
-        "security_groups": [{"name": "default"}],
-    });
-    if matches!(s.status(), "BUILD" | "ACTIVE") {
-        v["progress"] = json!(s.progress.unwrap_or(0));
-    }
-    if ctx.is_admin() {
-        v["OS-EXT-SRV-ATTR:host"] = json!(s.host);
-        v["OS-EXT-SRV-ATTR:hypervisor_hostname"] = json!(s.node);
-        v["OS-EXT-SRV-ATTR:instance_name"] = json!("");
-    }
-    if ctx.mv.at_least(9) {
-        v["locked"] = json!(s.locked);
-    }
-    if ctx.mv.at_least(19) {
-        v["description"] = json!(null);
-    }
-    if ctx.mv.at_least(26) {
-        v["tags"] = json!(s.tags);
-    }
-    if ctx.mv.at_least(73) {
-        v["locked_reason"] = json!(s.locked_reason);
-    }
-    if ctx.mv.at_least(96) {
-        v["pinned_availability_zone"] = json!(null);
-    }
-    if let (Some(f), "ERROR") = (&s.fault, s.status()) {
-        let mut fv = json!({
-            "code": f.code,
-            "message": f.message.clone().unwrap_or_default(),
-            "created": iso(f.created_at),
-        });
-        // Details of a 500 are for admins only, as upstream.
-        if ctx.is_admin() || f.code != 500 {
-            fv["details"] = json!(f.details.clone().unwrap_or_default());
-        }
-        v["fault"] = fv;
-    }
-    v
+/// A server as `GET /servers/{id}` and `/servers/detail` show it, at the
+/// caller's microversion and role. Serialized straight to JSON (a list of
+/// 1,000 servers builds no intermediate `Value` tree).
+pub(crate) struct DetailView<'a> {
+    pub(crate) base: &'a str,
+    pub(crate) ctx: &'a Ctx,
+    pub(crate) s: &'a Server,
 }
 
-pub(crate) fn brief_view(app: &App, s: &Server) -> Value {
-    json!({"id": s.uuid, "name": s.name, "links": links(app, "servers", &s.uuid)})
+/// `[{"rel": "self", …}, {"rel": "bookmark", …}]` of a resource.
+struct Links<'a> {
+    base: &'a str,
+    kind: &'a str,
+    id: &'a str,
+}
+
+impl serde::Serialize for Links<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let (base, kind, id) = (self.base, self.kind, self.id);
+        let mut seq = ser.serialize_seq(Some(2))?;
+        seq.serialize_element(&RelHref {
+            rel: "self",
+            href: format!("{base}/v2.1/{kind}/{id}"),
+        })?;
+        seq.serialize_element(&RelHref {
+            rel: "bookmark",
+            href: format!("{base}/{kind}/{id}"),
+        })?;
+        seq.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct RelHref {
+    rel: &'static str,
+    href: String,
+}
+
+#[derive(serde::Serialize)]
+struct ImageRefView<'a> {
+    id: &'a str,
+    links: [RelHref; 1],
+}
+
+#[derive(serde::Serialize)]
+struct EmbeddedFlavor<'a> {
+    vcpus: i64,
+    ram: i64,
+    disk: i64,
+    ephemeral: i64,
+    swap: i64,
+    original_name: &'a str,
+    extra_specs: Empty,
+}
+
+#[derive(serde::Serialize)]
+struct FlavorRef<'a> {
+    id: &'a str,
+    links: Links<'a>,
+}
+
+/// `{}`.
+struct Empty;
+
+impl serde::Serialize for Empty {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        ser.serialize_map(Some(0))?.end()
+    }
+}
+
+/// Metadata as a JSON object, in stored order.
+struct MetadataView<'a>(&'a [(String, String)]);
+
+impl serde::Serialize for MetadataView<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct FaultView<'a> {
+    code: i64,
+    message: &'a str,
+    created: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct NamedGroup {
+    name: &'static str,
+}
+
+impl serde::Serialize for DetailView<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (s, ctx, base) = (self.s, self.ctx, self.base);
+        let status = s.status();
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("id", &s.uuid)?;
+        m.serialize_entry("name", &s.name)?;
+        m.serialize_entry("status", status)?;
+        m.serialize_entry("tenant_id", &s.project_id)?;
+        m.serialize_entry("user_id", &s.user_id)?;
+        m.serialize_entry("metadata", &MetadataView(&s.metadata))?;
+        m.serialize_entry("hostId", &host_id(&s.project_id, s.host.as_deref()))?;
+        if s.image_ref.is_empty() {
+            m.serialize_entry("image", "")?;
+        } else {
+            m.serialize_entry(
+                "image",
+                &ImageRefView {
+                    id: &s.image_ref,
+                    links: [RelHref {
+                        rel: "bookmark",
+                        href: format!("{base}/images/{}", s.image_ref),
+                    }],
+                },
+            )?;
+        }
+        match (&s.flavor, ctx.mv.at_least(47)) {
+            (Some(f), true) => m.serialize_entry(
+                "flavor",
+                &EmbeddedFlavor {
+                    vcpus: f.vcpus,
+                    ram: f.memory_mb,
+                    disk: f.root_gb,
+                    ephemeral: f.ephemeral_gb,
+                    swap: f.swap,
+                    original_name: &f.name,
+                    extra_specs: Empty,
+                },
+            )?,
+            (Some(f), false) => m.serialize_entry(
+                "flavor",
+                &FlavorRef {
+                    id: &f.flavorid,
+                    links: Links {
+                        base,
+                        kind: "flavors",
+                        id: &f.flavorid,
+                    },
+                },
+            )?,
+            (None, _) => m.serialize_entry("flavor", &Empty)?,
+        }
+        m.serialize_entry("created", &iso(s.created_at))?;
+        m.serialize_entry("updated", &iso(s.updated_at.unwrap_or(s.created_at)))?;
+        m.serialize_entry("addresses", &Empty)?;
+        m.serialize_entry("accessIPv4", "")?;
+        m.serialize_entry("accessIPv6", "")?;
+        m.serialize_entry(
+            "links",
+            &Links {
+                base,
+                kind: "servers",
+                id: &s.uuid,
+            },
+        )?;
+        m.serialize_entry("OS-DCF:diskConfig", "MANUAL")?;
+        m.serialize_entry(
+            "OS-EXT-AZ:availability_zone",
+            s.availability_zone.as_deref().unwrap_or(""),
+        )?;
+        m.serialize_entry("config_drive", "")?;
+        m.serialize_entry("key_name", &s.key_name)?;
+        m.serialize_entry(
+            "OS-SRV-USG:launched_at",
+            &s.launched_at
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
+        )?;
+        m.serialize_entry("OS-SRV-USG:terminated_at", &None::<&str>)?;
+        m.serialize_entry("OS-EXT-STS:task_state", &s.task_state)?;
+        m.serialize_entry("OS-EXT-STS:vm_state", &s.vm_state)?;
+        m.serialize_entry("OS-EXT-STS:power_state", &s.power_state)?;
+        m.serialize_entry("os-extended-volumes:volumes_attached", &[(); 0])?;
+        m.serialize_entry("security_groups", &[NamedGroup { name: "default" }])?;
+        if matches!(status, "BUILD" | "ACTIVE") {
+            m.serialize_entry("progress", &s.progress.unwrap_or(0))?;
+        }
+        if ctx.is_admin() {
+            m.serialize_entry("OS-EXT-SRV-ATTR:host", &s.host)?;
+            m.serialize_entry("OS-EXT-SRV-ATTR:hypervisor_hostname", &s.node)?;
+            m.serialize_entry("OS-EXT-SRV-ATTR:instance_name", "")?;
+        }
+        if ctx.mv.at_least(9) {
+            m.serialize_entry("locked", &s.locked)?;
+        }
+        if ctx.mv.at_least(19) {
+            m.serialize_entry("description", &None::<&str>)?;
+        }
+        if ctx.mv.at_least(26) {
+            m.serialize_entry("tags", &s.tags)?;
+        }
+        if ctx.mv.at_least(73) {
+            m.serialize_entry("locked_reason", &s.locked_reason)?;
+        }
+        if ctx.mv.at_least(96) {
+            m.serialize_entry("pinned_availability_zone", &None::<&str>)?;
+        }
+        if let (Some(f), "ERROR") = (&s.fault, status) {
+            m.serialize_entry(
+                "fault",
+                &FaultView {
+                    code: f.code,
+                    message: f.message.as_deref().unwrap_or(""),
+                    created: iso(f.created_at),
+                    // Details of a 500 are for admins only, as upstream.
+                    details: (ctx.is_admin() || f.code != 500)
+                        .then(|| f.details.as_deref().unwrap_or("")),
+                },
+            )?;
+        }
+        m.end()
+    }
+}
+
+/// [`DetailView`] as a JSON value (for answers that add to it).
+pub(crate) fn detail_view(app: &App, ctx: &Ctx, s: &Server) -> Value {
+    let base = app.public_url();
+    serde_json::to_value(DetailView {
+        base: &base,
+        ctx,
+        s,
+    })
+    .unwrap_or(Value::Null)
+}
+
+/// A server in `GET /servers` (id, name, links).
+pub(crate) fn brief_view<'a>(base: &'a str, s: &'a Server) -> impl serde::Serialize + 'a {
+    #[derive(serde::Serialize)]
+    struct Brief<'a> {
+        id: &'a str,
+        name: &'a str,
+        links: Links<'a>,
+    }
+    Brief {
+        id: &s.uuid,
+        name: &s.name,
+        links: Links {
+            base,
+            kind: "servers",
+            id: &s.uuid,
+        },
+    }
 }
 
 /// `OS-EXT-AZ:availability_zone` as Nova shows it: a server on a host is
