@@ -20,6 +20,7 @@
 pub mod api;
 pub mod boot;
 pub mod embed;
+pub mod fleet;
 pub mod inspect;
 pub mod mem;
 pub mod placement_load;

@@ -175,6 +175,26 @@ pub fn summary(r: &RunReport) -> String {
             r.memory.bytes_per_hypervisor,
             mb(r.memory.peak_bytes)
         );
+        let l = &r.target.layout;
+        if l.hosts_per_zone.len() > 1 || !l.hosts_per_aggregate.is_empty() {
+            let list = |m: &std::collections::BTreeMap<String, usize>| {
+                m.iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "hosts per zone: {}; per aggregate: {} (created in {:.1}s)",
+                list(&l.hosts_per_zone),
+                if l.hosts_per_aggregate.is_empty() {
+                    "-".to_owned()
+                } else {
+                    list(&l.hosts_per_aggregate)
+                },
+                l.seconds
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -231,6 +251,18 @@ pub fn summary(r: &RunReport) -> String {
                 l.p50_ms,
                 l.p95_ms,
                 l.p99_ms
+            );
+        }
+        if p.servers_per_zone.len() > 1 || !p.requested_zones.is_empty() {
+            let _ = writeln!(
+                s,
+                "  servers per zone: {}; outside their requested zone: {}",
+                p.servers_per_zone
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                p.outside_requested_zone
             );
         }
         if let Some(i) = &p.isolation {

@@ -130,6 +130,8 @@ struct ServerRec {
     id: Option<String>,
     tenant: usize,
     flavor: String,
+    /// The zone requested, if any.
+    zone: Option<String>,
     /// Seconds since the run started, POST sent.
     t_post: f64,
     accept: Option<Duration>,
@@ -313,6 +315,8 @@ pub struct PhaseReport {
     pub stuck_in_build: usize,
     /// Servers per flavor requested.
     pub flavors: BTreeMap<String, usize>,
+    /// Servers per availability zone requested (those requesting one).
+    pub requested_zones: BTreeMap<String, usize>,
     /// `POST` → 202.
     pub accept_latency: Summary,
     /// `POST` sent → seen ACTIVE (resolution: the poll interval).
@@ -341,6 +345,14 @@ pub struct PhaseReport {
     /// Hosts by the number of servers they held at the peak: index =
     /// servers, value = hosts (embedded target).
     pub servers_per_host_histogram: Vec<usize>,
+    /// Live servers per availability zone at the phase's peak, by their
+    /// host's zone (embedded target).
+    pub servers_per_zone: BTreeMap<String, usize>,
+    /// This phase's servers that requested a zone and sit on a host of
+    /// another zone at the peak (embedded target; should be 0).
+    pub outside_requested_zone: usize,
+    /// A few of them: server, requested zone, host and its zone.
+    pub outside_requested_zone_examples: Vec<String>,
     /// Invariants checked at the end of the phase (embedded target).
     pub invariants: Vec<Invariant>,
 }
@@ -377,6 +389,9 @@ pub struct TargetReport {
     pub failing_hosts: Vec<String>,
     /// Extra spawn latency per host: p50/p95/max (ms).
     pub host_spawn_latency_ms: Summary,
+    /// Hosts per zone and per further aggregate, read back through the
+    /// Compute API (embedded).
+    pub layout: crate::fleet::Layout,
 }
 
 /// Per-second counts.
@@ -393,6 +408,10 @@ pub struct Throughput {
     /// DELETE answered per bucket.
     pub deleted: Vec<u64>,
 }
+
+/// The zone check's name among the broken invariants: every server that
+/// requested a zone is on a host of that zone.
+pub const SERVERS_IN_REQUESTED_ZONE: &str = "servers in their requested zone";
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -441,6 +460,9 @@ impl RunReport {
                 out.push(i.name.to_owned());
             }
         }
+        if self.phases.iter().any(|p| p.outside_requested_zone > 0) {
+            out.push(SERVERS_IN_REQUESTED_ZONE.to_owned());
+        }
         out
     }
 }
@@ -475,6 +497,16 @@ impl Ctx {
         self.t0.elapsed().as_secs_f64()
     }
 
+    fn pick_zone(&self, p: &Phase) -> Option<String> {
+        if p.availability_zones.is_empty() {
+            return None;
+        }
+        let names: Vec<&String> = p.availability_zones.keys().collect();
+        let weights: Vec<u32> = p.availability_zones.values().copied().collect();
+        let i = self.rng.lock().expect("rng").weighted(&weights);
+        Some(names[i].clone())
+    }
+
     fn pick_flavor(&self, p: &Phase) -> String {
         if p.flavors.is_empty() {
             return "m1.tiny".to_owned();
@@ -488,7 +520,7 @@ impl Ctx {
     async fn boot_one(
         &self,
         tenant: usize,
-        flavor: String,
+        (flavor, zone): (String, Option<String>),
         name: String,
         timeout: Duration,
         prog: &Progress,
@@ -497,12 +529,16 @@ impl Ctx {
         let posted = Instant::now();
         let t_post = self.now();
         let fid = self.flavor_ids.get(&flavor).cloned().unwrap_or_default();
-        let res = t.compute.create(&name, &fid, &self.image).await;
+        let res = t
+            .compute
+            .create(&name, &fid, &self.image, zone.as_deref())
+            .await;
         let accepted = Instant::now();
         let mut rec = ServerRec {
             id: None,
             tenant,
             flavor,
+            zone,
             t_post,
             accept: None,
             accepted_wall: None,
@@ -549,8 +585,8 @@ impl Ctx {
 
     /// Boots `n` servers with `p.concurrency` in flight.
     async fn boot_many(&self, p: &Phase, label: &str, n: usize, prog: &Progress) -> Vec<ServerRec> {
-        let picks: Vec<(usize, String)> = (0..n)
-            .map(|i| (i % p.tenants, self.pick_flavor(p)))
+        let picks: Vec<(usize, (String, Option<String>))> = (0..n)
+            .map(|i| (i % p.tenants, (self.pick_flavor(p), self.pick_zone(p))))
             .collect();
         let timeout = Duration::from_secs(p.timeout_secs);
         stream::iter(picks.into_iter().enumerate())
@@ -625,6 +661,8 @@ struct Embedded {
     cells: Arc<tokio::sync::Mutex<Vec<CellParts>>>,
     dbs: Databases,
     placement: Placement,
+    /// The fleet's zones and aggregates as the Compute API shows them.
+    layout: crate::fleet::Layout,
     data_dir: PathBuf,
     remove_data: bool,
 }
@@ -785,6 +823,34 @@ async fn start_embedded(
     let identity_url = format!("http://{}", r.identity.addr);
     let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
     let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
+    // Zones and aggregates, through the Compute API as an operator would.
+    let admin = Compute::new(&format!("http://{}", r.compute.addr), &admin_token)?;
+    let by_cell: Vec<(String, Vec<String>)> = cells
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                c.hosts.iter().map(|(n, _)| n.clone()).collect(),
+            )
+        })
+        .collect();
+    let planned = crate::fleet::plan(
+        &by_cell,
+        s.fleet.availability_zones.unwrap_or(0),
+        s.fleet.aggregates.unwrap_or(0),
+    );
+    let layout = if planned.is_empty() {
+        crate::fleet::read(&admin, &names).await?
+    } else {
+        let l = crate::fleet::create(&admin, &planned, &names, 16)
+            .await
+            .context("create the fleet's zones and aggregates")?;
+        eprintln!(
+            "{}",
+            crate::fleet::describe(&planned, Duration::from_secs_f64(l.seconds))
+        );
+        l
+    };
     let target = TargetReport {
         embedded: true,
         cells: s.fleet.cells,
@@ -805,6 +871,7 @@ async fn start_embedded(
         },
         failing_hosts: failing,
         host_spawn_latency_ms: summarize(&mut lat),
+        layout: layout.clone(),
     };
     Ok((
         Embedded {
@@ -812,6 +879,7 @@ async fn start_embedded(
             cells: Arc::new(tokio::sync::Mutex::new(cells)),
             dbs,
             placement,
+            layout,
             data_dir,
             remove_data,
         },
@@ -928,6 +996,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 config: serde_json::json!({"compute_url": compute_url}),
                 failing_hosts: Vec::new(),
                 host_spawn_latency_ms: summarize(&mut []),
+                layout: crate::fleet::Layout::default(),
             };
             let compute = Compute::new(&compute_url, &token)?;
             api::lift_quotas_for(&compute, &identity_url, &token).await?;
@@ -1129,7 +1198,7 @@ async fn run_phase(
                 in_flight.fetch_add(1, Ordering::Relaxed);
                 let (c, f, inf, pr) = (
                     ctx.clone(),
-                    ctx.pick_flavor(p),
+                    (ctx.pick_flavor(p), ctx.pick_zone(p)),
                     in_flight.clone(),
                     prog.clone(),
                 );
@@ -1188,7 +1257,7 @@ async fn run_phase(
                 replaced += 1;
                 let (c, f, inf, pr) = (
                     ctx.clone(),
-                    ctx.pick_flavor(p),
+                    (ctx.pick_flavor(p), ctx.pick_zone(p)),
                     in_flight.clone(),
                     prog.clone(),
                 );
@@ -1232,9 +1301,47 @@ async fn run_phase(
         .collect();
     let (mut servers_per_cell, mut histogram, mut build_phases) =
         (BTreeMap::new(), Vec::new(), BTreeMap::new());
+    let (mut servers_per_zone, mut outside_zone) = (BTreeMap::new(), Vec::new());
     if let Some(e) = embedded {
-        let (per_cell, per_host) = e.dbs.distribution().await?;
+        let live = e.dbs.live_instances().await?;
+        let (per_cell, per_host) = e.dbs.distribution(&live);
         servers_per_cell = per_cell;
+        let default_zone = crate::fleet::default_zone();
+        let zone_of = |node: &str| {
+            e.layout
+                .zone_of
+                .get(node)
+                .cloned()
+                .unwrap_or_else(|| default_zone.clone())
+        };
+        // Every zone, those holding nothing included.
+        servers_per_zone = e
+            .layout
+            .hosts_per_zone
+            .keys()
+            .map(|z| (z.clone(), 0))
+            .collect();
+        for (node, n) in &per_host {
+            *servers_per_zone.entry(zone_of(node)).or_default() += n;
+        }
+        let node_of: HashMap<&str, &str> = live
+            .iter()
+            .filter(|i| i.cell != "cell0")
+            .filter_map(|i| Some((i.uuid.as_str(), i.node.as_deref()?)))
+            .collect();
+        for r in &recs {
+            let (Some(id), Some(want)) = (&r.id, &r.zone) else {
+                continue;
+            };
+            if let Some(node) = node_of.get(id.as_str()) {
+                let got = zone_of(node);
+                if got != *want {
+                    outside_zone.push(format!(
+                        "server {id} requested {want}, is on {node} in {got}"
+                    ));
+                }
+            }
+        }
         let hosts = e.region_hosts().await;
         for h in &hosts {
             let n = per_host.get(h).copied().unwrap_or(0);
@@ -1322,9 +1429,13 @@ async fn run_phase(
     let mut tta: Vec<Duration> = recs.iter().filter_map(|r| r.tta).collect();
     let mut refused: BTreeMap<u16, usize> = BTreeMap::new();
     let mut flavors: BTreeMap<String, usize> = BTreeMap::new();
+    let mut requested_zones: BTreeMap<String, usize> = BTreeMap::new();
     let (mut active, mut error, mut stuck) = (0, 0, 0);
     for r in &recs {
         *flavors.entry(r.flavor.clone()).or_default() += 1;
+        if let Some(z) = &r.zone {
+            *requested_zones.entry(z.clone()).or_default() += 1;
+        }
         match &r.outcome {
             Outcome::Active => active += 1,
             Outcome::Error(_) => error += 1,
@@ -1357,6 +1468,7 @@ async fn run_phase(
         error,
         stuck_in_build: stuck,
         flavors,
+        requested_zones,
         accept_latency: summarize(&mut accept_lat),
         time_to_active: summarize(&mut tta),
         build_phases,
@@ -1370,6 +1482,9 @@ async fn run_phase(
         deletes,
         servers_per_cell,
         servers_per_host_histogram: histogram,
+        servers_per_zone,
+        outside_requested_zone: outside_zone.len(),
+        outside_requested_zone_examples: outside_zone.into_iter().take(10).collect(),
         invariants,
     };
     ctx.records.lock().expect("records").append(&mut recs);
@@ -1557,6 +1672,7 @@ mod tests {
             id: None,
             tenant: 0,
             flavor: String::new(),
+            zone: None,
             t_post: t,
             accept: None,
             accepted_wall: None,

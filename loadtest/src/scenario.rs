@@ -10,6 +10,8 @@
 //! hosts_per_cell = 3
 //! spawn_latency = { kind = "uniform", min_ms = 5, max_ms = 50 }
 //! failing_hosts = 0.0          # share of hosts whose spawns all fail
+//! availability_zones = 2       # az1, az2: each cell's hosts alternate
+//! aggregates = 2               # lt-group1, lt-group2 (loadtest_group=<i>)
 //!
 //! [target]
 //! kind = "embedded"            # or "url" with compute_url, identity_url, …
@@ -22,6 +24,7 @@
 //! servers = 10
 //! concurrency = 4
 //! flavors = { "m1.tiny" = 3, "m1.small" = 1 }
+//! availability_zones = { az1 = 1, az2 = 1 }   # requested zone mix
 //!
 //! [[fault]]
 //! kind = "stop-host"
@@ -89,9 +92,14 @@ pub struct Fleet {
     /// Per-host resources: not configurable in the embedded region yet
     /// (an error when set).
     pub host_resources: Option<toml::Table>,
-    /// Availability zones: not built on this branch (an error when set).
+    /// Availability zones `az1` … `azN`: each cell's hosts spread over
+    /// them (host `j` of a cell in zone `j mod N`), one aggregate
+    /// `lt-az<k>` with that `availability_zone` per zone, created through
+    /// the Compute API once the fleet is up (embedded target).
     pub availability_zones: Option<u32>,
-    /// Host aggregates: not built on this branch (an error when set).
+    /// Further host aggregates `lt-group1` … `lt-groupN` with metadata
+    /// `loadtest_group=<i>`, host `g` of the fleet in group `g mod N`
+    /// (embedded target).
     pub aggregates: Option<u32>,
 }
 
@@ -246,6 +254,11 @@ pub struct Phase {
     /// Flavor name → weight (default `m1.tiny`).
     #[serde(default)]
     pub flavors: BTreeMap<String, u32>,
+    /// Availability zone → weight of the creates' requested zone (default:
+    /// none requested). On the embedded target the zones must be the
+    /// fleet's (`az1` … `azN`) or the default zone `nova`.
+    #[serde(default)]
+    pub availability_zones: BTreeMap<String, u32>,
     /// Delete this phase's servers at its end (default true).
     #[serde(default = "yes")]
     pub delete: bool,
@@ -349,11 +362,28 @@ impl Scenario {
                 );
             }
         }
-        if f.availability_zones.is_some() {
-            bail!("fleet.availability_zones: not built — this branch has no availability zone API");
+        if let Some(n) = f.availability_zones {
+            if self.target.kind == TargetKind::Url {
+                bail!(
+                    "fleet.availability_zones needs target.kind = \"embedded\" (a deployment \
+                     by URL has its own zones: request them with a phase's availability_zones)"
+                );
+            }
+            if n == 0 || n > f.hosts_per_cell {
+                bail!(
+                    "fleet.availability_zones must be between 1 and fleet.hosts_per_cell ({}), \
+                     so that every cell has hosts in every zone",
+                    f.hosts_per_cell
+                );
+            }
         }
-        if f.aggregates.is_some() {
-            bail!("fleet.aggregates: not built — this branch has no host aggregate API");
+        if let Some(n) = f.aggregates {
+            if self.target.kind == TargetKind::Url {
+                bail!("fleet.aggregates needs target.kind = \"embedded\"");
+            }
+            if n == 0 || n as u64 > f.cells as u64 * f.hosts_per_cell as u64 {
+                bail!("fleet.aggregates must be between 1 and the fleet's number of hosts");
+            }
         }
         if !(0.0..=1.0).contains(&f.failing_hosts) {
             bail!("fleet.failing_hosts must be between 0 and 1");
@@ -400,6 +430,24 @@ impl Scenario {
             }
             if p.flavors.values().any(|w| *w == 0) {
                 bail!("{at}.flavors: weights must be at least 1");
+            }
+            if p.availability_zones.values().any(|w| *w == 0) {
+                bail!("{at}.availability_zones: weights must be at least 1");
+            }
+            if self.target.kind == TargetKind::Embedded {
+                let zones = f.availability_zones.unwrap_or(0);
+                let default = crate::fleet::default_zone();
+                if let Some(z) = p.availability_zones.keys().find(|z| {
+                    **z != default && !(1..=zones).any(|k| crate::fleet::zone_name(k) == **z)
+                }) {
+                    bail!(
+                        "{at}.availability_zones: {z:?} is not a zone of the fleet ({})",
+                        std::iter::once(default.clone())
+                            .chain((1..=zones).map(crate::fleet::zone_name))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
             }
             let need = |v: bool, field: &str| -> Result<()> {
                 if !v {

@@ -206,9 +206,24 @@ fn bad_scenarios_name_the_field() {
     let e = parse_err(&format!("{HEAD}failing_hosts = 1.5\n{phase}"));
     assert!(e.contains("fleet.failing_hosts"), "{e}");
     let e = parse_err(&format!("{HEAD}availability_zones = 3\n{phase}"));
-    assert!(e.contains("fleet.availability_zones: not built"), "{e}");
-    let e = parse_err(&format!("{HEAD}aggregates = 3\n{phase}"));
-    assert!(e.contains("fleet.aggregates: not built"), "{e}");
+    assert!(
+        e.contains("fleet.availability_zones must be between 1 and fleet.hosts_per_cell (2)"),
+        "{e}"
+    );
+    let e = parse_err(&format!("{HEAD}aggregates = 0\n{phase}"));
+    assert!(e.contains("fleet.aggregates must be between 1"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}availability_zones = 2\n[[phase]]\nkind = \"burst\"\nservers = 3\navailability_zones = {{ az3 = 1 }}\n"
+    ));
+    assert!(
+        e.contains("phase[0] (1-burst).availability_zones: \"az3\" is not a zone of the fleet (nova, az1, az2)"),
+        "{e}"
+    );
+    let ok = Scenario::parse(&format!(
+        "{HEAD}availability_zones = 2\naggregates = 2\n[[phase]]\nkind = \"burst\"\nservers = 3\navailability_zones = {{ az2 = 1, nova = 1 }}\n"
+    ))
+    .unwrap();
+    assert_eq!(ok.fleet.availability_zones, Some(2));
     let e = parse_err(&format!("{HEAD}host_resources = {{ vcpus = 8 }}\n{phase}"));
     assert!(e.contains("fleet.host_resources: not built"), "{e}");
     let e = parse_err(&format!("{HEAD}{phase}[target]\nkind = \"url\"\n"));
