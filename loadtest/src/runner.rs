@@ -706,8 +706,12 @@ pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region:
         "data_dir",
         toml::Value::String(data_dir.display().to_string()),
     );
+    let resources = s.fleet.host_resources();
+    for (k, v) in &resources {
+        set(&mut table, k, toml::Value::Integer(*v as i64));
+    }
     for (k, v) in &s.region {
-        if k == "cells" || k == "hosts_per_cell" {
+        if k == "cells" || k == "hosts_per_cell" || resources.iter().any(|(r, _)| r == k) {
             bail!("region.{k}: give the fleet's shape as fleet.{k}");
         }
         table.insert(k.clone(), v.clone());

@@ -12,6 +12,9 @@
 //! failing_hosts = 0.0          # share of hosts whose spawns all fail
 //! availability_zones = 2       # az1, az2: each cell's hosts alternate
 //! aggregates = 2               # lt-group1, lt-group2 (loadtest_group=<i>)
+//! host_vcpus = 8               # each fake host (placement inventory);
+//! host_memory_mb = 16384       #   default 16 VCPU, 65536 MB, 1000 GB
+//! host_disk_gb = 200
 //!
 //! [target]
 //! kind = "embedded"            # or "url" with compute_url, identity_url, …
@@ -89,9 +92,13 @@ pub struct Fleet {
     pub spawn_latency: Latency,
     /// Share (0..=1) of hosts whose spawns all fail.
     pub failing_hosts: f64,
-    /// Per-host resources: not configurable in the embedded region yet
-    /// (an error when set).
-    pub host_resources: Option<toml::Table>,
+    /// VCPUs of each fake host (default: compute's 16, × 16 allocation
+    /// ratio); region::RegionConfig's `host_vcpus`.
+    pub host_vcpus: Option<u32>,
+    /// Memory of each fake host, MB (default 65536, × 1.5).
+    pub host_memory_mb: Option<u64>,
+    /// Local disk of each fake host, GB (default 1000, × 1.0).
+    pub host_disk_gb: Option<u64>,
     /// Availability zones `az1` … `azN`: each cell's hosts spread over
     /// them (host `j` of a cell in zone `j mod N`), one aggregate
     /// `lt-az<k>` with that `availability_zone` per zone, created through
@@ -110,10 +117,26 @@ impl Default for Fleet {
             hosts_per_cell: 4,
             spawn_latency: Latency::Fixed { ms: 0 },
             failing_hosts: 0.0,
-            host_resources: None,
+            host_vcpus: None,
+            host_memory_mb: None,
+            host_disk_gb: None,
             availability_zones: None,
             aggregates: None,
         }
+    }
+}
+
+impl Fleet {
+    /// The per-host resources set, as region::RegionConfig keys and values.
+    pub fn host_resources(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("host_vcpus", self.host_vcpus.map(u64::from)),
+            ("host_memory_mb", self.host_memory_mb),
+            ("host_disk_gb", self.host_disk_gb),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
     }
 }
 
@@ -354,12 +377,10 @@ impl Scenario {
             if f.cells == 0 || f.hosts_per_cell == 0 {
                 bail!("fleet.cells and fleet.hosts_per_cell must be at least 1");
             }
-            if f.host_resources.is_some() {
-                bail!(
-                    "fleet.host_resources: not built — the embedded region starts every fake host \
-                     with compute's default resources (16 VCPU, 64 GiB, 1000 GB) and \
-                     region::RegionConfig has no per-host resources setting yet"
-                );
+            for (k, v) in f.host_resources() {
+                if v == 0 {
+                    bail!("fleet.{k} must be at least 1");
+                }
             }
         }
         if let Some(n) = f.availability_zones {
@@ -403,6 +424,9 @@ impl Scenario {
             }
             if self.target.identity_url.is_none() {
                 bail!("target.identity_url is required when target.kind = \"url\"");
+            }
+            if let Some((k, _)) = f.host_resources().first() {
+                bail!("fleet.{k} needs target.kind = \"embedded\"");
             }
             if f.failing_hosts > 0.0 || f.spawn_latency != (Latency::Fixed { ms: 0 }) {
                 bail!("fleet.failing_hosts / fleet.spawn_latency need target.kind = \"embedded\"");

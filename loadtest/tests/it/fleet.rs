@@ -84,3 +84,73 @@ async fn boots_into_a_zone_land_in_that_zone() {
     );
     std::fs::remove_dir_all(&data).ok();
 }
+
+/// `fleet.host_vcpus` / `host_memory_mb` / `host_disk_gb` reach every fake
+/// host: placement's inventory of each provider has those totals, and a
+/// burst larger than the memory allows fills the fleet exactly (2 hosts ×
+/// 1024 MB × 1.5 = 6 m1.tiny of 512 MB), the rest refused by the
+/// scheduler, with the invariants holding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_resources_reach_placement_and_bound_the_fleet() {
+    let text = "name = \"small-hosts\"\n\
+         [fleet]\ncells = 1\nhosts_per_cell = 2\nhost_vcpus = 2\nhost_memory_mb = 1024\nhost_disk_gb = 20\n\
+         [target]\npoll_interval_ms = 50\n\
+         [[phase]]\nkind = \"burst\"\nservers = 8\nconcurrency = 1\ntimeout_secs = 60\n";
+    let mut s = Scenario::parse(text).expect("scenario parses");
+
+    // The inventory, read from placement while the region runs.
+    let data = testkit::temp_dir("loadtest_host_resources_region");
+    let cfg = runner::region_config(&s, &data).expect("region config");
+    assert_eq!(
+        (
+            cfg.region.host_vcpus,
+            cfg.region.host_memory_mb,
+            cfg.region.host_disk_gb
+        ),
+        (2, 1024, 20)
+    );
+    let region = region::Region::start(&cfg, None).await.expect("region");
+    let identity = format!("http://{}", region.identity.addr);
+    let (token, _) = region::password_token(&identity, &region.admin)
+        .await
+        .expect("token");
+    let placement = format!("http://{}", region.placement.addr);
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let req = http
+            .get(format!("{placement}{path}"))
+            .header("x-auth-token", &token);
+        async move {
+            let resp = req.send().await.expect("placement");
+            assert_eq!(resp.status().as_u16(), 200, "{path}");
+            resp.json::<serde_json::Value>().await.expect("json")
+        }
+    };
+    let rps = get("/resource_providers".to_owned()).await;
+    let rps = rps["resource_providers"].as_array().expect("providers");
+    assert_eq!(rps.len(), 2, "{rps:#?}");
+    for rp in rps {
+        let uuid = rp["uuid"].as_str().unwrap();
+        let inv = get(format!("/resource_providers/{uuid}/inventories")).await;
+        let inv = &inv["inventories"];
+        for (rc, total) in [("VCPU", 2), ("MEMORY_MB", 1024), ("DISK_GB", 20)] {
+            assert_eq!(inv[rc]["total"], total, "{} {rc}: {inv:#}", rp["name"]);
+            assert_eq!(inv[rc]["max_unit"], total, "{} {rc}", rp["name"]);
+        }
+    }
+    region.shutdown().await;
+    std::fs::remove_dir_all(&data).ok();
+
+    // The fleet holds exactly what its memory allows.
+    let data = testkit::temp_dir("loadtest_host_resources_data");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    let p = &r.phases[0];
+    assert_eq!(p.requested, 8, "{p:#?}");
+    assert_eq!(p.active, 6, "{p:#?}");
+    assert_eq!(p.error, 2, "{p:#?}");
+    assert_eq!(p.servers_per_host_histogram, vec![0, 0, 0, 2], "{p:#?}");
+    assert_eq!(r.target.config["host_memory_mb"], 1024);
+    assert!(r.broken().is_empty(), "{:?}", r.broken());
+    std::fs::remove_dir_all(&data).ok();
+}

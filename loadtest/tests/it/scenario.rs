@@ -225,7 +225,9 @@ fn bad_scenarios_name_the_field() {
     .unwrap();
     assert_eq!(ok.fleet.availability_zones, Some(2));
     let e = parse_err(&format!("{HEAD}host_resources = {{ vcpus = 8 }}\n{phase}"));
-    assert!(e.contains("fleet.host_resources: not built"), "{e}");
+    assert!(e.contains("host_resources"), "{e}");
+    let e = parse_err(&format!("{HEAD}host_vcpus = 0\n{phase}"));
+    assert!(e.contains("fleet.host_vcpus must be at least 1"), "{e}");
     let e = parse_err(&format!("{HEAD}{phase}[target]\nkind = \"url\"\n"));
     assert!(e.contains("target.compute_url"), "{e}");
     let e = parse_err(&format!(
@@ -273,6 +275,21 @@ fn region_table_is_passed_through() {
         runner::region_config(&s, Path::new("d")).unwrap_err()
     );
     assert!(e.contains("fleet.cells"), "{e}");
+    let s = Scenario::parse(&format!(
+        "{HEAD}host_disk_gb = 40\n[region]\nhost_vcpus = 4\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let cfg = runner::region_config(&s, Path::new("d")).unwrap();
+    assert_eq!((cfg.region.host_vcpus, cfg.region.host_disk_gb), (4, 40));
+    let s = Scenario::parse(&format!(
+        "{HEAD}host_disk_gb = 40\n[region]\nhost_disk_gb = 4\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        runner::region_config(&s, Path::new("d")).unwrap_err()
+    );
+    assert!(e.contains("fleet.host_disk_gb"), "{e}");
 }
 
 /// Stopping a cell's broker or database is not built on the embedded
