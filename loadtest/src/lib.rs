@@ -23,6 +23,7 @@ pub mod embed;
 pub mod fleet;
 pub mod inspect;
 pub mod mem;
+pub mod outage;
 pub mod placement_load;
 pub mod progress;
 pub mod report;

@@ -294,6 +294,16 @@ pub fn summary(r: &RunReport) -> String {
             "fault {:?} {} at {:.1}s (after {} ACTIVE): {}",
             f.kind, f.target, f.at_secs, f.active_before, f.result
         );
+        if let (Some(u), Some(res)) = (f.until_secs, &f.restore_result) {
+            let _ = writeln!(
+                s,
+                "  until {u:.1}s: {res}; {}",
+                match f.recovered_after_secs {
+                    Some(d) => format!("cell recovered {d:.1}s later (first server sent after the restore ACTIVE)"),
+                    None => "NOT seen to recover (no server of the cell sent after the restore became ACTIVE)".to_owned(),
+                }
+            );
+        }
     }
     for (f, msgs) in &r.errors_by_fault {
         for (m, n) in msgs {

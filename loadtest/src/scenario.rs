@@ -33,7 +33,19 @@
 //! kind = "stop-host"
 //! cell = "cell1"
 //! after_boots = 5
+//!
+//! [[fault]]                    # cells on PostgreSQL + RabbitMQ only
+//! kind = "stop-database"       # or "stop-broker"
+//! cell = "cell1"
+//! at_secs = 2.0
+//! duration_secs = 3.0          # then restored
 //! ```
+//!
+//! `stop-broker` closes the connections of the cell's RabbitMQ vhost and
+//! refuses new ones; `stop-database` refuses connections to the cell's
+//! PostgreSQL database and ends its sessions (see [`crate::outage`]). On
+//! the embedded default (in-process buses, SQLite files) both are refused
+//! before anything starts.
 //!
 //! Every table refuses unknown keys, so a misspelt knob is an error naming
 //! it rather than a silently ignored setting.
@@ -333,6 +345,11 @@ pub struct Fault {
     /// After this many servers reached ACTIVE (whole run).
     #[serde(default)]
     pub after_boots: Option<u64>,
+    /// How long the outage lasts before it is restored (stop-broker and
+    /// stop-database: required; restored at the end of the run at the
+    /// latest).
+    #[serde(default)]
+    pub duration_secs: Option<f64>,
 }
 
 /// What a fault stops.
@@ -343,9 +360,9 @@ pub enum FaultKind {
     StopHost,
     /// A cell's conductor.
     StopConductor,
-    /// A cell's message broker.
+    /// A cell's RabbitMQ vhost (cells on RabbitMQ only).
     StopBroker,
-    /// A cell's database.
+    /// A cell's PostgreSQL database (cells on PostgreSQL only).
     StopDatabase,
 }
 
@@ -506,6 +523,22 @@ impl Scenario {
             }
             if fault.host.is_some() && fault.kind != FaultKind::StopHost {
                 bail!("fault[{i}].host only applies to kind = \"stop-host\"");
+            }
+            let restorable = matches!(fault.kind, FaultKind::StopBroker | FaultKind::StopDatabase);
+            match fault.duration_secs {
+                Some(_) if !restorable => {
+                    bail!(
+                        "fault[{i}].duration_secs only applies to stop-broker and stop-database \
+                         (a stopped host or conductor stays stopped)"
+                    );
+                }
+                None if restorable => {
+                    bail!("fault[{i}].duration_secs is required for this kind of fault");
+                }
+                Some(d) if d.is_nan() || d <= 0.0 => {
+                    bail!("fault[{i}].duration_secs must be above 0");
+                }
+                _ => {}
             }
             let n: Option<u32> = fault.cell.strip_prefix("cell").and_then(|n| n.parse().ok());
             if !n.is_some_and(|n| n >= 1 && n <= f.cells) {

@@ -292,24 +292,42 @@ fn region_table_is_passed_through() {
     assert!(e.contains("fleet.host_disk_gb"), "{e}");
 }
 
-/// Stopping a cell's broker or database is not built on the embedded
-/// default: the run refuses before starting anything, naming why.
+/// Stopping a cell's broker or database needs cells on RabbitMQ and
+/// PostgreSQL: on the embedded default (in-process buses, SQLite files)
+/// the run refuses before starting anything, naming why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_and_database_faults_are_refused_clearly() {
     for (kind, want) in [
-        ("stop-broker", "does not own the RabbitMQ processes"),
-        ("stop-database", "does not own the PostgreSQL servers"),
+        (
+            "stop-broker",
+            "stop-broker needs cells on RabbitMQ ([region] transport_url)",
+        ),
+        (
+            "stop-database",
+            "stop-database needs cells on PostgreSQL ([region] database_url)",
+        ),
     ] {
         let s = Scenario::parse(&format!(
-            "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"{kind}\"\ncell = \"cell1\"\nat_secs = 0.0\n"
+            "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"{kind}\"\ncell = \"cell1\"\nat_secs = 0.0\nduration_secs = 1.0\n"
         ))
         .unwrap();
+        let cfg = runner::region_config(&s, Path::new("d")).unwrap();
+        let e = format!("{:#}", runner::check_faults(&s, &cfg).expect_err("refused"));
+        assert!(e.contains(want), "{e}");
         let e = format!(
             "{:#}",
             runner::run(&s, &quiet()).await.expect_err("refused")
         );
-        assert!(e.contains("not built") && e.contains(want), "{e}");
+        assert!(e.contains(want), "{e}");
     }
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"stop-database\"\ncell = \"cell1\"\nat_secs = 0.0\n"
+    ));
+    assert!(e.contains("fault[0].duration_secs is required"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nat_secs = 0.0\nduration_secs = 2.0\n"
+    ));
+    assert!(e.contains("fault[0].duration_secs only applies"), "{e}");
 }
 
 /// A stop-host fault fires, is recorded with its time and host, and the
