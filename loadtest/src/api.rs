@@ -89,10 +89,19 @@ impl Compute {
         }
     }
 
-    /// `POST /servers` of one m1.tiny-like server with no network.
-    pub async fn create(&self, name: &str, flavor: &str, image: &str) -> Result<Created> {
-        let body = json!({"server": {
+    /// `POST /servers` of one server with no network, in `zone` when given.
+    pub async fn create(
+        &self,
+        name: &str,
+        flavor: &str,
+        image: &str,
+        zone: Option<&str>,
+    ) -> Result<Created> {
+        let mut body = json!({"server": {
             "name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}});
+        if let Some(z) = zone {
+            body["server"]["availability_zone"] = json!(z);
+        }
         let resp = self
             .req(reqwest::Method::POST, "/servers")
             .json(&body)
@@ -458,6 +467,119 @@ pub async fn create_tenant(
         bail!("assign member on {name}: HTTP {}", resp.status());
     }
     Ok((project, password))
+}
+
+/// A host aggregate as `GET /os-aggregates` shows it.
+#[derive(Debug, Clone)]
+pub struct Aggregate {
+    /// Its id.
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// Its zone (the `availability_zone` metadata), if any.
+    pub availability_zone: Option<String>,
+    /// Its hosts.
+    pub hosts: Vec<String>,
+    /// Its metadata.
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+impl Compute {
+    async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let mut req = self.req(method.clone(), path);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        if !(200..300).contains(&status) {
+            bail!("{method} {path}: HTTP {status}: {}", text.trim());
+        }
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).with_context(|| format!("{method} {path}: body"))
+    }
+
+    /// `POST /os-aggregates` (administrators): the new aggregate's id.
+    pub async fn aggregate_create(&self, name: &str, zone: Option<&str>) -> Result<i64> {
+        let mut agg = json!({ "name": name });
+        if let Some(z) = zone {
+            agg["availability_zone"] = json!(z);
+        }
+        let v = self
+            .send_json(
+                reqwest::Method::POST,
+                "/os-aggregates",
+                Some(json!({ "aggregate": agg })),
+            )
+            .await?;
+        v["aggregate"]["id"]
+            .as_i64()
+            .context("POST /os-aggregates: no id")
+    }
+
+    /// `add_host` on aggregate `id`.
+    pub async fn aggregate_add_host(&self, id: i64, host: &str) -> Result<()> {
+        self.send_json(
+            reqwest::Method::POST,
+            &format!("/os-aggregates/{id}/action"),
+            Some(json!({"add_host": {"host": host}})),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `set_metadata` on aggregate `id`.
+    pub async fn aggregate_set_metadata(&self, id: i64, metadata: Value) -> Result<()> {
+        self.send_json(
+            reqwest::Method::POST,
+            &format!("/os-aggregates/{id}/action"),
+            Some(json!({"set_metadata": {"metadata": metadata}})),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /os-aggregates`.
+    pub async fn aggregates(&self) -> Result<Vec<Aggregate>> {
+        let v = self
+            .send_json(reqwest::Method::GET, "/os-aggregates", None)
+            .await?;
+        let strs = |x: &Value| -> Vec<String> {
+            x.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h.as_str().map(str::to_owned))
+                .collect()
+        };
+        Ok(v["aggregates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| Aggregate {
+                id: a["id"].as_i64().unwrap_or_default(),
+                name: a["name"].as_str().unwrap_or_default().to_owned(),
+                availability_zone: a["availability_zone"].as_str().map(str::to_owned),
+                hosts: strs(&a["hosts"]),
+                metadata: a["metadata"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect(),
+            })
+            .collect())
+    }
 }
 
 impl Placement {

@@ -361,7 +361,9 @@ pub async fn run(t: &Target, spec: &BootSpec) -> Result<BootReport> {
             let name = format!("{}-{i:06}", spec.name_prefix);
             async move {
                 let posted = Instant::now();
-                let created = compute.create(&name, &spec.flavor, &spec.image).await?;
+                let created = compute
+                    .create(&name, &spec.flavor, &spec.image, None)
+                    .await?;
                 let accepted = Instant::now();
                 match &created {
                     Created::Accepted(id) => {

@@ -234,21 +234,24 @@ impl Databases {
 
     /// Live instances per cell and per node (cell0 and unscheduled ones
     /// left out).
-    pub async fn distribution(&self) -> Result<(BTreeMap<String, usize>, BTreeMap<String, usize>)> {
+    pub fn distribution(
+        &self,
+        live: &[LiveInstance],
+    ) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
         // Every cell, those holding nothing included.
         let mut per_cell: BTreeMap<String, usize> =
             self.cells.iter().map(|(n, _)| (n.clone(), 0)).collect();
         let mut per_host = BTreeMap::new();
-        for i in self.live_instances().await? {
+        for i in live {
             if i.cell == "cell0" {
                 continue;
             }
             *per_cell.entry(i.cell.clone()).or_default() += 1;
-            if let Some(n) = i.node {
-                *per_host.entry(n).or_default() += 1;
+            if let Some(n) = &i.node {
+                *per_host.entry(n.clone()).or_default() += 1;
             }
         }
-        Ok((per_cell, per_host))
+        (per_cell, per_host)
     }
 }
 

@@ -20,8 +20,10 @@
 pub mod api;
 pub mod boot;
 pub mod embed;
+pub mod fleet;
 pub mod inspect;
 pub mod mem;
+pub mod outage;
 pub mod placement_load;
 pub mod progress;
 pub mod report;

@@ -175,6 +175,26 @@ pub fn summary(r: &RunReport) -> String {
             r.memory.bytes_per_hypervisor,
             mb(r.memory.peak_bytes)
         );
+        let l = &r.target.layout;
+        if l.hosts_per_zone.len() > 1 || !l.hosts_per_aggregate.is_empty() {
+            let list = |m: &std::collections::BTreeMap<String, usize>| {
+                m.iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "hosts per zone: {}; per aggregate: {} (created in {:.1}s)",
+                list(&l.hosts_per_zone),
+                if l.hosts_per_aggregate.is_empty() {
+                    "-".to_owned()
+                } else {
+                    list(&l.hosts_per_aggregate)
+                },
+                l.seconds
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -233,6 +253,18 @@ pub fn summary(r: &RunReport) -> String {
                 l.p99_ms
             );
         }
+        if p.servers_per_zone.len() > 1 || !p.requested_zones.is_empty() {
+            let _ = writeln!(
+                s,
+                "  servers per zone: {}; outside their requested zone: {}",
+                p.servers_per_zone
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                p.outside_requested_zone
+            );
+        }
         if let Some(i) = &p.isolation {
             let _ = writeln!(
                 s,
@@ -262,6 +294,16 @@ pub fn summary(r: &RunReport) -> String {
             "fault {:?} {} at {:.1}s (after {} ACTIVE): {}",
             f.kind, f.target, f.at_secs, f.active_before, f.result
         );
+        if let (Some(u), Some(res)) = (f.until_secs, &f.restore_result) {
+            let _ = writeln!(
+                s,
+                "  until {u:.1}s: {res}; {}",
+                match f.recovered_after_secs {
+                    Some(d) => format!("cell recovered {d:.1}s later (first server sent after the restore ACTIVE)"),
+                    None => "NOT seen to recover (no server of the cell sent after the restore became ACTIVE)".to_owned(),
+                }
+            );
+        }
     }
     for (f, msgs) in &r.errors_by_fault {
         for (m, n) in msgs {

@@ -96,7 +96,12 @@ impl Watcher {
             match self.compute.list_all(true, "status=ERROR").await {
                 Ok(e) => e
                     .into_iter()
-                    .map(|s| (s.id, s.fault.unwrap_or_else(|| "(no fault)".to_owned())))
+                    .map(|s| {
+                        (
+                            s.id,
+                            s.fault.unwrap_or_else(|| "(no fault message)".to_owned()),
+                        )
+                    })
                     .collect(),
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), "poll of the ERROR list failed");
@@ -130,6 +135,10 @@ struct ServerRec {
     id: Option<String>,
     tenant: usize,
     flavor: String,
+    /// The zone requested, if any.
+    zone: Option<String>,
+    /// The cell it was in at its phase's peak (embedded target).
+    cell: Option<String>,
     /// Seconds since the run started, POST sent.
     t_post: f64,
     accept: Option<Duration>,
@@ -191,6 +200,15 @@ pub struct FaultRecord {
     pub active_before: u64,
     /// `applied`, or why not.
     pub result: String,
+    /// Seconds after the run started when it was restored (stop-broker,
+    /// stop-database).
+    pub until_secs: Option<f64>,
+    /// `restored`, or why not.
+    pub restore_result: Option<String>,
+    /// Seconds from the restore until the first server of the cell that
+    /// was sent after it reached ACTIVE; `None` when none did (not
+    /// recovered, or nothing sent to the cell after the restore).
+    pub recovered_after_secs: Option<f64>,
 }
 
 impl FaultRecord {
@@ -199,11 +217,35 @@ impl FaultRecord {
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
-        format!("{k} {} at {:.1}s", self.target, self.at_secs)
+        match self.until_secs {
+            Some(u) => format!("{k} {} at {:.1}s until {u:.1}s", self.target, self.at_secs),
+            None => format!("{k} {} at {:.1}s", self.target, self.at_secs),
+        }
+    }
+
+    /// Whether the fault was applied.
+    fn applied(&self) -> bool {
+        self.result == "applied"
+    }
+
+    /// The seconds a failure is the fault's: from when it fired until it
+    /// was restored and the cell recovered (a first server sent after the
+    /// restore became ACTIVE); open-ended for faults never restored and
+    /// cells not seen to recover.
+    fn window(&self) -> (f64, f64) {
+        let end = match (self.until_secs, self.recovered_after_secs) {
+            (Some(u), Some(r)) => u + r,
+            _ => f64::INFINITY,
+        };
+        (self.at_secs, end)
     }
 }
 
-async fn apply_fault(cells: &tokio::sync::Mutex<Vec<CellParts>>, f: &Fault) -> (String, String) {
+async fn apply_fault(
+    cells: &tokio::sync::Mutex<Vec<CellParts>>,
+    admin_db: &str,
+    f: &Fault,
+) -> (String, String) {
     let mut cells = cells.lock().await;
     let Some(cell) = cells.iter_mut().find(|c| c.name == f.cell) else {
         return (f.cell.clone(), format!("no cell {}", f.cell));
@@ -238,21 +280,46 @@ async fn apply_fault(cells: &tokio::sync::Mutex<Vec<CellParts>>, f: &Fault) -> (
                 None => (name, "already stopped".to_owned()),
             }
         }
-        FaultKind::StopBroker | FaultKind::StopDatabase => (cell.name.clone(), not_built(f.kind)),
+        FaultKind::StopBroker => {
+            let (name, url) = (format!("{}-broker", cell.name), cell.bus_url.clone());
+            drop(cells);
+            match crate::outage::stop_broker(&url).await {
+                Ok(()) => (name, "applied".to_owned()),
+                Err(e) => (name, format!("failed: {e:#}")),
+            }
+        }
+        FaultKind::StopDatabase => {
+            let (name, url) = (format!("{}-database", cell.name), cell.db_url.clone());
+            drop(cells);
+            match crate::outage::stop_database(admin_db, &url).await {
+                Ok(_) => (name, "applied".to_owned()),
+                Err(e) => (name, format!("failed: {e:#}")),
+            }
+        }
     }
 }
 
-/// Why a broker/database fault cannot be injected (none can yet).
-fn not_built(kind: FaultKind) -> String {
-    match kind {
-        FaultKind::StopBroker => "not built: stop-broker — the embedded default's cells use \
-            in-process buses (there is no broker to stop), and the region does not own the \
-            RabbitMQ processes of cells on RabbitMQ, so it cannot stop one"
-            .to_owned(),
-        _ => "not built: stop-database — the embedded default's cells use SQLite files inside \
-            the region's own process, and the region does not own the PostgreSQL servers of \
-            cells on PostgreSQL, so it cannot stop one"
-            .to_owned(),
+/// Ends a stop-broker or stop-database outage: `restored` or why not.
+async fn restore_fault(
+    cells: &tokio::sync::Mutex<Vec<CellParts>>,
+    admin_db: &str,
+    f: &Fault,
+) -> String {
+    let (bus_url, db_url) = {
+        let cells = cells.lock().await;
+        match cells.iter().find(|c| c.name == f.cell) {
+            Some(c) => (c.bus_url.clone(), c.db_url.clone()),
+            None => return format!("no cell {}", f.cell),
+        }
+    };
+    let r = match f.kind {
+        FaultKind::StopBroker => crate::outage::start_broker(&bus_url).await,
+        FaultKind::StopDatabase => crate::outage::start_database(admin_db, &db_url).await,
+        _ => Ok(()),
+    };
+    match r {
+        Ok(()) => "restored".to_owned(),
+        Err(e) => format!("failed: {e:#}"),
     }
 }
 
@@ -313,6 +380,8 @@ pub struct PhaseReport {
     pub stuck_in_build: usize,
     /// Servers per flavor requested.
     pub flavors: BTreeMap<String, usize>,
+    /// Servers per availability zone requested (those requesting one).
+    pub requested_zones: BTreeMap<String, usize>,
     /// `POST` → 202.
     pub accept_latency: Summary,
     /// `POST` sent → seen ACTIVE (resolution: the poll interval).
@@ -341,6 +410,14 @@ pub struct PhaseReport {
     /// Hosts by the number of servers they held at the peak: index =
     /// servers, value = hosts (embedded target).
     pub servers_per_host_histogram: Vec<usize>,
+    /// Live servers per availability zone at the phase's peak, by their
+    /// host's zone (embedded target).
+    pub servers_per_zone: BTreeMap<String, usize>,
+    /// This phase's servers that requested a zone and sit on a host of
+    /// another zone at the peak (embedded target; should be 0).
+    pub outside_requested_zone: usize,
+    /// A few of them: server, requested zone, host and its zone.
+    pub outside_requested_zone_examples: Vec<String>,
     /// Invariants checked at the end of the phase (embedded target).
     pub invariants: Vec<Invariant>,
 }
@@ -377,6 +454,9 @@ pub struct TargetReport {
     pub failing_hosts: Vec<String>,
     /// Extra spawn latency per host: p50/p95/max (ms).
     pub host_spawn_latency_ms: Summary,
+    /// Hosts per zone and per further aggregate, read back through the
+    /// Compute API (embedded).
+    pub layout: crate::fleet::Layout,
 }
 
 /// Per-second counts.
@@ -393,6 +473,10 @@ pub struct Throughput {
     /// DELETE answered per bucket.
     pub deleted: Vec<u64>,
 }
+
+/// The zone check's name among the broken invariants: every server that
+/// requested a zone is on a host of that zone.
+pub const SERVERS_IN_REQUESTED_ZONE: &str = "servers in their requested zone";
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -441,6 +525,9 @@ impl RunReport {
                 out.push(i.name.to_owned());
             }
         }
+        if self.phases.iter().any(|p| p.outside_requested_zone > 0) {
+            out.push(SERVERS_IN_REQUESTED_ZONE.to_owned());
+        }
         out
     }
 }
@@ -475,6 +562,16 @@ impl Ctx {
         self.t0.elapsed().as_secs_f64()
     }
 
+    fn pick_zone(&self, p: &Phase) -> Option<String> {
+        if p.availability_zones.is_empty() {
+            return None;
+        }
+        let names: Vec<&String> = p.availability_zones.keys().collect();
+        let weights: Vec<u32> = p.availability_zones.values().copied().collect();
+        let i = self.rng.lock().expect("rng").weighted(&weights);
+        Some(names[i].clone())
+    }
+
     fn pick_flavor(&self, p: &Phase) -> String {
         if p.flavors.is_empty() {
             return "m1.tiny".to_owned();
@@ -488,7 +585,7 @@ impl Ctx {
     async fn boot_one(
         &self,
         tenant: usize,
-        flavor: String,
+        (flavor, zone): (String, Option<String>),
         name: String,
         timeout: Duration,
         prog: &Progress,
@@ -497,12 +594,17 @@ impl Ctx {
         let posted = Instant::now();
         let t_post = self.now();
         let fid = self.flavor_ids.get(&flavor).cloned().unwrap_or_default();
-        let res = t.compute.create(&name, &fid, &self.image).await;
+        let res = t
+            .compute
+            .create(&name, &fid, &self.image, zone.as_deref())
+            .await;
         let accepted = Instant::now();
         let mut rec = ServerRec {
             id: None,
             tenant,
             flavor,
+            zone,
+            cell: None,
             t_post,
             accept: None,
             accepted_wall: None,
@@ -549,8 +651,8 @@ impl Ctx {
 
     /// Boots `n` servers with `p.concurrency` in flight.
     async fn boot_many(&self, p: &Phase, label: &str, n: usize, prog: &Progress) -> Vec<ServerRec> {
-        let picks: Vec<(usize, String)> = (0..n)
-            .map(|i| (i % p.tenants, self.pick_flavor(p)))
+        let picks: Vec<(usize, (String, Option<String>))> = (0..n)
+            .map(|i| (i % p.tenants, (self.pick_flavor(p), self.pick_zone(p))))
             .collect();
         let timeout = Duration::from_secs(p.timeout_secs);
         stream::iter(picks.into_iter().enumerate())
@@ -625,6 +727,8 @@ struct Embedded {
     cells: Arc<tokio::sync::Mutex<Vec<CellParts>>>,
     dbs: Databases,
     placement: Placement,
+    /// The fleet's zones and aggregates as the Compute API shows them.
+    layout: crate::fleet::Layout,
     data_dir: PathBuf,
     remove_data: bool,
 }
@@ -668,8 +772,12 @@ pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region:
         "data_dir",
         toml::Value::String(data_dir.display().to_string()),
     );
+    let resources = s.fleet.host_resources();
+    for (k, v) in &resources {
+        set(&mut table, k, toml::Value::Integer(*v as i64));
+    }
     for (k, v) in &s.region {
-        if k == "cells" || k == "hosts_per_cell" {
+        if k == "cells" || k == "hosts_per_cell" || resources.iter().any(|(r, _)| r == k) {
             bail!("region.{k}: give the fleet's shape as fleet.{k}");
         }
         table.insert(k.clone(), v.clone());
@@ -686,11 +794,25 @@ pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region:
     Ok(cfg)
 }
 
-/// Refuses, before anything starts, faults that cannot be injected.
-fn check_faults(s: &Scenario) -> Result<()> {
+/// Refuses, before anything starts, faults that cannot be injected on
+/// the region `cfg` describes.
+pub fn check_faults(s: &Scenario, cfg: &region::RegionConfig) -> Result<()> {
     for (i, f) in s.faults.iter().enumerate() {
-        if matches!(f.kind, FaultKind::StopBroker | FaultKind::StopDatabase) {
-            bail!("fault[{i}]: {}", not_built(f.kind));
+        match f.kind {
+            FaultKind::StopBroker if cfg.region.transport_url.is_empty() => bail!(
+                "fault[{i}]: stop-broker needs cells on RabbitMQ ([region] transport_url): \
+                 the embedded default's cells use in-process buses, which have no broker to stop"
+            ),
+            FaultKind::StopBroker => {
+                crate::outage::check_broker(&cfg.region.bus_url(&f.cell))
+                    .with_context(|| format!("fault[{i}]"))?;
+            }
+            FaultKind::StopDatabase if !cfg.region.on_postgres() => bail!(
+                "fault[{i}]: stop-database needs cells on PostgreSQL ([region] database_url): \
+                 the embedded default's cells are SQLite files inside this process, which \
+                 cannot be taken away from it"
+            ),
+            _ => {}
         }
     }
     Ok(())
@@ -705,7 +827,7 @@ async fn start_embedded(
         None => (crate::embed::temp_data_dir(), true),
     };
     let cfg = region_config(s, &data_dir)?;
-    check_faults(s)?;
+    check_faults(s, &cfg)?;
     let telemetry = fabric::telemetry::init("loadtest", &cfg.telemetry)?;
     let hypervisors = s.fleet.cells as u64 * s.fleet.hosts_per_cell as u64;
     eprintln!(
@@ -785,6 +907,34 @@ async fn start_embedded(
     let identity_url = format!("http://{}", r.identity.addr);
     let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
     let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
+    // Zones and aggregates, through the Compute API as an operator would.
+    let admin = Compute::new(&format!("http://{}", r.compute.addr), &admin_token)?;
+    let by_cell: Vec<(String, Vec<String>)> = cells
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                c.hosts.iter().map(|(n, _)| n.clone()).collect(),
+            )
+        })
+        .collect();
+    let planned = crate::fleet::plan(
+        &by_cell,
+        s.fleet.availability_zones.unwrap_or(0),
+        s.fleet.aggregates.unwrap_or(0),
+    );
+    let layout = if planned.is_empty() {
+        crate::fleet::read(&admin, &names).await?
+    } else {
+        let l = crate::fleet::create(&admin, &planned, &names, 16)
+            .await
+            .context("create the fleet's zones and aggregates")?;
+        eprintln!(
+            "{}",
+            crate::fleet::describe(&planned, Duration::from_secs_f64(l.seconds))
+        );
+        l
+    };
     let target = TargetReport {
         embedded: true,
         cells: s.fleet.cells,
@@ -805,6 +955,7 @@ async fn start_embedded(
         },
         failing_hosts: failing,
         host_spawn_latency_ms: summarize(&mut lat),
+        layout: layout.clone(),
     };
     Ok((
         Embedded {
@@ -812,6 +963,7 @@ async fn start_embedded(
             cells: Arc::new(tokio::sync::Mutex::new(cells)),
             dbs,
             placement,
+            layout,
             data_dir,
             remove_data,
         },
@@ -928,6 +1080,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 config: serde_json::json!({"compute_url": compute_url}),
                 failing_hosts: Vec::new(),
                 host_spawn_latency_ms: summarize(&mut []),
+                layout: crate::fleet::Layout::default(),
             };
             let compute = Compute::new(&compute_url, &token)?;
             api::lift_quotas_for(&compute, &identity_url, &token).await?;
@@ -968,7 +1121,8 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         rng: Mutex::new(rng),
     });
 
-    // Faults, on the side.
+    // Faults, on the side; outages restored when their time is up, and
+    // at the latest once the phases are over.
     let fault_log: Arc<Mutex<Vec<FaultRecord>>> = Arc::new(Mutex::new(Vec::new()));
     let faults_done = Arc::new(AtomicBool::new(false));
     let fault_task = embedded.as_ref().map(|e| {
@@ -978,9 +1132,29 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             ctx.clone(),
             faults_done.clone(),
         );
+        let admin_db = e.region.api_db_url.clone();
         let mut pending: Vec<Fault> = s.faults.clone();
         tokio::spawn(async move {
-            while !pending.is_empty() && !done.load(Ordering::Acquire) {
+            // (due, index in the log, fault)
+            let mut restores: Vec<(f64, usize, Fault)> = Vec::new();
+            let restore = |idx: usize, f: Fault| {
+                let (cells, log, ctx, admin_db) =
+                    (cells.clone(), log.clone(), ctx.clone(), admin_db.clone());
+                async move {
+                    let result = restore_fault(&cells, &admin_db, &f).await;
+                    let at = ctx.now();
+                    if !ctx.quiet {
+                        eprintln!(
+                            "fault restored at {at:.1}s: {:?} {}: {result}",
+                            f.kind, f.cell
+                        );
+                    }
+                    let mut log = log.lock().expect("faults");
+                    log[idx].until_secs = Some(at);
+                    log[idx].restore_result = Some(result);
+                }
+            };
+            while (!pending.is_empty() || !restores.is_empty()) && !done.load(Ordering::Acquire) {
                 let now = ctx.now();
                 let active = ctx.active_total.load(Ordering::Relaxed);
                 let (due, rest): (Vec<Fault>, Vec<Fault>) = pending.into_iter().partition(|f| {
@@ -990,36 +1164,62 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 pending = rest;
                 for f in due {
                     let at = ctx.now();
-                    let (target, result) = apply_fault(&cells, &f).await;
+                    let (target, result) = apply_fault(&cells, &admin_db, &f).await;
                     if !ctx.quiet {
                         eprintln!("fault at {at:.1}s: {:?} {target}: {result}", f.kind);
                     }
-                    log.lock().expect("faults").push(FaultRecord {
+                    let mut log = log.lock().expect("faults");
+                    if let Some(d) = f.duration_secs {
+                        // The outage lasts `d` once in force; restored even
+                        // when the stop failed half-way (restoring is
+                        // harmless when nothing was stopped).
+                        restores.push((ctx.now() + d, log.len(), f.clone()));
+                    }
+                    log.push(FaultRecord {
                         kind: f.kind,
                         cell: f.cell.clone(),
                         target,
                         at_secs: at,
                         active_before: active,
                         result,
+                        until_secs: None,
+                        restore_result: None,
+                        recovered_after_secs: None,
                     });
                 }
+                let now = ctx.now();
+                let (due, rest): (Vec<_>, Vec<_>) =
+                    restores.into_iter().partition(|(t, _, _)| *t <= now);
+                restores = rest;
+                for (_, idx, f) in due {
+                    restore(idx, f).await;
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            for (_, idx, f) in restores {
+                restore(idx, f).await;
             }
         })
     });
 
     let mut phases = Vec::new();
+    let mut failed = None;
     for (i, p) in s.phases.iter().enumerate() {
         let label = p.label(i);
-        phases.push(
-            run_phase(&ctx, embedded.as_ref(), p, &label)
-                .await
-                .with_context(|| format!("phase {label}"))?,
-        );
+        match run_phase(&ctx, embedded.as_ref(), p, &label).await {
+            Ok(r) => phases.push(r),
+            Err(e) => {
+                failed = Some(e.context(format!("phase {label}")));
+                break;
+            }
+        }
     }
     faults_done.store(true, Ordering::Release);
     if let Some(t) = fault_task {
         let _ = t.await;
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     let seconds = ctx.now();
     let invariants = match &embedded {
@@ -1032,8 +1232,11 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let end = mem::read();
     memory.rss_end = end.rss_bytes;
     memory.peak_bytes = end.peak_bytes;
-    let faults = fault_log.lock().expect("faults").clone();
+    let mut faults = fault_log.lock().expect("faults").clone();
     let records = std::mem::take(&mut *ctx.records.lock().expect("records"));
+    for f in faults.iter_mut() {
+        f.recovered_after_secs = recovered_after(f, &records);
+    }
     let deleted = std::mem::take(&mut *ctx.deleted_at.lock().expect("deleted"));
     let report = RunReport {
         scenario: s.name.clone(),
@@ -1070,13 +1273,16 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
 
 /// The invariants once the region settled: checked again (up to 30 s)
 /// while any is broken, since deletes release allocations shortly after
-/// the list stops showing the server.
+/// the list stops showing the server, or while a database cannot be read
+/// (a cell recovering from an outage).
 async fn settled_invariants(e: &Embedded) -> Result<Vec<Invariant>> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let v = e.dbs.invariants(&e.placement).await?;
-        if v.iter().all(|i| i.holds) || Instant::now() > deadline {
-            return Ok(v);
+        // A read can fail while a cell recovers from an outage: retried.
+        match e.dbs.invariants(&e.placement).await {
+            Ok(v) if v.iter().all(|i| i.holds) || Instant::now() > deadline => return Ok(v),
+            Err(err) if Instant::now() > deadline => return Err(err.context("read the invariants")),
+            _ => {}
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -1129,7 +1335,7 @@ async fn run_phase(
                 in_flight.fetch_add(1, Ordering::Relaxed);
                 let (c, f, inf, pr) = (
                     ctx.clone(),
-                    ctx.pick_flavor(p),
+                    (ctx.pick_flavor(p), ctx.pick_zone(p)),
                     in_flight.clone(),
                     prog.clone(),
                 );
@@ -1188,7 +1394,7 @@ async fn run_phase(
                 replaced += 1;
                 let (c, f, inf, pr) = (
                     ctx.clone(),
-                    ctx.pick_flavor(p),
+                    (ctx.pick_flavor(p), ctx.pick_zone(p)),
                     in_flight.clone(),
                     prog.clone(),
                 );
@@ -1232,9 +1438,56 @@ async fn run_phase(
         .collect();
     let (mut servers_per_cell, mut histogram, mut build_phases) =
         (BTreeMap::new(), Vec::new(), BTreeMap::new());
+    let (mut servers_per_zone, mut outside_zone) = (BTreeMap::new(), Vec::new());
     if let Some(e) = embedded {
-        let (per_cell, per_host) = e.dbs.distribution().await?;
+        let live = e.dbs.live_instances().await?;
+        let (per_cell, per_host) = e.dbs.distribution(&live);
         servers_per_cell = per_cell;
+        let default_zone = crate::fleet::default_zone();
+        let zone_of = |node: &str| {
+            e.layout
+                .zone_of
+                .get(node)
+                .cloned()
+                .unwrap_or_else(|| default_zone.clone())
+        };
+        // Every zone, those holding nothing included.
+        servers_per_zone = e
+            .layout
+            .hosts_per_zone
+            .keys()
+            .map(|z| (z.clone(), 0))
+            .collect();
+        for (node, n) in &per_host {
+            *servers_per_zone.entry(zone_of(node)).or_default() += n;
+        }
+        let cell_of: HashMap<&str, &str> = live
+            .iter()
+            .map(|i| (i.uuid.as_str(), i.cell.as_str()))
+            .collect();
+        for r in recs.iter_mut() {
+            if let Some(c) = r.id.as_deref().and_then(|id| cell_of.get(id)) {
+                r.cell = Some((*c).to_owned());
+            }
+        }
+        let node_of: HashMap<&str, &str> = live
+            .iter()
+            .filter(|i| i.cell != "cell0")
+            .filter_map(|i| Some((i.uuid.as_str(), i.node.as_deref()?)))
+            .collect();
+        for r in &recs {
+            let (Some(id), Some(want)) = (&r.id, &r.zone) else {
+                continue;
+            };
+            if let Some(node) = node_of.get(id.as_str()) {
+                let got = zone_of(node);
+                if got != *want {
+                    outside_zone.push(format!(
+                        "server {id} requested {want}, is on {node} in {got}"
+                    ));
+                }
+            }
+        }
         let hosts = e.region_hosts().await;
         for h in &hosts {
             let n = per_host.get(h).copied().unwrap_or(0);
@@ -1321,9 +1574,13 @@ async fn run_phase(
     let mut tta: Vec<Duration> = recs.iter().filter_map(|r| r.tta).collect();
     let mut refused: BTreeMap<u16, usize> = BTreeMap::new();
     let mut flavors: BTreeMap<String, usize> = BTreeMap::new();
+    let mut requested_zones: BTreeMap<String, usize> = BTreeMap::new();
     let (mut active, mut error, mut stuck) = (0, 0, 0);
     for r in &recs {
         *flavors.entry(r.flavor.clone()).or_default() += 1;
+        if let Some(z) = &r.zone {
+            *requested_zones.entry(z.clone()).or_default() += 1;
+        }
         match &r.outcome {
             Outcome::Active => active += 1,
             Outcome::Error(_) => error += 1,
@@ -1356,6 +1613,7 @@ async fn run_phase(
         error,
         stuck_in_build: stuck,
         flavors,
+        requested_zones,
         accept_latency: summarize(&mut accept_lat),
         time_to_active: summarize(&mut tta),
         build_phases,
@@ -1369,6 +1627,9 @@ async fn run_phase(
         deletes,
         servers_per_cell,
         servers_per_host_histogram: histogram,
+        servers_per_zone,
+        outside_requested_zone: outside_zone.len(),
+        outside_requested_zone_examples: outside_zone.into_iter().take(10).collect(),
         invariants,
     };
     ctx.records.lock().expect("records").append(&mut recs);
@@ -1509,10 +1770,25 @@ fn names(msg: &str, word: &str) -> bool {
 /// The marker of the fake hosts' injected spawn failures.
 const FAILING_HOST_MESSAGE: &str = "injected spawn failure (scenario fleet.failing_hosts)";
 
+/// Seconds from the restore of outage `f` until the first server of its
+/// cell sent after the restore was seen ACTIVE.
+fn recovered_after(f: &FaultRecord, recs: &[ServerRec]) -> Option<f64> {
+    let until = f.until_secs?;
+    recs.iter()
+        .filter(|r| r.outcome == Outcome::Active && r.t_post >= until)
+        .filter(|r| r.cell.as_deref() == Some(f.cell.as_str()))
+        .filter_map(|r| r.t_done)
+        .min_by(f64::total_cmp)
+        .map(|t| t - until)
+}
+
 /// Groups the errors by their cause: `fleet.failing_hosts` for the
 /// injected spawn failures; the fault whose host or conductor the message
-/// names; otherwise the last fault applied before the error (the one in
-/// force), or `no fault`. Messages are grouped with their UUIDs masked.
+/// names; a restored outage (stop-broker, stop-database) when the server
+/// was in flight between the outage's start and its cell's recovery (the
+/// first server sent to the cell after the restore ACTIVE); otherwise the
+/// last fault never restored applied before the error (the one in force),
+/// or `no fault`. Messages are grouped with their UUIDs masked.
 fn errors_by_fault(
     recs: &[ServerRec],
     faults: &[FaultRecord],
@@ -1527,17 +1803,28 @@ fn errors_by_fault(
             Outcome::Refused(s, m) => format!("HTTP {s}: {m}"),
         };
         let at = r.t_done.unwrap_or(r.t_post);
+        let in_window = |f: &&FaultRecord| {
+            let (from, to) = f.window();
+            r.t_post <= to && at >= from
+        };
         let label = if msg.contains(FAILING_HOST_MESSAGE) {
             "fleet.failing_hosts".to_owned()
         } else if let Some(f) = faults
             .iter()
-            .find(|f| f.result == "applied" && names(&msg, &f.target))
+            .find(|f| f.applied() && names(&msg, &f.target))
         {
+            f.label()
+        } else if let Some(f) = faults
+            .iter()
+            .rfind(|f| f.applied() && f.until_secs.is_some() && in_window(f))
+        {
+            // An outage that was restored: what was in flight while it
+            // lasted or before its cell recovered.
             f.label()
         } else {
             faults
                 .iter()
-                .rfind(|f| f.result == "applied" && f.at_secs <= at)
+                .rfind(|f| f.applied() && f.until_secs.is_none() && f.at_secs <= at)
                 .map(FaultRecord::label)
                 .unwrap_or_else(|| "no fault".to_owned())
         };
@@ -1556,6 +1843,8 @@ mod tests {
             id: None,
             tenant: 0,
             flavor: String::new(),
+            zone: None,
+            cell: None,
             t_post: t,
             accept: None,
             accepted_wall: None,
@@ -1574,6 +1863,9 @@ mod tests {
             at_secs: 2.0,
             active_before: 3,
             result: "applied".into(),
+            until_secs: None,
+            restore_result: None,
+            recovered_after_secs: None,
         };
         let recs = vec![
             rec(Outcome::Error("Build of instance 0a55f66d-6df0-4ba2-9f24-3d46330bec51 failed on host cell1-host08: injected spawn failure (scenario fleet.failing_hosts)".into()), 1.0),
@@ -1598,5 +1890,50 @@ mod tests {
         assert_eq!(fault["still BUILD at the phase's timeout"], 1);
         assert_eq!(g["no fault"]["ERROR: lost on cell1-host010: gone"], 1);
         assert_eq!(g["no fault"]["HTTP 409: quota"], 1);
+    }
+
+    #[test]
+    fn a_restored_outage_owns_what_was_in_flight_until_recovery() {
+        let f = FaultRecord {
+            kind: FaultKind::StopDatabase,
+            cell: "cell1".into(),
+            target: "cell1-database".into(),
+            at_secs: 2.0,
+            active_before: 3,
+            result: "applied".into(),
+            until_secs: Some(5.0),
+            restore_result: Some("restored".into()),
+            recovered_after_secs: None,
+        };
+        let mut sent_before = rec(Outcome::Error("db".into()), 1.0);
+        sent_before.t_done = Some(3.0);
+        let mut recs = vec![
+            rec(Outcome::Error("early".into()), 1.0),
+            sent_before,
+            rec(Outcome::Error("during".into()), 4.0),
+            rec(Outcome::Error("recovering".into()), 6.0),
+            rec(Outcome::Error("later".into()), 9.0),
+        ];
+        recs[0].t_done = Some(1.5);
+        let mut ok = rec(Outcome::Active, 7.0);
+        ok.cell = Some("cell1".into());
+        ok.t_done = Some(8.0);
+        let mut other_cell = rec(Outcome::Active, 5.5);
+        other_cell.cell = Some("cell2".into());
+        recs.push(ok);
+        recs.push(other_cell);
+        let mut f = f;
+        // Recovered: the first cell1 server sent after 5.0 s, ACTIVE at 8.0 s.
+        f.recovered_after_secs = recovered_after(&f, &recs);
+        assert_eq!(f.recovered_after_secs, Some(3.0));
+        let g = errors_by_fault(&recs, std::slice::from_ref(&f));
+        let under = &g["stop-database cell1-database at 2.0s until 5.0s"];
+        assert_eq!(under.len(), 3, "{g:#?}");
+        assert!(under.contains_key("ERROR: db") && under.contains_key("ERROR: recovering"));
+        assert_eq!(g["no fault"].len(), 2, "{g:#?}");
+        assert!(
+            g["no fault"].contains_key("ERROR: early")
+                && g["no fault"].contains_key("ERROR: later")
+        );
     }
 }

@@ -10,6 +10,11 @@
 //! hosts_per_cell = 3
 //! spawn_latency = { kind = "uniform", min_ms = 5, max_ms = 50 }
 //! failing_hosts = 0.0          # share of hosts whose spawns all fail
+//! availability_zones = 2       # az1, az2: each cell's hosts alternate
+//! aggregates = 2               # lt-group1, lt-group2 (loadtest_group=<i>)
+//! host_vcpus = 8               # each fake host (placement inventory);
+//! host_memory_mb = 16384       #   default 16 VCPU, 65536 MB, 1000 GB
+//! host_disk_gb = 200
 //!
 //! [target]
 //! kind = "embedded"            # or "url" with compute_url, identity_url, …
@@ -22,12 +27,25 @@
 //! servers = 10
 //! concurrency = 4
 //! flavors = { "m1.tiny" = 3, "m1.small" = 1 }
+//! availability_zones = { az1 = 1, az2 = 1 }   # requested zone mix
 //!
 //! [[fault]]
 //! kind = "stop-host"
 //! cell = "cell1"
 //! after_boots = 5
+//!
+//! [[fault]]                    # cells on PostgreSQL + RabbitMQ only
+//! kind = "stop-database"       # or "stop-broker"
+//! cell = "cell1"
+//! at_secs = 2.0
+//! duration_secs = 3.0          # then restored
 //! ```
+//!
+//! `stop-broker` closes the connections of the cell's RabbitMQ vhost and
+//! refuses new ones; `stop-database` refuses connections to the cell's
+//! PostgreSQL database and ends its sessions (see [`crate::outage`]). On
+//! the embedded default (in-process buses, SQLite files) both are refused
+//! before anything starts.
 //!
 //! Every table refuses unknown keys, so a misspelt knob is an error naming
 //! it rather than a silently ignored setting.
@@ -86,12 +104,21 @@ pub struct Fleet {
     pub spawn_latency: Latency,
     /// Share (0..=1) of hosts whose spawns all fail.
     pub failing_hosts: f64,
-    /// Per-host resources: not configurable in the embedded region yet
-    /// (an error when set).
-    pub host_resources: Option<toml::Table>,
-    /// Availability zones: not built on this branch (an error when set).
+    /// VCPUs of each fake host (default: compute's 16, × 16 allocation
+    /// ratio); region::RegionConfig's `host_vcpus`.
+    pub host_vcpus: Option<u32>,
+    /// Memory of each fake host, MB (default 65536, × 1.5).
+    pub host_memory_mb: Option<u64>,
+    /// Local disk of each fake host, GB (default 1000, × 1.0).
+    pub host_disk_gb: Option<u64>,
+    /// Availability zones `az1` … `azN`: each cell's hosts spread over
+    /// them (host `j` of a cell in zone `j mod N`), one aggregate
+    /// `lt-az<k>` with that `availability_zone` per zone, created through
+    /// the Compute API once the fleet is up (embedded target).
     pub availability_zones: Option<u32>,
-    /// Host aggregates: not built on this branch (an error when set).
+    /// Further host aggregates `lt-group1` … `lt-groupN` with metadata
+    /// `loadtest_group=<i>`, host `g` of the fleet in group `g mod N`
+    /// (embedded target).
     pub aggregates: Option<u32>,
 }
 
@@ -102,10 +129,26 @@ impl Default for Fleet {
             hosts_per_cell: 4,
             spawn_latency: Latency::Fixed { ms: 0 },
             failing_hosts: 0.0,
-            host_resources: None,
+            host_vcpus: None,
+            host_memory_mb: None,
+            host_disk_gb: None,
             availability_zones: None,
             aggregates: None,
         }
+    }
+}
+
+impl Fleet {
+    /// The per-host resources set, as region::RegionConfig keys and values.
+    pub fn host_resources(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("host_vcpus", self.host_vcpus.map(u64::from)),
+            ("host_memory_mb", self.host_memory_mb),
+            ("host_disk_gb", self.host_disk_gb),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
     }
 }
 
@@ -246,6 +289,11 @@ pub struct Phase {
     /// Flavor name → weight (default `m1.tiny`).
     #[serde(default)]
     pub flavors: BTreeMap<String, u32>,
+    /// Availability zone → weight of the creates' requested zone (default:
+    /// none requested). On the embedded target the zones must be the
+    /// fleet's (`az1` … `azN`) or the default zone `nova`.
+    #[serde(default)]
+    pub availability_zones: BTreeMap<String, u32>,
     /// Delete this phase's servers at its end (default true).
     #[serde(default = "yes")]
     pub delete: bool,
@@ -297,6 +345,11 @@ pub struct Fault {
     /// After this many servers reached ACTIVE (whole run).
     #[serde(default)]
     pub after_boots: Option<u64>,
+    /// How long the outage lasts before it is restored (stop-broker and
+    /// stop-database: required; restored at the end of the run at the
+    /// latest).
+    #[serde(default)]
+    pub duration_secs: Option<f64>,
 }
 
 /// What a fault stops.
@@ -307,9 +360,9 @@ pub enum FaultKind {
     StopHost,
     /// A cell's conductor.
     StopConductor,
-    /// A cell's message broker.
+    /// A cell's RabbitMQ vhost (cells on RabbitMQ only).
     StopBroker,
-    /// A cell's database.
+    /// A cell's PostgreSQL database (cells on PostgreSQL only).
     StopDatabase,
 }
 
@@ -341,19 +394,34 @@ impl Scenario {
             if f.cells == 0 || f.hosts_per_cell == 0 {
                 bail!("fleet.cells and fleet.hosts_per_cell must be at least 1");
             }
-            if f.host_resources.is_some() {
+            for (k, v) in f.host_resources() {
+                if v == 0 {
+                    bail!("fleet.{k} must be at least 1");
+                }
+            }
+        }
+        if let Some(n) = f.availability_zones {
+            if self.target.kind == TargetKind::Url {
                 bail!(
-                    "fleet.host_resources: not built — the embedded region starts every fake host \
-                     with compute's default resources (16 VCPU, 64 GiB, 1000 GB) and \
-                     region::RegionConfig has no per-host resources setting yet"
+                    "fleet.availability_zones needs target.kind = \"embedded\" (a deployment \
+                     by URL has its own zones: request them with a phase's availability_zones)"
+                );
+            }
+            if n == 0 || n > f.hosts_per_cell {
+                bail!(
+                    "fleet.availability_zones must be between 1 and fleet.hosts_per_cell ({}), \
+                     so that every cell has hosts in every zone",
+                    f.hosts_per_cell
                 );
             }
         }
-        if f.availability_zones.is_some() {
-            bail!("fleet.availability_zones: not built — this branch has no availability zone API");
-        }
-        if f.aggregates.is_some() {
-            bail!("fleet.aggregates: not built — this branch has no host aggregate API");
+        if let Some(n) = f.aggregates {
+            if self.target.kind == TargetKind::Url {
+                bail!("fleet.aggregates needs target.kind = \"embedded\"");
+            }
+            if n == 0 || n as u64 > f.cells as u64 * f.hosts_per_cell as u64 {
+                bail!("fleet.aggregates must be between 1 and the fleet's number of hosts");
+            }
         }
         if !(0.0..=1.0).contains(&f.failing_hosts) {
             bail!("fleet.failing_hosts must be between 0 and 1");
@@ -373,6 +441,9 @@ impl Scenario {
             }
             if self.target.identity_url.is_none() {
                 bail!("target.identity_url is required when target.kind = \"url\"");
+            }
+            if let Some((k, _)) = f.host_resources().first() {
+                bail!("fleet.{k} needs target.kind = \"embedded\"");
             }
             if f.failing_hosts > 0.0 || f.spawn_latency != (Latency::Fixed { ms: 0 }) {
                 bail!("fleet.failing_hosts / fleet.spawn_latency need target.kind = \"embedded\"");
@@ -400,6 +471,24 @@ impl Scenario {
             }
             if p.flavors.values().any(|w| *w == 0) {
                 bail!("{at}.flavors: weights must be at least 1");
+            }
+            if p.availability_zones.values().any(|w| *w == 0) {
+                bail!("{at}.availability_zones: weights must be at least 1");
+            }
+            if self.target.kind == TargetKind::Embedded {
+                let zones = f.availability_zones.unwrap_or(0);
+                let default = crate::fleet::default_zone();
+                if let Some(z) = p.availability_zones.keys().find(|z| {
+                    **z != default && !(1..=zones).any(|k| crate::fleet::zone_name(k) == **z)
+                }) {
+                    bail!(
+                        "{at}.availability_zones: {z:?} is not a zone of the fleet ({})",
+                        std::iter::once(default.clone())
+                            .chain((1..=zones).map(crate::fleet::zone_name))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
             }
             let need = |v: bool, field: &str| -> Result<()> {
                 if !v {
@@ -434,6 +523,22 @@ impl Scenario {
             }
             if fault.host.is_some() && fault.kind != FaultKind::StopHost {
                 bail!("fault[{i}].host only applies to kind = \"stop-host\"");
+            }
+            let restorable = matches!(fault.kind, FaultKind::StopBroker | FaultKind::StopDatabase);
+            match fault.duration_secs {
+                Some(_) if !restorable => {
+                    bail!(
+                        "fault[{i}].duration_secs only applies to stop-broker and stop-database \
+                         (a stopped host or conductor stays stopped)"
+                    );
+                }
+                None if restorable => {
+                    bail!("fault[{i}].duration_secs is required for this kind of fault");
+                }
+                Some(d) if d.is_nan() || d <= 0.0 => {
+                    bail!("fault[{i}].duration_secs must be above 0");
+                }
+                _ => {}
             }
             let n: Option<u32> = fault.cell.strip_prefix("cell").and_then(|n| n.parse().ok());
             if !n.is_some_and(|n| n >= 1 && n <= f.cells) {

@@ -45,6 +45,12 @@ pub struct RegionSection {
     pub hosts_per_cell: u32,
     /// How long a fake spawn takes, in milliseconds.
     pub fake_spawn_latency_ms: u64,
+    /// VCPUs each fake host offers (before the allocation ratio).
+    pub host_vcpus: i64,
+    /// Memory each fake host offers, MB.
+    pub host_memory_mb: i64,
+    /// Local disk each fake host offers, GB.
+    pub host_disk_gb: i64,
     /// Address of the identity API.
     pub identity_listen: String,
     /// Address of the placement API.
@@ -70,6 +76,9 @@ impl Default for RegionSection {
             cells: 2,
             hosts_per_cell: 4,
             fake_spawn_latency_ms: 200,
+            host_vcpus: compute::HostResources::default().vcpus,
+            host_memory_mb: compute::HostResources::default().memory_mb,
+            host_disk_gb: compute::HostResources::default().disk_gb,
             identity_listen: "127.0.0.1:5000".to_owned(),
             placement_listen: "127.0.0.1:8778".to_owned(),
             compute_listen: "127.0.0.1:8774".to_owned(),
@@ -207,6 +216,15 @@ impl RegionSection {
 
     /// Refuses templates that would put two databases or two cells on one URL.
     fn check(&self) -> Result<()> {
+        for (k, v) in [
+            ("host_vcpus", self.host_vcpus),
+            ("host_memory_mb", self.host_memory_mb),
+            ("host_disk_gb", self.host_disk_gb),
+        ] {
+            if v < 1 {
+                bail!("region.{k} must be at least 1");
+            }
+        }
         if self.on_postgres() {
             if !self.database_url.contains("{db}") {
                 bail!(
@@ -414,6 +432,9 @@ impl Region {
                 let host = format!("{name}-host{j:02}");
                 let mut hc = compute::HostConfig::new(&host);
                 hc.heartbeat_interval = Duration::from_secs(r.heartbeat_interval_secs.max(1));
+                hc.resources.vcpus = r.host_vcpus;
+                hc.resources.memory_mb = r.host_memory_mb;
+                hc.resources.disk_gb = r.host_disk_gb;
                 hosts.push(compute::start_host(
                     hc,
                     bus.clone(),

@@ -1,6 +1,8 @@
 //! Small loadtest scenarios with their invariants (one test binary).
 
 mod boot;
+mod faults;
+mod fleet;
 mod scenario;
 
 use std::time::Duration;

@@ -206,11 +206,28 @@ fn bad_scenarios_name_the_field() {
     let e = parse_err(&format!("{HEAD}failing_hosts = 1.5\n{phase}"));
     assert!(e.contains("fleet.failing_hosts"), "{e}");
     let e = parse_err(&format!("{HEAD}availability_zones = 3\n{phase}"));
-    assert!(e.contains("fleet.availability_zones: not built"), "{e}");
-    let e = parse_err(&format!("{HEAD}aggregates = 3\n{phase}"));
-    assert!(e.contains("fleet.aggregates: not built"), "{e}");
+    assert!(
+        e.contains("fleet.availability_zones must be between 1 and fleet.hosts_per_cell (2)"),
+        "{e}"
+    );
+    let e = parse_err(&format!("{HEAD}aggregates = 0\n{phase}"));
+    assert!(e.contains("fleet.aggregates must be between 1"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}availability_zones = 2\n[[phase]]\nkind = \"burst\"\nservers = 3\navailability_zones = {{ az3 = 1 }}\n"
+    ));
+    assert!(
+        e.contains("phase[0] (1-burst).availability_zones: \"az3\" is not a zone of the fleet (nova, az1, az2)"),
+        "{e}"
+    );
+    let ok = Scenario::parse(&format!(
+        "{HEAD}availability_zones = 2\naggregates = 2\n[[phase]]\nkind = \"burst\"\nservers = 3\navailability_zones = {{ az2 = 1, nova = 1 }}\n"
+    ))
+    .unwrap();
+    assert_eq!(ok.fleet.availability_zones, Some(2));
     let e = parse_err(&format!("{HEAD}host_resources = {{ vcpus = 8 }}\n{phase}"));
-    assert!(e.contains("fleet.host_resources: not built"), "{e}");
+    assert!(e.contains("host_resources"), "{e}");
+    let e = parse_err(&format!("{HEAD}host_vcpus = 0\n{phase}"));
+    assert!(e.contains("fleet.host_vcpus must be at least 1"), "{e}");
     let e = parse_err(&format!("{HEAD}{phase}[target]\nkind = \"url\"\n"));
     assert!(e.contains("target.compute_url"), "{e}");
     let e = parse_err(&format!(
@@ -258,26 +275,59 @@ fn region_table_is_passed_through() {
         runner::region_config(&s, Path::new("d")).unwrap_err()
     );
     assert!(e.contains("fleet.cells"), "{e}");
+    let s = Scenario::parse(&format!(
+        "{HEAD}host_disk_gb = 40\n[region]\nhost_vcpus = 4\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let cfg = runner::region_config(&s, Path::new("d")).unwrap();
+    assert_eq!((cfg.region.host_vcpus, cfg.region.host_disk_gb), (4, 40));
+    let s = Scenario::parse(&format!(
+        "{HEAD}host_disk_gb = 40\n[region]\nhost_disk_gb = 4\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        runner::region_config(&s, Path::new("d")).unwrap_err()
+    );
+    assert!(e.contains("fleet.host_disk_gb"), "{e}");
 }
 
-/// Stopping a cell's broker or database is not built on the embedded
-/// default: the run refuses before starting anything, naming why.
+/// Stopping a cell's broker or database needs cells on RabbitMQ and
+/// PostgreSQL: on the embedded default (in-process buses, SQLite files)
+/// the run refuses before starting anything, naming why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_and_database_faults_are_refused_clearly() {
     for (kind, want) in [
-        ("stop-broker", "does not own the RabbitMQ processes"),
-        ("stop-database", "does not own the PostgreSQL servers"),
+        (
+            "stop-broker",
+            "stop-broker needs cells on RabbitMQ ([region] transport_url)",
+        ),
+        (
+            "stop-database",
+            "stop-database needs cells on PostgreSQL ([region] database_url)",
+        ),
     ] {
         let s = Scenario::parse(&format!(
-            "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"{kind}\"\ncell = \"cell1\"\nat_secs = 0.0\n"
+            "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"{kind}\"\ncell = \"cell1\"\nat_secs = 0.0\nduration_secs = 1.0\n"
         ))
         .unwrap();
+        let cfg = runner::region_config(&s, Path::new("d")).unwrap();
+        let e = format!("{:#}", runner::check_faults(&s, &cfg).expect_err("refused"));
+        assert!(e.contains(want), "{e}");
         let e = format!(
             "{:#}",
             runner::run(&s, &quiet()).await.expect_err("refused")
         );
-        assert!(e.contains("not built") && e.contains(want), "{e}");
+        assert!(e.contains(want), "{e}");
     }
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"stop-database\"\ncell = \"cell1\"\nat_secs = 0.0\n"
+    ));
+    assert!(e.contains("fault[0].duration_secs is required"), "{e}");
+    let e = parse_err(&format!(
+        "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nat_secs = 0.0\nduration_secs = 2.0\n"
+    ));
+    assert!(e.contains("fault[0].duration_secs only applies"), "{e}");
 }
 
 /// A stop-host fault fires, is recorded with its time and host, and the

@@ -1,0 +1,111 @@
+//! Broker and database outages on PostgreSQL + RabbitMQ: a cell's vhost
+//! or database taken away mid-phase and restored; the failures are
+//! attributed to the outage, the cell recovers, the invariants hold.
+
+use loadtest::report;
+use loadtest::runner::{self, RunOptions};
+use loadtest::scenario::{FaultKind, Scenario};
+
+/// Fresh PostgreSQL databases `<prefix>_{db}` and a RabbitMQ vhost
+/// `<prefix>_cell1`, as region URL templates; `None` (with a printed
+/// reason) when either server is missing and not required.
+async fn production_backends(prefix: &str) -> Option<(String, String)> {
+    let mut db_template = String::new();
+    for db in ["api", "cell0", "cell1", "placement", "identity", "image"] {
+        let name = format!("{prefix}_{db}");
+        let pg = testkit::postgres(&name).await?;
+        db_template = pg.url.replace(&name, &format!("{prefix}_{{db}}"));
+    }
+    let cell = format!("{prefix}_cell1");
+    let bus = testkit::rabbitmq(&cell)?;
+    let bus_template = bus.replace(&cell, &format!("{prefix}_{{cell}}"));
+    Some((db_template, bus_template))
+}
+
+/// A steady phase on one cell with `kind` stopping the cell's broker or
+/// database at 2 s for 3 s, then a few boots after the outage (so that
+/// servers are sent to the cell after the restore whatever the steady
+/// phase's backlog).
+async fn outage_run(prefix: &str, kind: &str) -> Option<runner::RunReport> {
+    let (db, bus) = production_backends(prefix).await?;
+    let text = format!(
+        "name = \"{kind}\"\nseed = 9\n\
+         [fleet]\ncells = 1\nhosts_per_cell = 3\n\
+         [target]\npoll_interval_ms = 50\n\
+         [region]\ndatabase_url = \"{db}\"\ntransport_url = \"{bus}\"\n\
+         [[phase]]\nkind = \"steady\"\nrate = 4.0\nduration_secs = 8.0\nconcurrency = 32\ntimeout_secs = 45\n\
+         [[phase]]\nkind = \"boot-and-delete\"\nservers = 6\nconcurrency = 3\ntimeout_secs = 45\n\
+         [[fault]]\nkind = \"{kind}\"\ncell = \"cell1\"\nat_secs = 2.0\nduration_secs = 3.0\n"
+    );
+    let mut s = Scenario::parse(&text).expect("scenario parses");
+    let data = testkit::temp_dir(&format!("{prefix}_data"));
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &RunOptions { quiet: true })
+        .await
+        .expect("run");
+    std::fs::remove_dir_all(&data).ok();
+    Some(r)
+}
+
+/// What both outages must show: applied and restored on time, the cell
+/// recovered, every failure attributed to the outage, nothing left
+/// behind, the invariants holding.
+fn check_outage(r: &runner::RunReport, kind: FaultKind, target: &str) {
+    let summary = report::summary(r);
+    eprintln!("{summary}");
+    assert_eq!(r.faults.len(), 1, "{summary}");
+    let f = &r.faults[0];
+    assert_eq!((f.kind, f.target.as_str()), (kind, target), "{summary}");
+    assert_eq!(f.result, "applied", "{summary}");
+    assert_eq!(f.restore_result.as_deref(), Some("restored"), "{summary}");
+    let lasted = f.until_secs.unwrap() - f.at_secs;
+    // From the start of the stop to the end of the restore: the 3 s plus
+    // the rabbitmqctl / SQL calls on a loaded machine.
+    assert!((2.9..10.0).contains(&lasted), "{lasted} s: {summary}");
+    assert!(f.recovered_after_secs.is_some(), "{summary}");
+    let p = &r.phases[0];
+    let refused: usize = p.refused.values().sum();
+    assert_eq!(
+        p.active + p.error + p.stuck_in_build + refused,
+        p.requested,
+        "{summary}"
+    );
+    assert!(p.active > 0, "{summary}");
+    // After the outage, the cell serves every boot.
+    let after = &r.phases[1];
+    assert_eq!(after.active, 6, "{summary}");
+    assert_eq!(after.deletes.as_ref().unwrap().left, 0, "{summary}");
+    assert!(
+        !r.errors_by_fault.contains_key("no fault"),
+        "a failure outside the outage and its recovery: {summary}"
+    );
+    assert!(
+        r.errors_by_fault.keys().all(|k| k.starts_with(&format!(
+            "{} {target} at ",
+            serde_json::to_value(kind).unwrap().as_str().unwrap()
+        ))),
+        "{summary}"
+    );
+    assert_eq!(p.deletes.as_ref().unwrap().left, 0, "{summary}");
+    assert!(r.broken().is_empty(), "{summary}");
+    assert!(r.invariants.iter().all(|i| i.holds), "{summary}");
+}
+
+/// The cell's database refuses connections for 3 s mid-phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_database_is_attributed_and_the_cell_recovers() {
+    let Some(r) = outage_run("lt_dbfault", "stop-database").await else {
+        return;
+    };
+    check_outage(&r, FaultKind::StopDatabase, "cell1-database");
+}
+
+/// The cell's RabbitMQ vhost closes its connections and refuses new ones
+/// for 3 s mid-phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_broker_is_attributed_and_the_cell_recovers() {
+    let Some(r) = outage_run("lt_busfault", "stop-broker").await else {
+        return;
+    };
+    check_outage(&r, FaultKind::StopBroker, "cell1-broker");
+}
