@@ -382,11 +382,16 @@ impl ListOrder {
 
 const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, i.node, \
     i.vm_state, i.task_state, i.power_state, i.availability_zone, i.image_ref, i.reservation_id, \
-    i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, e.flavor, \
+    i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, \
+    (SELECT e.flavor FROM instance_extra e WHERE e.instance_uuid = i.uuid) AS flavor, \
     i.locked, i.locked_by, (SELECT sm.value FROM instance_system_metadata sm \
     WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') AS locked_reason";
 
-const FROM: &str = "instances i LEFT JOIN instance_extra e ON e.instance_uuid = i.uuid";
+// Per-row look-ups (unique indexes) rather than a join: the plan stays an
+// index scan of `instances` whatever the statistics say (a fresh cell's
+// stale row estimates made PostgreSQL pick a nested loop over a sequential
+// scan of `instance_extra`, 1,000 × 1,000 comparisons for one page).
+const FROM: &str = "instances i";
 
 /// The event of a delete the API did itself ([`CellDb::api_local_delete`]).
 pub const EV_API_LOCAL_DELETE: &str = "api_local_delete";
