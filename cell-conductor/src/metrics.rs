@@ -18,6 +18,9 @@ pub const DB_ERRORS: &str = "conductor_db_errors_total";
 pub const RESCHEDULES: &str = "conductor_reschedules_total";
 /// Requests being handled right now.
 pub const IN_FLIGHT: &str = "conductor_requests_in_flight";
+/// Instance updates recognised as repeats of the last applied one (same
+/// `update_id`: a compute retried after losing the broker connection).
+pub const REPEATED_UPDATES: &str = "conductor_repeated_instance_updates_total";
 
 /// A method name as a label: one of the known names, or `unknown`.
 pub fn method_label(m: &str) -> &'static str {
@@ -39,6 +42,11 @@ pub fn method_label(m: &str) -> &'static str {
 pub fn request(method: &'static str, outcome: &'static str, elapsed: Duration) {
     metrics::counter!(REQUESTS, "method" => method, "outcome" => outcome).increment(1);
     metrics::histogram!(REQUEST_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+/// Counts one instance update answered as an already applied repeat.
+pub fn repeated_update() {
+    metrics::counter!(REPEATED_UPDATES).increment(1);
 }
 
 /// Counts one reschedule decision.

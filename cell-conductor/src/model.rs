@@ -202,7 +202,13 @@ pub struct InstanceChange {
     pub progress: Option<i64>,
     /// Events recorded in the same transaction.
     pub events: Vec<Event>,
+    /// Idempotency key: a repeat of the last applied update is answered
+    /// with the current row (see [`rpc::InstanceUpdate::update_id`]).
+    pub update_id: Option<String>,
 }
+
+/// Longest accepted `update_id` (the column is `VARCHAR(36)`: a UUID).
+pub const UPDATE_ID_MAX: usize = 36;
 
 impl TryFrom<rpc::InstanceUpdate> for Targeted<InstanceChange> {
     type Error = ConductorError;
@@ -237,6 +243,11 @@ impl TryFrom<rpc::InstanceUpdate> for Targeted<InstanceChange> {
         if events.iter().any(|e| e.instance != instance) {
             return Err(bad("an event of the update names another instance"));
         }
+        if u.update_id.len() > UPDATE_ID_MAX {
+            return Err(bad(format!(
+                "update_id longer than {UPDATE_ID_MAX} characters"
+            )));
+        }
         Ok(Targeted {
             instance,
             value: InstanceChange {
@@ -250,6 +261,7 @@ impl TryFrom<rpc::InstanceUpdate> for Targeted<InstanceChange> {
                 launched_on: u.launched_on,
                 progress: u.progress,
                 events,
+                update_id: non_empty(u.update_id),
             },
         })
     }

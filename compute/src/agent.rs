@@ -28,7 +28,16 @@
 //!   with `Error` and the error chain as traceback.
 //!
 //! A cast is acknowledged once handled; redeliveries are harmless because
-//! every step states the task state it expects.
+//! every step states the task state it expects (a build starts only from
+//! `scheduling`).
+//!
+//! Conductor calls that lose the broker connection (a broker restart, a
+//! network blip) are repeated once the bus has reconnected, for the methods
+//! that are safe to repeat and for at most `call_retry_deadline`
+//! ([`crate::conductor`]); every `instance_update` carries an idempotency
+//! key so that a repeat of an update that was applied (its reply lost) is
+//! answered as done: a short broker outage delays a build, it does not
+//! fail it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +53,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, error, info, instrument, warn, Instrument};
 
-use crate::conductor::ConductorClient;
+use crate::conductor::{CallRetry, ConductorClient};
 use crate::driver::{Driver, GuestOp, SpawnSpec};
 use crate::error::{chain, ComputeError};
 use crate::metrics;
@@ -93,6 +102,10 @@ pub struct HostConfig {
     pub heartbeat_interval: Duration,
     /// Timeout of each conductor call.
     pub call_timeout: Duration,
+    /// How long a conductor call that lost the broker connection is
+    /// repeated (the methods safe to repeat; zero: never). See
+    /// [`crate::conductor`].
+    pub call_retry_deadline: Duration,
     /// Wait before retrying a failed registration.
     pub retry_interval: Duration,
 }
@@ -106,6 +119,7 @@ impl HostConfig {
             resources: HostResources::default(),
             heartbeat_interval: Duration::from_secs(10),
             call_timeout: Duration::from_secs(30),
+            call_retry_deadline: CallRetry::default().deadline,
             retry_interval: Duration::from_secs(1),
         }
     }
@@ -182,7 +196,8 @@ pub fn start_host(
     let (state_tx, state) = watch::channel(HostState::Starting);
     let (shutdown, shutdown_rx) = watch::channel(false);
     let host = cfg.host.clone();
-    let conductor = ConductorClient::new(bus, cfg.call_timeout);
+    let conductor = ConductorClient::new(bus, cfg.call_timeout)
+        .with_retry(CallRetry::for_up_to(cfg.call_retry_deadline));
     let h = Arc::new(Host {
         cfg,
         driver,
@@ -614,11 +629,14 @@ impl Host {
             b.node.clone()
         };
         // 1. block_device_mapping (claims the instance for this host).
+        //    Only from `scheduling` (set by the API, and by the conductor on
+        //    a reschedule): a build cast redelivered after the instance went
+        //    on (ACTIVE or ERROR, task state NULL) is refused, not rebuilt.
         let t = Instant::now();
         let first = InstanceUpdate {
             vm_state: Some(vs::BUILDING.to_owned()),
             task_state: NullableString::set(ts::BLOCK_DEVICE_MAPPING),
-            expected_task_states: vec![ts::SCHEDULING.to_owned(), String::new()],
+            expected_task_states: vec![ts::SCHEDULING.to_owned()],
             host: NullableString::set(self.cfg.host.clone()),
             node: NullableString::set(node),
             ..Default::default()

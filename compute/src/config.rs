@@ -22,6 +22,10 @@ pub struct ComputeSection {
     pub heartbeat_interval_secs: u64,
     /// Seconds a conductor call may take.
     pub call_timeout_secs: u64,
+    /// Seconds during which a conductor call that lost the broker
+    /// connection is repeated once the bus is back (methods safe to repeat
+    /// only; 0: never repeat).
+    pub call_retry_secs: u64,
     /// Milliseconds a fake spawn takes.
     pub fake_spawn_latency_ms: u64,
 }
@@ -34,6 +38,7 @@ impl Default for ComputeSection {
             driver: "fake".to_owned(),
             heartbeat_interval_secs: 10,
             call_timeout_secs: 30,
+            call_retry_secs: 60,
             fake_spawn_latency_ms: 100,
         }
     }
@@ -144,6 +149,7 @@ impl ComputeConfig {
                 };
                 h.heartbeat_interval = Duration::from_secs(c.heartbeat_interval_secs.max(1));
                 h.call_timeout = Duration::from_secs(c.call_timeout_secs.max(1));
+                h.call_retry_deadline = Duration::from_secs(c.call_retry_secs);
                 h
             })
             .collect()

@@ -17,6 +17,8 @@ pub const ACTIONS: &str = "compute_actions_total";
 pub const HEARTBEATS: &str = "compute_heartbeats_total";
 /// Hosts whose agent runs in this process and is registered.
 pub const HOSTS_READY: &str = "compute_hosts_ready";
+/// Conductor calls repeated after losing the broker connection, by method.
+pub const CONDUCTOR_CALL_RETRIES: &str = "compute_conductor_call_retries_total";
 
 /// Records one phase of a build.
 pub fn phase(phase: &'static str, d: Duration) {
@@ -46,4 +48,10 @@ pub fn heartbeat(ok: bool) {
 /// One more (or less) registered host.
 pub fn host_ready(delta: f64) {
     metrics::gauge!(HOSTS_READY).increment(delta);
+}
+
+/// Counts one conductor call repeated after a lost broker connection
+/// (`method` is one of the wire's method names).
+pub fn call_retried(method: &'static str) {
+    metrics::counter!(CONDUCTOR_CALL_RETRIES, "method" => method).increment(1);
 }

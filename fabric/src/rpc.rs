@@ -406,6 +406,7 @@ pub struct ComputeNodeRecord {
 /// current task state is one of them (`""` stands for NULL), otherwise it
 /// fails with [`code::UNEXPECTED_TASK_STATE`]. `events` are recorded in the
 /// same transaction (one round trip per build step).
+/// `update_id` makes it safe to repeat (see the field).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct InstanceUpdate {
     /// The instance.
@@ -441,6 +442,14 @@ pub struct InstanceUpdate {
     /// Action events recorded with the update.
     #[prost(message, repeated, tag = "11")]
     pub events: Vec<ActionEvent>,
+    /// Idempotency key of this update (a UUID the sender picks once and
+    /// sends again with every repeat of the same update; empty = none).
+    /// When the instance's last applied update carried this key, the
+    /// conductor answers the current row without applying anything or
+    /// checking the expected task states again: the repeat of an update
+    /// whose reply was lost with the broker connection succeeds once.
+    #[prost(string, tag = "12")]
+    pub update_id: String,
 }
 
 /// An instance as the conductor sees it after a change.

@@ -176,3 +176,56 @@ pub fn rabbitmq(test_name: &str) -> Option<String> {
     }
     Some(format!("{}/{vhost}", amqp_base()))
 }
+
+/// The vhost of an `amqp://…/<vhost>` URL made by [`rabbitmq`].
+pub fn vhost_of(amqp_url: &str) -> String {
+    amqp_url.rsplit('/').next().unwrap_or_default().to_owned()
+}
+
+/// Runs `rabbitmqctl -q <args>` (retrying a few times: calls from parallel
+/// test processes occasionally fail) and returns its output; panics if it
+/// keeps failing.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let mut last = String::new();
+    for attempt in 0..5u64 {
+        match Command::new("rabbitmqctl").arg("-q").args(args).output() {
+            Ok(o) if o.status.success() => return String::from_utf8_lossy(&o.stdout).into_owned(),
+            Ok(o) => last = String::from_utf8_lossy(&o.stderr).into_owned(),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300 * (attempt + 1)));
+    }
+    panic!("rabbitmqctl {args:?} failed: {last}");
+}
+
+/// A broker outage for one vhost, as the loadtest's `stop-broker` makes it:
+/// new connections refused (`max-connections` 0) and the open ones closed.
+pub fn stop_vhost(vhost: &str) {
+    rabbitmqctl(&["set_vhost_limits", "-p", vhost, r#"{"max-connections": 0}"#]);
+    rabbitmqctl(&["close_all_connections", "-p", vhost, "test broker outage"]);
+}
+
+/// Ends [`stop_vhost`]'s outage: clients may connect again.
+pub fn start_vhost(vhost: &str) {
+    rabbitmqctl(&["clear_vhost_limits", "-p", vhost]);
+}
+
+/// Closes the connections to `vhost` whose client-provided name (the bus's
+/// `connection_name`) is `name`; returns how many it closed.
+pub fn close_named_connections(vhost: &str, name: &str) -> usize {
+    // `list_connections` is not scoped by `-p`: filter on the vhost column.
+    let out = rabbitmqctl(&["list_connections", "vhost", "pid", "client_properties"]);
+    // client_properties holds {"connection_name","<name>"}.
+    let needle = format!("{{\"connection_name\",\"{name}\"}}");
+    let mut closed = 0;
+    for line in out.lines().filter(|l| l.contains(&needle)) {
+        let mut cols = line.split('\t');
+        if let (Some(v), Some(pid)) = (cols.next(), cols.next()) {
+            if v.trim() == vhost {
+                rabbitmqctl(&["close_connection", pid.trim(), "test connection loss"]);
+                closed += 1;
+            }
+        }
+    }
+    closed
+}

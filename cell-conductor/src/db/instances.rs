@@ -146,10 +146,11 @@ impl CellDb {
              launched_at = CASE WHEN $11 THEN $12 ELSE launched_at END, \
              launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
              progress = CASE WHEN $15 THEN $16 ELSE progress END, \
-             updated_at = $17 \
+             updated_at = $17, last_update_id = $20 \
              WHERE uuid = $18 AND NOT deleted AND COALESCE(task_state, '') = $19 \
              RETURNING {COLUMNS}"
         );
+        let last_key = "SELECT last_update_id FROM instances WHERE uuid = $1";
         let key = uuid.to_string();
         let c = change;
         // Compare-and-set on the task state read; a concurrent change makes
@@ -164,6 +165,24 @@ impl CellDb {
                     Some(r) if !r.deleted => r,
                     _ => return Err(ConductorError::InstanceNotFound(key)),
                 };
+                let repeat = match &c.update_id {
+                    Some(id) => {
+                        let last: Option<String> = measured("instance_last_update",
+                            sqlx::query_scalar(last_key).bind(&key).fetch_one(&mut *tx)).await
+                            .map_err(db("instance_last_update"))?;
+                        last.as_deref() == Some(id.as_str())
+                    }
+                    None => false,
+                };
+                if repeat {
+                    // Applied already (its reply was lost): answer the row
+                    // as it is now, apply nothing, record no event again.
+                    tracing::info!(instance = %key, update_id = ?c.update_id,
+                        "repeated instance update recognised; already applied");
+                    crate::metrics::repeated_update();
+                    tx.rollback().await.map_err(db("rollback"))?;
+                    return Ok(cur);
+                }
                 check(&key, &cur, c)?;
                 let seen = cur.task_state.clone().unwrap_or_default();
                 let row: Option<InstanceRow> = measured("instance_update", sqlx::query_as(&update)
@@ -175,7 +194,7 @@ impl CellDb {
                     .bind(c.launched_at.is_some()).bind(c.launched_at)
                     .bind(c.launched_on.is_some()).bind(&c.launched_on)
                     .bind(c.progress.is_some()).bind(c.progress)
-                    .bind(now()).bind(&key).bind(&seen)
+                    .bind(now()).bind(&key).bind(&seen).bind(&c.update_id)
                     .fetch_optional(&mut *tx)).await.map_err(db("instance_update"))?;
                 match row {
                     Some(row) => {

@@ -5,5 +5,6 @@
 
 mod common;
 mod embedded;
+mod outage;
 mod real;
 mod scenarios;

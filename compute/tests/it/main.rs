@@ -7,4 +7,5 @@ mod abandon;
 mod fake_driver;
 mod fleet;
 mod placement_e2e;
+mod retry;
 mod stub;

@@ -24,8 +24,11 @@
 //! [`BusOptions::reconnect_max`]), re-declares the reply queue and restarts
 //! every live subscription's consumer, so [`Subscription`]s keep working.
 //! Publishes issued while the connection is down wait for it for at most
-//! [`BusOptions::publish_wait`]. Unacked deliveries of the lost connection
-//! are redelivered by the broker (at-least-once).
+//! [`BusOptions::publish_wait`] (a call: at most its timeout, then
+//! [`BusError::Unavailable`]). Unacked deliveries of the lost connection
+//! are redelivered by the broker (at-least-once). The loss, each failed
+//! attempt (every tenth at `warn`, the others at `debug`) and the
+//! re-established connection are logged, without the URL's credentials.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -417,6 +420,8 @@ impl Inner {
             // Down: reconnect with exponential backoff.
             let mut delay = self.options.reconnect_min;
             let generation = live.generation + 1;
+            let down_since = Instant::now();
+            let mut attempts = 0u32;
             live = loop {
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
@@ -425,20 +430,35 @@ impl Inner {
                         return;
                     }
                 }
+                attempts += 1;
                 match self.establish(generation).await {
                     Ok(new) => break new,
                     Err(e) => {
-                        tracing::debug!(
-                            error = &e as &dyn std::error::Error,
-                            ?delay,
-                            "reconnect failed"
-                        );
+                        if attempts.is_multiple_of(10) {
+                            tracing::warn!(
+                                error = &e as &dyn std::error::Error,
+                                attempts,
+                                down_for = ?down_since.elapsed(),
+                                "broker still unreachable; reconnecting"
+                            );
+                        } else {
+                            tracing::debug!(
+                                error = &e as &dyn std::error::Error,
+                                ?delay,
+                                "reconnect failed"
+                            );
+                        }
                         delay = (delay * 2).min(self.options.reconnect_max);
                     }
                 }
             };
             metrics::reconnected(KIND);
-            tracing::info!(generation, "broker connection re-established");
+            tracing::info!(
+                generation,
+                attempts,
+                down_for = ?down_since.elapsed(),
+                "broker connection re-established; consumers restarted"
+            );
         }
     }
 
@@ -568,8 +588,9 @@ impl Inner {
 
     async fn call(&self, queue: &str, mut env: Envelope, timeout: Duration) -> Result<Envelope> {
         let deadline = Instant::now() + timeout;
+        // Down for the whole timeout: `Unavailable` (nothing was sent).
         let live = self.live(None, deadline).await.map_err(|e| match e {
-            BusError::Unavailable(_) => BusError::Timeout(timeout),
+            BusError::Unavailable(_) => BusError::Unavailable(timeout),
             e => e,
         })?;
         let id = uuid::Uuid::new_v4().simple().to_string();

@@ -97,6 +97,7 @@ pub(crate) fn call_failed(transport: &'static str, err: &super::BusError) {
     let reason = match err {
         super::BusError::Timeout(_) => "timeout",
         super::BusError::Disconnected => "disconnected",
+        super::BusError::Unavailable(_) => "unavailable",
         super::BusError::Closed => "closed",
         super::BusError::Remote { .. } => return,
         _ => "other",

@@ -31,8 +31,13 @@
 //!   persistent, expires with its deadline, and the reply queue belongs to
 //!   the calling connection. When that connection drops, every call in
 //!   flight fails at once with [`BusError::Disconnected`] (the remote side
-//!   may or may not have executed it); otherwise a call without a reply
-//!   fails with [`BusError::Timeout`]. Calls never hang past their timeout.
+//!   may or may not have executed it); a call that finds the connection
+//!   down waits for it until its timeout and then fails with
+//!   [`BusError::Unavailable`] (nothing was sent); otherwise a call without
+//!   a reply fails with [`BusError::Timeout`]. Calls never hang past their
+//!   timeout. [`BusError::is_connection_loss`] tells the first two apart:
+//!   a caller whose method is safe to repeat may call again once the
+//!   connection is back (the compute agent does, see its conductor client).
 //! - **Fan-out is best-effort**: not durable, not confirmed; subscribers that
 //!   are disconnected (or lag too far behind in-process) miss messages.
 //! - No ordering guarantee across redeliveries or reconnections.
@@ -94,6 +99,17 @@ pub enum BusError {
     /// The broker client reported an error.
     #[error("broker error")]
     Broker(#[source] lapin::Error),
+}
+
+impl BusError {
+    /// Whether the call (or publish) failed because the broker connection
+    /// was lost or could not be re-established in time, rather than because
+    /// the remote side refused it or did not answer on a live connection.
+    /// Such a call may be repeated once the connection is back, if its
+    /// method is safe to repeat (the remote side may have executed it).
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(self, Self::Disconnected | Self::Unavailable(_))
+    }
 }
 
 /// Result type of the message bus.
