@@ -168,6 +168,11 @@ pub struct RequestSpec {
     /// the API can show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_name: Option<String>,
+    /// Whether the instances join a server group (`Some(false)`: none, so
+    /// scheduling skips the group look-up; `None`: a spec written before
+    /// this field, look it up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_group: Option<bool>,
 }
 
 /// A build request row.

@@ -748,6 +748,7 @@ pub async fn create(
                     request_id: ctx.request_id.clone(),
                     global_request_id: global.clone(),
                     key_name: req.key_name.clone(),
+                    in_group: Some(req.group.is_some()),
                 },
             )
         })

@@ -78,6 +78,7 @@ impl SuperConductor {
             &self.cells,
             &spec.flavor.flavorid,
             &uuids,
+            spec.in_group,
             &mut req,
         )
         .await

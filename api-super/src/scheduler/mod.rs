@@ -350,8 +350,15 @@ impl Scheduler {
         // Each pick counts for the next instance of the request (server
         // group policies spread or pack the batch itself).
         let mut req = req.clone();
-        for uuid in instances {
-            let (ordered, removed) = decide(hosts.clone(), &req, &self.filters, &self.weighers);
+        for (k, uuid) in instances.iter().enumerate() {
+            // The last (usually the only) instance takes the candidates
+            // instead of a copy: nothing is consumed after it.
+            let pool = if k + 1 == instances.len() {
+                std::mem::take(&mut hosts)
+            } else {
+                hosts.clone()
+            };
+            let (ordered, removed) = decide(pool, &req, &self.filters, &self.weighers);
             report.removed = removed;
             let mut chosen = None;
             for (i, c) in ordered.iter().enumerate() {

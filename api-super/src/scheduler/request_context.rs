@@ -10,12 +10,14 @@ use super::{GroupSpec, Request};
 
 /// Fills `req.flavor_extra_specs` for `flavorid` and `req.group` from the
 /// group of `instances[0]` (every instance of a request joins the same
-/// group).
+/// group); `in_group == Some(false)` (the request named no group) skips
+/// the group look-up.
 pub async fn fill(
     db: &ComputeDb,
     cells: &Cells,
     flavorid: &str,
     instances: &[String],
+    in_group: Option<bool>,
     req: &mut Request,
 ) -> Result<(), String> {
     let api = db.api();
@@ -26,6 +28,9 @@ pub async fn fill(
     let Some(first) = instances.first() else {
         return Ok(());
     };
+    if in_group == Some(false) {
+        return Ok(());
+    }
     let Some(group) = api
         .instance_server_group(first)
         .await
