@@ -528,9 +528,12 @@ impl Region {
         )
     }
 
-    /// Stops the cells' agents and conductors.
+    /// Stops the Compute API (closing its cell buses), the cells' agents
+    /// and conductors.
     pub async fn shutdown(mut self) {
         self.discovery.abort();
+        // The API layer first: it casts to the cells over their buses.
+        self.compute.close().await;
         for c in std::mem::take(&mut self.cells) {
             for h in c.hosts {
                 h.shutdown().await;

@@ -111,6 +111,21 @@ impl Cells {
         Ok(db)
     }
 
+    /// Closes every cell bus opened so far (at shutdown, so that no broker
+    /// connection is left to fail while the runtime stops).
+    pub async fn close_buses(&self) {
+        let buses: Vec<BusEntry> = self
+            .buses
+            .lock()
+            .expect("cells lock")
+            .drain()
+            .map(|(_, e)| e)
+            .collect();
+        for e in buses {
+            e.bus.close().await;
+        }
+    }
+
     /// The bus of `cell`.
     pub async fn bus(&self, cell: &CellMapping) -> Result<Arc<dyn Transport>, CellError> {
         if let Some(e) = self.buses.lock().expect("cells lock").get(&cell.uuid) {

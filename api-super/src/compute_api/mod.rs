@@ -407,6 +407,12 @@ impl Running {
     pub fn shutdown(&self) {
         self.task.abort();
     }
+
+    /// Stops serving and closes the connections to the cells' buses.
+    pub async fn close(&self) {
+        self.task.abort();
+        self.app.cells.close_buses().await;
+    }
 }
 
 impl Drop for Running {
