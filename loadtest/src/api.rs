@@ -130,10 +130,10 @@ impl Compute {
         Ok(resp.status().as_u16())
     }
 
-    /// One timed `GET`: from sending the request until the last byte of a
-    /// 200 answer arrived (what a client waits for, without its own JSON
-    /// decoding); returns the time and the body's size in bytes.
-    pub async fn get_timed(&self, path_and_query: &str) -> Result<(Duration, usize)> {
+    /// One `GET` answered 200: the time from sending the request until the
+    /// last byte arrived (what a client waits for, before decoding) and the
+    /// body; any other status is an error carrying the body.
+    async fn get_ok(&self, path_and_query: &str) -> Result<(Duration, Vec<u8>)> {
         let t0 = Instant::now();
         let resp = self
             .req(reqwest::Method::GET, path_and_query)
@@ -149,23 +149,21 @@ impl Compute {
                 String::from_utf8_lossy(&body)
             );
         }
+        Ok((took, body.to_vec()))
+    }
+
+    /// One timed `GET` (see [`Compute::get_ok`]); the time and the body's
+    /// size in bytes.
+    pub async fn get_timed(&self, path_and_query: &str) -> Result<(Duration, usize)> {
+        let (took, body) = self.get_ok(path_and_query).await?;
         Ok((took, body.len()))
     }
 
     /// One `GET` of a list page; returns the servers and the marker of the
     /// next page (when the answer links one).
     pub async fn list_page(&self, path_and_query: &str) -> Result<(Vec<ListedServer>, bool)> {
-        let resp = self
-            .req(reqwest::Method::GET, path_and_query)
-            .send()
-            .await
-            .with_context(|| format!("GET {path_and_query}"))?;
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
-        if status != 200 {
-            bail!("GET {path_and_query}: HTTP {status}: {text}");
-        }
-        let v: Value = serde_json::from_str(&text).context("list body")?;
+        let (_, body) = self.get_ok(path_and_query).await?;
+        let v: Value = serde_json::from_slice(&body).context("list body")?;
         let servers = v["servers"]
             .as_array()
             .map(|a| {

@@ -84,6 +84,20 @@ async fn host_queue_drained(vhost: &str) {
     }
 }
 
+/// Boots on `host1` and waits until the build's spawn is in the fake
+/// driver's hands (task state `spawning`); the spawn is left pending.
+async fn boot_until_spawning(cell: &Cell) -> InstanceUuid {
+    let (uuid, _) = cell.boot("host1", &[]).await;
+    tokio::time::timeout(Duration::from_secs(20), cell.hv.spawn_requested(uuid))
+        .await
+        .expect("spawn requested");
+    cell.wait_for(uuid, "spawning", |r| {
+        r.task_state.as_deref() == Some(ts::SPAWNING)
+    })
+    .await;
+    uuid
+}
+
 /// The build reached ACTIVE exactly once: the guest runs, no fault, every
 /// build event recorded once and finished with success.
 async fn active_once(cell: &Cell, uuid: InstanceUuid) {
@@ -119,14 +133,7 @@ async fn pg_amqp_update_in_flight_when_the_broker_drops_lands_once() {
     let Some((cell, db, vhost)) = cell("outage_inflight", Duration::from_secs(10)).await else {
         return;
     };
-    let (uuid, _) = cell.boot("host1", &[]).await;
-    tokio::time::timeout(Duration::from_secs(20), cell.hv.spawn_requested(uuid))
-        .await
-        .expect("spawn requested");
-    cell.wait_for(uuid, "spawning", |r| {
-        r.task_state.as_deref() == Some(ts::SPAWNING)
-    })
-    .await;
+    let uuid = boot_until_spawning(&cell).await;
     // Hold the row so that the conductor's UPDATE waits for us.
     let mut lock = sqlx::PgConnection::connect(&db.url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut lock).await.unwrap();
@@ -193,14 +200,7 @@ async fn pg_amqp_update_during_an_outage_longer_than_the_call_timeout_lands() {
     let Some((cell, _db, vhost)) = cell("outage_long", Duration::from_secs(2)).await else {
         return;
     };
-    let (uuid, _) = cell.boot("host1", &[]).await;
-    tokio::time::timeout(Duration::from_secs(20), cell.hv.spawn_requested(uuid))
-        .await
-        .expect("spawn requested");
-    cell.wait_for(uuid, "spawning", |r| {
-        r.task_state.as_deref() == Some(ts::SPAWNING)
-    })
-    .await;
+    let uuid = boot_until_spawning(&cell).await;
     let v = vhost.clone();
     ctl(move || testkit::stop_vhost(&v)).await;
     assert!(cell.hv.finish_spawn(uuid, Ok(())));
