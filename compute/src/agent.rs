@@ -460,7 +460,9 @@ impl Host {
                 host: self.cfg.host.clone(),
                 hypervisor_hostname: self.cfg.node.clone(),
                 hypervisor_type: self.driver.hypervisor_type().to_owned(),
-                hypervisor_version: 1,
+                hypervisor_version: self.driver.hypervisor_version(),
+                supported_instances: serde_json::to_string(&self.driver.supported_instances())
+                    .unwrap_or_default(),
                 vcpus: r.vcpus,
                 memory_mb: r.memory_mb,
                 local_gb: r.disk_gb,

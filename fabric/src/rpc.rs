@@ -383,6 +383,11 @@ pub struct ComputeNodeUpdate {
     /// Host IP address (may be empty).
     #[prost(string, tag = "16")]
     pub host_ip: String,
+    /// The guests the hypervisor can run, as Nova's
+    /// `compute_nodes.supported_instances`: a JSON list of
+    /// `[architecture, hypervisor type, vm mode]` triples (empty: unknown).
+    #[prost(string, tag = "17")]
+    pub supported_instances: String,
 }
 
 /// The compute node in force after an update.

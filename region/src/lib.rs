@@ -51,6 +51,9 @@ pub struct RegionSection {
     pub host_memory_mb: i64,
     /// Local disk each fake host offers, GB.
     pub host_disk_gb: i64,
+    /// Architectures the fake hosts report (`ImagePropertiesFilter`):
+    /// host N of each cell takes entry (N-1) modulo the list's length.
+    pub host_architectures: Vec<String>,
     /// Address of the identity API.
     pub identity_listen: String,
     /// Address of the placement API.
@@ -79,6 +82,7 @@ impl Default for RegionSection {
             host_vcpus: compute::HostResources::default().vcpus,
             host_memory_mb: compute::HostResources::default().memory_mb,
             host_disk_gb: compute::HostResources::default().disk_gb,
+            host_architectures: vec![compute::driver::fake::DEFAULT_ARCHITECTURE.to_owned()],
             identity_listen: "127.0.0.1:5000".to_owned(),
             placement_listen: "127.0.0.1:8778".to_owned(),
             compute_listen: "127.0.0.1:8774".to_owned(),
@@ -224,6 +228,9 @@ impl RegionSection {
             if v < 1 {
                 bail!("region.{k} must be at least 1");
             }
+        }
+        if self.host_architectures.is_empty() {
+            bail!("region.host_architectures must name at least one architecture");
         }
         if self.on_postgres() {
             if !self.database_url.contains("{db}") {
@@ -435,6 +442,8 @@ impl Region {
                 hc.resources.vcpus = r.host_vcpus;
                 hc.resources.memory_mb = r.host_memory_mb;
                 hc.resources.disk_gb = r.host_disk_gb;
+                let arch = &r.host_architectures[(j as usize - 1) % r.host_architectures.len()];
+                fake.set_architecture(&host, arch);
                 hosts.push(compute::start_host(
                     hc,
                     bus.clone(),

@@ -173,6 +173,12 @@ pub struct RequestSpec {
     /// this field, look it up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_group: Option<bool>,
+    /// The image's scheduling properties (`ImagePropertiesFilter`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::scheduler::filters::image_properties::ImageProps::is_empty"
+    )]
+    pub image_properties: crate::scheduler::filters::image_properties::ImageProps,
 }
 
 /// A build request row.

@@ -9,8 +9,18 @@ use std::sync::{Arc, RwLock};
 
 use fabric::token::Claims;
 
-/// Boxed future of [`ImageLookup`]: the image id, or the 400 message.
-pub type LookupFuture<'a> = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
+/// Boxed future of [`ImageLookup`]: the image, or the 400 message.
+pub type LookupFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ResolvedImage, String>> + Send + 'a>>;
+
+/// An image a boot may use.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResolvedImage {
+    /// Its id.
+    pub id: String,
+    /// Its extra properties (`hw_architecture`, `os_distro`, …).
+    pub properties: std::collections::BTreeMap<String, String>,
+}
 
 /// What a boot needs to know about the image: it is visible to the caller,
 /// active, and the flavor is big enough for it.
@@ -26,7 +36,7 @@ pub struct BootNeeds<'a> {
 
 /// Resolves an `imageRef` (an id, or a name) to a bootable image id.
 pub trait ImageLookup: Send + Sync + std::fmt::Debug {
-    /// The image id `image_ref` names for this boot, or the reason it
+    /// The image `image_ref` names for this boot, or the reason it
     /// cannot be booted (Nova's 400 message).
     fn resolve<'a>(&'a self, image_ref: &'a str, needs: BootNeeds<'a>) -> LookupFuture<'a>;
 }
@@ -71,7 +81,12 @@ impl ImageLookup for InMemoryImages {
                 None
             }
         };
-        let found = found.ok_or_else(|| format!("Image {image_ref} could not be found."));
+        let found = found
+            .map(|id| ResolvedImage {
+                id,
+                properties: Default::default(),
+            })
+            .ok_or_else(|| format!("Image {image_ref} could not be found."));
         Box::pin(std::future::ready(found))
     }
 }
@@ -89,7 +104,10 @@ impl ImageLookup for crate::image::lookup::ImageLookup {
         Box::pin(async move {
             self.find_bootable(needs.claims, image_ref, needs.ram_mb, needs.disk_gb)
                 .await
-                .map(|img| img.id.to_string())
+                .map(|img| ResolvedImage {
+                    id: img.id.to_string(),
+                    properties: img.properties,
+                })
                 .map_err(|e| e.to_string())
         })
     }

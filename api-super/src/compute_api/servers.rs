@@ -17,6 +17,7 @@ use super::db::{BuildInstance, GroupJoin, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
 use super::{App, Ctx};
+use crate::scheduler::filters::image_properties::ImageProps;
 
 // ------------------------------------------------------------------ model
 
@@ -673,16 +674,18 @@ pub async fn create(
     }
     super::quotas::check_metadata_items(&app, ctx.project_id(), req.metadata_items).await?;
     let limits = super::quotas::instance_limits(&app, ctx.project_id()).await?;
-    let image_ref = match &app.images {
+    let (image_ref, image_props) = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
                 claims: &ctx.claims,
                 ram_mb: flavor.memory_mb.max(0) as u64,
                 disk_gb: flavor.root_gb.max(0) as u64,
             };
-            images.resolve(&req.image_ref, needs).await.map_err(bad)?
+            let img = images.resolve(&req.image_ref, needs).await.map_err(bad)?;
+            let props = ImageProps::from_image(&img.properties).map_err(bad)?;
+            (img.id, props)
         }
-        None if is_uuid_like(&req.image_ref) => req.image_ref.clone(),
+        None if is_uuid_like(&req.image_ref) => (req.image_ref.clone(), ImageProps::default()),
         None => return Err(bad("Invalid imageRef provided.")),
     };
     // `az`, `az:host`, `az:host:node`, `:host` (forced host: admins).
@@ -749,6 +752,7 @@ pub async fn create(
                     global_request_id: global.clone(),
                     key_name: req.key_name.clone(),
                     in_group: Some(req.group.is_some()),
+                    image_properties: image_props.clone(),
                 },
             )
         })

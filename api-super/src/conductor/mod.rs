@@ -69,6 +69,7 @@ impl SuperConductor {
             resources: resources(spec),
             availability_zone: spec.availability_zone.clone(),
             force_host: spec.force_host.clone(),
+            image: spec.image_properties.clone(),
             ..Default::default()
         };
         let uuids: Vec<String> = builds.iter().map(|(b, _)| b.uuid.clone()).collect();

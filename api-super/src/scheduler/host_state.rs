@@ -3,8 +3,9 @@
 //! (up, enabled: the cell databases' `services`) and node (provider uuid =
 //! compute node uuid), its recent build failures (the node's `stats`), its
 //! availability zone (the `availability_zone`
-//! metadata of its aggregates, else the default zone) and the metadata of
-//! its aggregates (for `AggregateInstanceExtraSpecsFilter`).
+//! metadata of its aggregates, else the default zone), the metadata of
+//! its aggregates (for `AggregateInstanceExtraSpecsFilter`) and the guests
+//! its hypervisor runs (for `ImagePropertiesFilter`).
 //! Loaded from every enabled cell in parallel and cached for a short time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -41,6 +42,11 @@ pub struct HostInfo {
     /// Consecutive build failures on the node (`compute_nodes.stats`
     /// `failed_builds`, counted by the cell conductor; 0 after a success).
     pub failed_builds: u64,
+    /// The node's `hypervisor_version` (Nova's integer encoding).
+    pub hypervisor_version: i64,
+    /// What guests the node runs: `(architecture, hypervisor type, vm
+    /// mode)` triples (`ImagePropertiesFilter`).
+    pub supported_instances: Vec<[String; 3]>,
 }
 
 /// Host information by provider uuid.
@@ -146,6 +152,7 @@ impl HostStateCache {
                 }
                 let aggregate_metadata = metadata.get(&r.host).cloned().unwrap_or_default();
                 let failed_builds = r.failed_builds();
+                let supported_instances = r.supported_instances();
                 let up = !r.forced_down && r.last_seen_up.is_some_and(|t| now - t <= down);
                 out.by_provider.insert(
                     r.uuid.clone(),
@@ -162,6 +169,8 @@ impl HostStateCache {
                         service_disabled: r.disabled,
                         aggregate_metadata,
                         failed_builds,
+                        hypervisor_version: r.hypervisor_version,
+                        supported_instances,
                     },
                 );
             }

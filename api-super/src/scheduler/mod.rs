@@ -86,6 +86,8 @@ pub struct Request {
     pub flavor_extra_specs: BTreeMap<String, String>,
     /// The server group the instances join (`scheduler_hints.group`).
     pub group: Option<GroupSpec>,
+    /// The image's scheduling properties (`ImagePropertiesFilter`).
+    pub image: filters::image_properties::ImageProps,
 }
 
 /// A server group as the scheduler sees it.
@@ -485,6 +487,12 @@ mod tests {
                         service_disabled: false,
                         aggregate_metadata: BTreeMap::new(),
                         failed_builds: 0,
+                        hypervisor_version: 1_000,
+                        supported_instances: vec![[
+                            if i % 2 == 0 { "x86_64" } else { "aarch64" }.to_owned(),
+                            "fake".to_owned(),
+                            "hvm".to_owned(),
+                        ]],
                     },
                     allocation: AllocationRequest { allocations },
                     summary: ProviderSummary { resources },
@@ -538,6 +546,7 @@ mod tests {
                 ("ForcedHostFilter", 0),
                 ("ComputeFilter", 2),
                 ("AvailabilityZoneFilter", 3),
+                ("ImagePropertiesFilter", 0),
                 ("AggregateInstanceExtraSpecsFilter", 0),
                 ("ServerGroupAffinityFilter", 0),
                 ("ServerGroupAntiAffinityFilter", 0),
@@ -783,5 +792,64 @@ mod tests {
             &all_weighers(),
         );
         assert_eq!(o[0].info.host, "host3");
+    }
+
+    #[test]
+    fn image_properties_keep_the_hosts_that_run_the_guest() {
+        use filters::image_properties::ImageProps;
+        let image = |kv: &[(&str, &str)]| {
+            ImageProps::from_image(
+                &kv.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )
+            .unwrap()
+        };
+        let run = |r: &Request| {
+            decide(
+                make_hosts(4, &["nova"]),
+                r,
+                &filters::defaults(),
+                &weighers(1.0),
+            )
+        };
+        let mut r = req();
+        // No scheduling property: every host.
+        r.image = image(&[("os_distro", "cirros")]);
+        assert_eq!(run(&r).0.len(), 4);
+        // Even hosts are x86_64, odd ones aarch64.
+        r.image = image(&[("hw_architecture", "aarch64")]);
+        let (o, removed) = run(&r);
+        assert_eq!(names(&o), ["host3", "host1"]);
+        assert!(
+            removed.contains(&("ImagePropertiesFilter", 2)),
+            "{removed:?}"
+        );
+        r.image = image(&[
+            ("architecture", "amd64"),
+            ("img_hv_type", "fake"),
+            ("hw_vm_mode", "hvm"),
+        ]);
+        assert_eq!(names(&run(&r).0), ["host2", "host0"]);
+        // All three must match one triple.
+        r.image = image(&[("hw_architecture", "x86_64"), ("img_hv_type", "qemu")]);
+        assert!(run(&r).0.is_empty());
+        // The version counts once a triple matches (hosts report 1.0).
+        r.image = image(&[
+            ("hw_architecture", "x86_64"),
+            ("img_hv_requested_version", ">=1.0"),
+        ]);
+        assert_eq!(run(&r).0.len(), 2);
+        r.image = image(&[
+            ("hw_architecture", "x86_64"),
+            ("img_hv_requested_version", ">=2.0"),
+        ]);
+        assert!(run(&r).0.is_empty());
+        // A host that reports nothing runs no image that names a property.
+        let mut hosts = make_hosts(2, &["nova"]);
+        hosts[0].info.supported_instances.clear();
+        r.image = image(&[("img_hv_type", "fake")]);
+        let (o, _) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
+        assert_eq!(names(&o), ["host1"]);
     }
 }

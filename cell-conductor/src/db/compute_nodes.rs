@@ -57,7 +57,8 @@ impl CellDb {
              hypervisor_version = $5, vcpus = $6, memory_mb = $7, local_gb = $8, vcpus_used = $9, \
              memory_mb_used = $10, local_gb_used = $11, running_vms = $12, \
              cpu_allocation_ratio = $13, ram_allocation_ratio = $14, disk_allocation_ratio = $15, \
-             host_ip = $16, free_ram_mb = $7 - $10, free_disk_gb = $8 - $11, updated_at = $18 \
+             host_ip = $16, free_ram_mb = $7 - $10, free_disk_gb = $8 - $11, updated_at = $18, \
+             supported_instances = $19 \
              WHERE host = $2 AND hypervisor_hostname = $3 AND NOT deleted AND $1 = $1 \
              RETURNING {COLUMNS}"
         );
@@ -65,9 +66,9 @@ impl CellDb {
             "INSERT INTO compute_nodes (uuid, service_id, host, hypervisor_hostname, hypervisor_type, \
              hypervisor_version, vcpus, memory_mb, local_gb, vcpus_used, memory_mb_used, local_gb_used, \
              running_vms, cpu_allocation_ratio, ram_allocation_ratio, disk_allocation_ratio, host_ip, \
-             free_ram_mb, free_disk_gb, created_at) \
+             free_ram_mb, free_disk_gb, created_at, supported_instances) \
              VALUES ($1, {service}, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $7 - $10, $8 - $11, $18) RETURNING {COLUMNS}"
+             $7 - $10, $8 - $11, $18, $19) RETURNING {COLUMNS}"
         );
         let uuid = if n.uuid.is_empty() {
             uuid::Uuid::new_v4().to_string()
@@ -83,6 +84,8 @@ impl CellDb {
                 .to_string()
         };
         let host_ip = (!n.host_ip.is_empty()).then_some(n.host_ip.as_str());
+        let supported =
+            (!n.supported_instances.is_empty()).then_some(n.supported_instances.as_str());
         macro_rules! binds {
             ($q:expr, $t:expr) => {
                 $q.bind(&uuid)
@@ -103,6 +106,7 @@ impl CellDb {
                     .bind(host_ip)
                     .bind(COMPUTE_BINARY)
                     .bind($t)
+                    .bind(supported)
             };
         }
         for _ in 0..2 {

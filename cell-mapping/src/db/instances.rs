@@ -163,9 +163,21 @@ pub struct ComputeHost {
     /// The node's `stats` JSON document (written by the cell conductor;
     /// `failed_builds` counts its consecutive build failures).
     pub stats: Option<String>,
+    /// `hypervisor_version` (Nova's integer encoding).
+    pub hypervisor_version: i64,
+    /// `supported_instances`: JSON `[[arch, hv_type, vm_mode], …]`.
+    pub supported_instances: Option<String>,
 }
 
 impl ComputeHost {
+    /// The node's supported instances (absent or unreadable: none).
+    pub fn supported_instances(&self) -> Vec<[String; 3]> {
+        self.supported_instances
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default()
+    }
+
     /// The node's consecutive build failures (`stats.failed_builds`;
     /// absent or unreadable: 0).
     pub fn failed_builds(&self) -> u64 {
@@ -688,7 +700,7 @@ impl CellDb {
         Ok(
             with_pool!(self.pool(), p => measured("api_compute_hosts", sqlx::query_as(
             "SELECT n.uuid, n.host, n.hypervisor_hostname, s.disabled, s.forced_down, s.last_seen_up, \
-             n.stats \
+             n.stats, n.hypervisor_version, n.supported_instances \
              FROM compute_nodes n JOIN services s ON s.host = n.host AND s.\"binary\" = $1 \
              AND NOT s.deleted WHERE NOT n.deleted ORDER BY n.host, n.hypervisor_hostname")
             .bind(super::cell::COMPUTE_BINARY).fetch_all(p)).await?),

@@ -43,11 +43,16 @@ struct Knobs {
     delay: Option<Duration>,
 }
 
+/// The architecture a fake host reports unless told otherwise.
+pub const DEFAULT_ARCHITECTURE: &str = "x86_64";
+
 #[derive(Debug)]
 struct State {
     mode: Mode,
     latency: Duration,
     knobs: HashMap<String, Knobs>,
+    /// Per-host architecture (absent: [`DEFAULT_ARCHITECTURE`]).
+    architectures: HashMap<String, String>,
     guests: HashMap<String, HashMap<InstanceUuid, i32>>,
     pending: HashMap<InstanceUuid, (String, oneshot::Sender<Result<(), String>>)>,
 }
@@ -74,6 +79,7 @@ impl FakeHypervisor {
                     mode,
                     latency,
                     knobs: HashMap::new(),
+                    architectures: HashMap::new(),
                     guests: HashMap::new(),
                     pending: HashMap::new(),
                 }),
@@ -117,6 +123,15 @@ impl FakeHypervisor {
     /// Makes every later spawn on `host` take `delay` longer.
     pub fn delay_spawns(&self, host: &str, delay: Duration) {
         self.lock().knobs.entry(host.to_owned()).or_default().delay = Some(delay);
+    }
+
+    /// The architecture `host` reports (`aarch64`, `ppc64le`, …) in its
+    /// supported instances; read when the host registers its node, so set
+    /// it before the host starts.
+    pub fn set_architecture(&self, host: &str, arch: &str) {
+        self.lock()
+            .architectures
+            .insert(host.to_owned(), arch.to_owned());
     }
 
     /// Clears the knobs of `host`.
@@ -255,6 +270,20 @@ struct FakeDriver {
 impl Driver for FakeDriver {
     fn hypervisor_type(&self) -> &'static str {
         "fake"
+    }
+
+    /// One triple, as Nova's fake driver: the host's architecture
+    /// ([`FakeHypervisor::set_architecture`], default `x86_64`), `fake`,
+    /// `hvm`.
+    fn supported_instances(&self) -> Vec<[String; 3]> {
+        let arch = self
+            .hv
+            .lock()
+            .architectures
+            .get(&self.host)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_ARCHITECTURE.to_owned());
+        vec![[arch, "fake".to_owned(), "hvm".to_owned()]]
     }
 
     fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>> {

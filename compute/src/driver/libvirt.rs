@@ -19,6 +19,9 @@ impl Driver for LibvirtDriver {
     fn hypervisor_type(&self) -> &'static str {
         "QEMU"
     }
+    fn supported_instances(&self) -> Vec<[String; 3]> {
+        Vec::new()
+    }
     fn spawn<'a>(&'a self, _: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async { Err(DriverError::Unavailable(NOT_BUILT.into())) })
     }

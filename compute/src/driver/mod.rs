@@ -96,6 +96,17 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// `compute_nodes.hypervisor_type` (`fake`, `QEMU`).
     fn hypervisor_type(&self) -> &'static str;
 
+    /// `compute_nodes.hypervisor_version`, as Nova encodes it
+    /// (`major * 1_000_000 + minor * 1_000 + patch`).
+    fn hypervisor_version(&self) -> i64 {
+        1_000
+    }
+
+    /// The guests this hypervisor can run: `(architecture, hypervisor
+    /// type, vm mode)` triples (what `ImagePropertiesFilter` matches an
+    /// image's `hw_architecture`, `img_hv_type` and `hw_vm_mode` against).
+    fn supported_instances(&self) -> Vec<[String; 3]>;
+
     /// Creates and starts the guest; returns once it runs.
     fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>>;
 

@@ -2,6 +2,7 @@
 
 mod cells_live;
 mod distributed;
+mod image_properties;
 mod local_delete;
 mod operator_cli;
 mod osc_placement;

@@ -5,6 +5,7 @@ pub mod aggregate_instance_extra_specs;
 pub mod availability_zone;
 pub mod compute;
 pub mod forced_host;
+pub mod image_properties;
 pub mod server_group_affinity;
 pub mod server_group_anti_affinity;
 
@@ -24,6 +25,7 @@ pub fn defaults() -> Vec<Box<dyn Filter>> {
         Box::new(forced_host::ForcedHostFilter),
         Box::new(compute::ComputeFilter),
         Box::new(availability_zone::AvailabilityZoneFilter),
+        Box::new(image_properties::ImagePropertiesFilter),
         Box::new(aggregate_instance_extra_specs::AggregateInstanceExtraSpecsFilter),
         Box::new(server_group_affinity::ServerGroupAffinityFilter),
         Box::new(server_group_anti_affinity::ServerGroupAntiAffinityFilter),
