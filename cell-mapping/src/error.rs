@@ -88,6 +88,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the error says the database could not be reached (refused,
+    /// reset or timed-out connections, a database that is gone, shutting
+    /// down or refusing connections, an SQLite file that cannot be opened
+    /// or read) rather than that a statement failed. The Compute API treats
+    /// a cell whose reads fail this way as down (skipped from listings, or
+    /// shown as partial records), as Nova does with a cell that does not
+    /// respond.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Connect { .. } | Error::InvalidDatabaseUrl { .. } => true,
+            Error::Db { source, .. } => sqlx_unreachable(source),
+            _ => false,
+        }
+    }
+
     /// The error and all its causes on one line, `a: b: c`.
     pub fn one_line(&self) -> String {
         let mut s = self.to_string();
@@ -101,5 +116,72 @@ impl Error {
             cur = e.source();
         }
         s
+    }
+}
+
+/// See [`Error::is_unreachable`].
+fn sqlx_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => {
+            let code = d.code().unwrap_or_default();
+            if d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            {
+                // 08: connection exception; 57: operator intervention
+                // (shutdown, cannot connect now); 53: insufficient
+                // resources (too many connections); 28: authorization
+                // (the role or its password changed); 3D000: the database
+                // does not exist (dropped or renamed); 55000: it does not
+                // accept connections (`ALLOW_CONNECTIONS false`; the
+                // reads this decides about raise it for nothing else).
+                ["08", "57", "53", "28"].iter().any(|c| code.starts_with(c))
+                    || code == "3D000"
+                    || code == "55000"
+            } else {
+                // SQLite primary result codes (the extended code's low
+                // byte): PERM, IOERR, CORRUPT, CANTOPEN, NOTADB.
+                code.parse::<i64>()
+                    .is_ok_and(|c| matches!(c & 0xff, 3 | 10 | 11 | 14 | 26))
+            }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn connection_failures_are_unreachable_and_statement_failures_are_not() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let refused = Error::Db {
+            op: "api_instances",
+            source: sqlx::Error::Io(io),
+        };
+        assert!(refused.is_unreachable());
+        let timed_out = Error::Db {
+            op: "api_instances",
+            source: sqlx::Error::PoolTimedOut,
+        };
+        assert!(timed_out.is_unreachable());
+        let connect = Error::Connect {
+            role: "cell",
+            url: "postgres://x".into(),
+            source: sqlx::Error::PoolTimedOut,
+        };
+        assert!(connect.is_unreachable());
+        let decode = Error::Db {
+            op: "api_instances",
+            source: sqlx::Error::RowNotFound,
+        };
+        assert!(!decode.is_unreachable());
+        assert!(!Error::CellNotFound("x".into()).is_unreachable());
     }
 }

@@ -36,7 +36,12 @@ enum Seen {
 }
 
 /// Watches one project's servers leave BUILD: one walk of the BUILD list
-/// per tick (and of the ERROR list when some left), never a GET per server.
+/// per tick and, when some left it, of the ERROR list and of the ACTIVE
+/// servers changed since the oldest of them was accepted; never a GET per
+/// server. A server is seen done only when a list shows it ACTIVE or
+/// ERROR: the servers of a cell that is down are left out of every
+/// filtered list (Nova's behaviour, as the Compute API's), so a server
+/// missing from the BUILD list may just be in a down cell, and waits.
 struct Watcher {
     compute: Compute,
     waiting: Mutex<HashMap<String, (Instant, oneshot::Sender<Seen>)>>,
@@ -81,17 +86,33 @@ impl Watcher {
         };
         let got = Instant::now();
         let building: HashSet<&str> = build.iter().map(|s| s.id.as_str()).collect();
-        let out: Vec<String> = self
+        let out: Vec<(String, Instant)> = self
             .waiting
             .lock()
             .expect("waiting")
             .iter()
             .filter(|(id, (accepted, _))| *accepted < sent && !building.contains(id.as_str()))
-            .map(|(id, _)| id.clone())
+            .map(|(id, (accepted, _))| (id.clone(), *accepted))
             .collect();
-        if out.is_empty() {
+        let Some(oldest) = out.iter().map(|(_, a)| *a).min() else {
             return;
-        }
+        };
+        // ACTIVE since a little before the oldest of them was accepted
+        // (the margin covers the clocks of this machine and the target).
+        let since = Utc::now()
+            - chrono::Duration::from_std(oldest.elapsed() + ACTIVE_SINCE_MARGIN)
+                .unwrap_or(chrono::Duration::MAX);
+        let query = format!(
+            "status=ACTIVE&changes-since={}",
+            since.format("%Y-%m-%dT%H:%M:%SZ")
+        );
+        let active: HashSet<String> = match self.compute.list_all(false, &query).await {
+            Ok(a) => a.into_iter().map(|s| s.id).collect(),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "poll of the ACTIVE list failed");
+                return;
+            }
+        };
         let errors: HashMap<String, String> =
             match self.compute.list_all(true, "status=ERROR").await {
                 Ok(e) => e
@@ -109,16 +130,24 @@ impl Watcher {
                 }
             };
         let mut w = self.waiting.lock().expect("waiting");
-        for id in out {
+        for (id, _) in out {
+            let seen = match errors.get(&id) {
+                Some(f) => Seen::Error(got, f.clone()),
+                None if active.contains(&id) => Seen::Active(got),
+                // In no list: its cell is down (or it is gone); it waits.
+                None => continue,
+            };
             if let Some((_, tx)) = w.remove(&id) {
-                let _ = tx.send(match errors.get(&id) {
-                    Some(f) => Seen::Error(got, f.clone()),
-                    None => Seen::Active(got),
-                });
+                let _ = tx.send(seen);
             }
         }
     }
 }
+
+/// How much earlier than the oldest server waiting the watcher's ACTIVE
+/// list starts (`changes-since`), for the clocks of this machine and the
+/// target.
+const ACTIVE_SINCE_MARGIN: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------- records
 

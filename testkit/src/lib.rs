@@ -9,9 +9,13 @@
 //! (CI sets it) a missing server is a panic instead, so nothing is silently
 //! skipped there.
 //!
+//! [`proxy::TcpProxy`] stands in front of a real server so that a test can
+//! take it away (refused or hanging connections) and bring it back.
+//!
 //! May depend on: sqlx and tokio. Only ever a dev-dependency.
 
 pub mod http;
+pub mod proxy;
 pub mod python;
 
 use std::path::PathBuf;

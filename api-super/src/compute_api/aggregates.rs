@@ -390,7 +390,7 @@ async fn host_providers(app: &App, host: &str) -> ApiResult<Vec<String>> {
     let missing = || ApiError::NotFound(format!("Compute host {host} could not be found."));
     let cell_id = app.db().api().host_cell(host).await?.ok_or_else(missing)?;
     let cell = app.cells.by_id(cell_id).ok_or_else(missing)?;
-    let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(&cell).await?;
     let nodes: Vec<String> = db
         .hypervisors()
         .await?

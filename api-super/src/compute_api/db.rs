@@ -181,6 +181,27 @@ pub struct RequestSpec {
     pub image_properties: crate::scheduler::filters::image_properties::ImageProps,
 }
 
+/// An instance mapping: what the API database alone knows of a server
+/// (all a partial record of a server in a down cell can show).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct MappingRow {
+    /// The server.
+    pub instance_uuid: String,
+    /// Its cell (`None` until scheduled).
+    pub cell_id: Option<i64>,
+    /// Project.
+    pub project_id: String,
+    /// User (`None` on mappings written without it).
+    pub user_id: Option<String>,
+    /// Deleted (or being deleted).
+    pub queued_for_delete: bool,
+    /// The server's creation time (the build request's, as its instance).
+    pub created_at: DateTime<Utc>,
+}
+
+const MAPPING_COLUMNS: &str =
+    "instance_uuid, cell_id, project_id, user_id, queued_for_delete, created_at";
+
 /// A build request row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuildRequest {
@@ -351,6 +372,48 @@ impl ComputeDb {
         Ok(on_pool!(self.pool(), p => sqlx::query_as(
             "SELECT cell_id, project_id FROM instance_mappings WHERE instance_uuid = $1")
             .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_get"))?))
+    }
+
+    /// The whole instance mapping of `uuid`.
+    pub async fn mapping_row(&self, uuid: &str) -> Result<Option<MappingRow>, ApiError> {
+        let sql =
+            format!("SELECT {MAPPING_COLUMNS} FROM instance_mappings WHERE instance_uuid = $1");
+        Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_row"))?))
+    }
+
+    /// The mappings of the servers in cells `cell_ids` (of `project`, or of
+    /// every project) that are not queued for delete, newest first
+    /// (`created_at` desc, then uuid desc, byte-wise as the cells sort),
+    /// at most `limit`: the partial records of a down cell's servers.
+    pub async fn live_mappings_in_cells(
+        &self,
+        cell_ids: &[i64],
+        project: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<MappingRow>, ApiError> {
+        if cell_ids.is_empty() || limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let uuid_order = if self.is_postgres() {
+            "instance_uuid COLLATE \"C\""
+        } else {
+            "instance_uuid"
+        };
+        let marks: Vec<String> = (3..3 + cell_ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT {MAPPING_COLUMNS} FROM instance_mappings WHERE NOT queued_for_delete \
+             AND ($1 = '' OR project_id = $1) AND cell_id IN ({}) \
+             ORDER BY created_at DESC, {uuid_order} DESC LIMIT $2",
+            marks.join(", ")
+        );
+        Ok(on_pool!(self.pool(), p => {
+            let mut q = sqlx::query_as(&sql).bind(project.unwrap_or("")).bind(limit);
+            for c in cell_ids {
+                q = q.bind(c);
+            }
+            q.fetch_all(p).await.map_err(db("instance_mappings_in_cells"))?
+        }))
     }
 
     /// The build landed in cell `cell_id`: deletes the build request and

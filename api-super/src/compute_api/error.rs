@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use crate::cells::{CellDown, CellError};
+
 /// Everything a Compute API request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -41,6 +43,17 @@ pub enum ApiError {
     /// A cell database statement failed (500).
     #[error("cell database operation failed")]
     Cell(#[source] cell_mapping::Error),
+    /// A cell the request needs does not answer: 500, as Nova answers
+    /// when it cannot do without the cell, but with a message that names
+    /// the cell instead of the generic one.
+    #[error("{message}")]
+    CellDown {
+        /// What the client is told.
+        message: String,
+        /// The cell and why it is considered down (logged, not shown).
+        #[source]
+        source: CellDown,
+    },
     /// Anything else that is our fault (500).
     #[error("internal error: {0}")]
     Internal(String),
@@ -50,6 +63,18 @@ impl ApiError {
     /// An internal error from any displayable cause.
     pub fn internal(e: impl std::fmt::Display) -> Self {
         ApiError::Internal(e.to_string())
+    }
+
+    /// A down cell, told as "Cell <uuid> is not responding…".
+    pub fn cell_down(down: CellDown) -> Self {
+        ApiError::CellDown {
+            message: format!(
+                "Cell {} is not responding, hence the information of its servers is not \
+                 available; try again later.",
+                down.cell
+            ),
+            source: down,
+        }
     }
 
     /// 404 for a server.
@@ -66,9 +91,10 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::Db { .. } | ApiError::Cell(_) | ApiError::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            ApiError::Db { .. }
+            | ApiError::Cell(_)
+            | ApiError::CellDown { .. }
+            | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -77,6 +103,28 @@ impl From<cell_mapping::Error> for ApiError {
     fn from(e: cell_mapping::Error) -> Self {
         ApiError::Cell(e)
     }
+}
+
+impl From<CellError> for ApiError {
+    fn from(e: CellError) -> Self {
+        match e {
+            CellError::Down(d) => ApiError::cell_down(d),
+            CellError::Query(_, e) => ApiError::Cell(e),
+            e @ CellError::Bus(..) => ApiError::internal(chain(&e)),
+        }
+    }
+}
+
+/// An error and its causes, `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
 }
 
 /// Nova's fault names by status (nova.api.openstack.wsgi.Fault).
@@ -105,14 +153,13 @@ pub fn fault_response(status: StatusCode, message: &str) -> Response {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        if let ApiError::CellDown { message, source } = &self {
+            tracing::warn!(cell = %source.cell, cell_name = %source.name, reason = %source.reason,
+                "compute API request failed: it needs a cell that is down");
+            return fault_response(status, message);
+        }
         if status.is_server_error() {
-            let mut chain = self.to_string();
-            let mut src = std::error::Error::source(&self);
-            while let Some(s) = src {
-                chain.push_str(": ");
-                chain.push_str(&s.to_string());
-                src = s.source();
-            }
+            let chain = chain(&self);
             tracing::error!(error = %chain, "compute API request failed");
             return fault_response(
                 status,

@@ -52,7 +52,7 @@ async fn locate(
         .cells
         .by_id(cid)
         .ok_or_else(|| ApiError::Internal(format!("cell {cid} is not in the cache")))?;
-    let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(&cell).await?;
     let Some(i) = db.api_instance(id).await? else {
         return Err(ApiError::server_not_found(id));
     };

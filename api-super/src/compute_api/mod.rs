@@ -43,7 +43,7 @@ use fabric::token::{Authenticator, Claims};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use crate::cells::Cells;
+use crate::cells::{CellLiveness, Cells};
 use crate::conductor::SuperConductor;
 use crate::http::ReqId;
 use crate::identity::policy::Policy;
@@ -71,6 +71,18 @@ pub struct ComputeConfig {
     pub cell_cache_refresh_ms: u64,
     /// Default quota limits (`[compute.quota]`).
     pub quota: quotas::QuotaConfig,
+    /// Longest wait for one read of a cell database (opening its pool
+    /// included), in ms; a cell that does not answer in time is treated as
+    /// down (see [`crate::cells`]).
+    pub cell_timeout_ms: u64,
+    /// While a cell is down, how often one request tries it again (a single
+    /// connection attempt), in ms; the others skip it at once.
+    pub cell_down_retry_ms: u64,
+    /// Nova's `[api] list_records_by_skipping_down_cells`: a server list
+    /// that cannot show partial records (below microversion 2.69, or with
+    /// paging, sorting or filters) leaves a down cell's servers out
+    /// (`true`, the default) or fails (`false`).
+    pub list_records_by_skipping_down_cells: bool,
 }
 
 impl Default for ComputeConfig {
@@ -82,6 +94,9 @@ impl Default for ComputeConfig {
             scheduler: SchedulerConfig::default(),
             cell_cache_refresh_ms: cell_mapping::CacheConfig::default().refresh_interval_ms,
             quota: quotas::QuotaConfig::default(),
+            cell_timeout_ms: 5000,
+            cell_down_retry_ms: 1000,
+            list_records_by_skipping_down_cells: true,
         }
     }
 }
@@ -140,6 +155,7 @@ pub struct Inner {
     pub(crate) public_url: OnceLock<String>,
     pub(crate) max_limit: usize,
     pub(crate) quota: quotas::QuotaConfig,
+    pub(crate) skip_down_cells: bool,
 }
 
 /// A handle on the shared state.
@@ -437,7 +453,13 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     .await
     .map_err(|e| anyhow::anyhow!("cannot load the cell mappings: {e}"))?;
     let db = ComputeDb::new(api);
-    let cells = Cells::new(cache);
+    let cells = Cells::with_liveness(
+        cache,
+        CellLiveness {
+            read_timeout: Duration::from_millis(cfg.cell_timeout_ms.max(1)),
+            probe_interval: Duration::from_millis(cfg.cell_down_retry_ms),
+        },
+    );
     let hosts = HostStateCache::new(
         db.clone(),
         cells.clone(),
@@ -465,6 +487,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         public_url,
         max_limit: cfg.max_limit.max(1),
         quota: cfg.quota.clone(),
+        skip_down_cells: cfg.list_records_by_skipping_down_cells,
     }));
     let routes = router(app.clone());
     let task = tokio::spawn(async move {

@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
 use super::server_metadata::validate_metadata;
-use super::servers::{delete_server, detail_view, find, Found, Server};
+use super::servers::{add_server_groups, delete_server, detail_view, find, Found, Server};
 use super::{App, Ctx};
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -332,11 +332,11 @@ async fn start_action(
         record: record(ctx, spec.action, &global),
         rebuild,
     };
-    let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(&cell).await?;
     db.api_start_action(&start)
         .await?
         .map_err(|r| refused(spec.name, id, r))?;
-    let bus = app.cells.bus(&cell).await.map_err(ApiError::internal)?;
+    let bus = app.cells.bus(&cell).await?;
     let ids = RequestIds {
         request_id: ctx.request_id.clone(),
         global_request_id: global,
@@ -483,6 +483,7 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
     s.task_state = Some(ts::REBUILDING.to_owned());
     s.updated_at = Some(chrono::Utc::now());
     let mut view = detail_view(app, ctx, &s);
+    add_server_groups(app, ctx, &s.uuid, &mut view).await?;
     view["adminPass"] = json!(o
         .get("adminPass")
         .and_then(Value::as_str)
@@ -535,7 +536,7 @@ async fn lock(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response
     }
     let by = if is_owner { "owner" } else { "admin" };
     let global = format!("req-{}", uuid::Uuid::new_v4());
-    let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(&cell).await?;
     if !db
         .api_set_lock(
             id,
@@ -574,7 +575,7 @@ async fn unlock(app: &App, ctx: &Ctx, id: &str) -> ApiResult<Response> {
         )?;
     }
     let global = format!("req-{}", uuid::Uuid::new_v4());
-    let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(&cell).await?;
     if !db
         .api_set_lock(id, None, &record(ctx, action::UNLOCK, &global))
         .await?

@@ -17,18 +17,19 @@ use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use cell_mapping::db::{CellInstance, ListFilter, ListOrder, SortKey, SortValue};
-use cell_mapping::{CellDb, CellMapping};
+use cell_mapping::CellMapping;
 use chrono::{DateTime, Utc};
 use fabric::rpc::{power_state, task_state as ts, vm_state as vs};
 use serde_json::json;
 
-use super::db::BuildInstance;
+use super::db::{BuildInstance, MappingRow};
 use super::error::{ApiError, ApiResult};
 use super::servers::{
-    add_metadata_and_tags, brief_view, current_zones, decode, parse_query, vm_states_of,
-    DetailView, Server,
+    brief_view, current_zones, decode, parse_query, vm_states_of, CellDetails, DetailView,
+    PartialKind, PartialServer, PartialView, Server, PARTIAL_RECORDS_MV,
 };
 use super::{App, Ctx};
+use crate::cells::{CellDown, CellError, Cells};
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::BadRequest(msg.into())
@@ -190,22 +191,26 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
 /// read a page at a time, each with its sort values.
 struct Source {
     /// The cell (`None`: build requests, all loaded at once).
-    cell: Option<(CellMapping, CellDb)>,
+    cell: Option<CellMapping>,
     rows: VecDeque<(Vec<SortValue>, Server)>,
     after: Option<Vec<SortValue>>,
     done: bool,
+    /// Set when the cell did not answer: it gives no (more) rows.
+    down: Option<CellDown>,
 }
 
 /// What every page read of one listing shares.
 struct Query<'a> {
     filter: ListFilter,
     name_re: Option<&'a regex::Regex>,
+    cells: &'a Cells,
 }
 
 impl Source {
-    /// Reads the next rows (at least one kept, unless the cell has no more).
+    /// Reads the next rows (at least one kept, unless the cell has no more
+    /// or is down).
     async fn refill(&mut self, q: &Query<'_>, want: i64) -> ApiResult<()> {
-        let Some((_, db)) = &self.cell else {
+        let Some(cell) = &self.cell else {
             self.done = true;
             return Ok(());
         };
@@ -214,10 +219,22 @@ impl Source {
             let mut f = q.filter.clone();
             f.after = self.after.clone();
             f.limit = want;
-            let rows = db.api_instances(&f).await?;
+            let read = q
+                .cells
+                .read(cell, |db| async move { db.api_instances(&f).await })
+                .await;
+            let rows = match read {
+                Ok(rows) => rows,
+                Err(CellError::Down(d)) => {
+                    self.down = Some(d);
+                    self.done = true;
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
             self.done = (rows.len() as i64) < want;
             for r in rows {
-                let v = f.order.values(&r);
+                let v = q.filter.order.values(&r);
                 self.after = Some(v.clone());
                 if q.name_re
                     .is_none_or(|re| re.is_match(r.display_name.as_deref().unwrap_or("")))
@@ -323,21 +340,238 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
     let query = Query {
         filter,
         name_re: name_re.as_ref(),
+        cells: &app.cells,
     };
     let mut sources = sources(app, &query).await?;
     let merged = merge(&query, &mut sources, limit).await?;
-    let mut servers = if detail {
-        with_details(app, &sources, merged).await?
+    let down: Vec<(CellMapping, CellDown)> = sources
+        .iter()
+        .filter_map(|s| Some((s.cell.clone()?, s.down.clone()?)))
+        .collect();
+    let partials = if down.is_empty() {
+        Vec::new()
+    } else if partial_records(app, ctx, raw) {
+        let ids: Vec<i64> = down.iter().map(|(c, _)| c.id).collect();
+        let rows = app
+            .db
+            .live_mappings_in_cells(&ids, query.filter.project_id.as_deref(), limit as i64)
+            .await?;
+        rows.iter()
+            .map(|m| {
+                let v = query.filter.order.values(&mapping_as_instance(m));
+                (v, PartialServer::from_mapping(m))
+            })
+            .collect()
+    } else if app.skip_down_cells {
+        Vec::new()
     } else {
-        merged.into_iter().map(|(_, s)| s).collect()
+        // `[api] list_records_by_skipping_down_cells = false`: fail, as
+        // upstream, but saying which cell.
+        let (_, d) = down.into_iter().next().expect("not empty");
+        return Err(ApiError::cell_down(d));
     };
+    let mut page = combine(&query.filter.order, merged, partials, limit);
     if detail {
-        current_zones(app, &mut servers).await?;
+        with_details(app, &sources, &mut page).await?;
+        current_zones(app, page.iter_mut().filter_map(|(_, e)| e.full_mut())).await?;
     }
-    Ok(render(app, ctx, servers, detail, limit, raw))
+    let entries = page.into_iter().map(|(_, e)| e).collect();
+    Ok(render(app, ctx, entries, detail, limit, raw))
 }
 
-/// The build requests (filtered and sorted) and one source per cell.
+/// A server of a list answer: read from its cell (or a build request), or
+/// the partial record of a server in a down cell (2.69).
+// Nearly every entry of a page is `Full`: boxing it would cost an
+// allocation per row to save space only on the rare partial ones.
+#[allow(clippy::large_enum_variant)]
+enum Entry {
+    Full(Server),
+    Partial(PartialServer),
+}
+
+impl Entry {
+    fn uuid(&self) -> &str {
+        match self {
+            Entry::Full(s) => &s.uuid,
+            Entry::Partial(p) => &p.uuid,
+        }
+    }
+
+    fn full_mut(&mut self) -> Option<&mut Server> {
+        match self {
+            Entry::Full(s) => Some(s),
+            Entry::Partial(_) => None,
+        }
+    }
+}
+
+/// Query parameters that page or sort (Nova's `PAGING_SORTING_PARAMS`).
+const PAGING_SORTING_PARAMS: &[&str] = &["sort_key", "sort_dir", "limit", "marker"];
+
+/// The search options Nova lets a caller without
+/// `os_compute_api:servers:allow_all_filters` use at `mv` (others are
+/// dropped from the query, so they do not count as filters).
+fn allowed_search_options(mv: super::microversion::Version) -> Vec<&'static str> {
+    let mut o = vec![
+        "reservation_id",
+        "name",
+        "status",
+        "image",
+        "flavor",
+        "ip",
+        "changes-since",
+        "all_tenants",
+    ];
+    if mv.at_least(5) {
+        o.push("ip6");
+    }
+    if mv.at_least(26) {
+        o.extend(["tags", "tags-any", "not-tags", "not-tags-any"]);
+    }
+    if mv.at_least(66) {
+        o.push("changes-before");
+    }
+    if mv.at_least(73) {
+        o.push("locked");
+    }
+    if mv.at_least(83) {
+        o.extend([
+            "availability_zone",
+            "config_drive",
+            "key_name",
+            "created_at",
+            "launched_at",
+            "terminated_at",
+            "power_state",
+            "task_state",
+            "vm_state",
+            "progress",
+            "user_id",
+        ]);
+    }
+    if mv.at_least(90) {
+        o.push("hostname");
+    }
+    o
+}
+
+/// Whether a list shows the servers of down cells as partial records, as
+/// Nova decides it: from 2.69, and only without paging, sorting or filters
+/// (`all_tenants` excepted), since a partial record has neither the
+/// values to sort or filter on nor a place in a page that the cell's rows
+/// would have given it. Otherwise the down cells' servers are left out
+/// (or the list fails, see `list_records_by_skipping_down_cells`).
+fn partial_records(app: &App, ctx: &Ctx, raw: Option<&str>) -> bool {
+    if !ctx.mv.at_least(PARTIAL_RECORDS_MV) {
+        return false;
+    }
+    let all_filters = app
+        .authorize(
+            ctx,
+            "os_compute_api:servers:allow_all_filters",
+            ctx.project_id(),
+        )
+        .is_ok();
+    let allowed = allowed_search_options(ctx.mv);
+    let keys = raw
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| decode(p.split_once('=').map_or(p, |(k, _)| k)));
+    for k in keys {
+        if PAGING_SORTING_PARAMS.contains(&k.as_str()) {
+            return false;
+        }
+        if k != "all_tenants" && (all_filters || allowed.contains(&k.as_str())) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A mapping as the instance row its partial record stands for: the
+/// values it has (uuid, project, user, creation time) and defaults for the
+/// rest, for the sort values of the listing's default order.
+fn mapping_as_instance(m: &MappingRow) -> CellInstance {
+    CellInstance {
+        uuid: m.instance_uuid.clone(),
+        project_id: m.project_id.clone(),
+        user_id: m.user_id.clone().unwrap_or_default(),
+        display_name: None,
+        host: None,
+        node: None,
+        vm_state: None,
+        task_state: None,
+        power_state: None,
+        availability_zone: None,
+        image_ref: None,
+        reservation_id: None,
+        launch_index: None,
+        launched_at: None,
+        created_at: m.created_at,
+        updated_at: None,
+        deleted: false,
+        progress: None,
+        flavor: None,
+        locked: false,
+        locked_by: None,
+        locked_reason: None,
+    }
+}
+
+/// Whether every key of `order` is one a mapping holds exactly (the
+/// creation time, the uuid, the project), so that a server of a down cell
+/// still has its place in the order.
+fn mapping_orders(order: &ListOrder) -> bool {
+    order
+        .keys
+        .iter()
+        .all(|(k, _)| matches!(k, SortKey::CreatedAt | SortKey::Uuid | SortKey::ProjectId))
+}
+
+/// The page: the rows read from the cells (each with its source) and the
+/// partial records, one sorted sequence by `order` (partial records only
+/// come with the default order, whose values a mapping has: its creation
+/// time is the server's), cut to `limit`. A server both read and partial
+/// (its cell went down during the listing) is shown read.
+fn combine(
+    order: &ListOrder,
+    merged: Vec<(usize, Vec<SortValue>, Server)>,
+    mut partials: Vec<(Vec<SortValue>, PartialServer)>,
+    limit: usize,
+) -> Vec<(Option<usize>, Entry)> {
+    if partials.is_empty() {
+        return merged
+            .into_iter()
+            .map(|(src, _, s)| (Some(src), Entry::Full(s)))
+            .collect();
+    }
+    let read: HashSet<String> = merged.iter().map(|(_, _, s)| s.uuid.clone()).collect();
+    partials.retain(|(_, p)| !read.contains(&p.uuid));
+    partials.sort_by(|a, b| order.cmp(&a.0, &b.0));
+    let mut out = Vec::with_capacity(limit.min(merged.len() + partials.len()));
+    let mut a = merged.into_iter().peekable();
+    let mut b = partials.into_iter().peekable();
+    while out.len() < limit {
+        let take_read = match (a.peek(), b.peek()) {
+            (Some((_, va, _)), Some((vb, _))) => order.cmp(va, vb) != std::cmp::Ordering::Greater,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_read {
+            let (src, _, s) = a.next().expect("peeked");
+            out.push((Some(src), Entry::Full(s)));
+        } else {
+            let (_, p) = b.next().expect("peeked");
+            out.push((None, Entry::Partial(p)));
+        }
+    }
+    out
+}
+
+/// The build requests (filtered and sorted) and one source per cell (read
+/// lazily by [`merge`]).
 async fn sources(app: &App, q: &Query<'_>) -> ApiResult<Vec<Source>> {
     let f = &q.filter;
     let changed_ok = |t: DateTime<Utc>| {
@@ -365,31 +599,33 @@ async fn sources(app: &App, q: &Query<'_>) -> ApiResult<Vec<Source>> {
         rows: builds.into(),
         after: None,
         done: true,
+        down: None,
     }];
     for cell in app.cells.all() {
-        let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
         out.push(Source {
-            cell: Some((cell, db)),
+            cell: Some(cell),
             rows: VecDeque::new(),
             after: f.after.clone(),
             done: false,
+            down: None,
         });
     }
     Ok(out)
 }
 
 /// The first `limit` rows of all sources in order (each with the index of
-/// its source). A server seen twice (a build that landed in its cell
-/// between the reads) is shown once.
+/// its source and its sort values). A server seen twice (a build that
+/// landed in its cell between the reads) is shown once. A cell that does
+/// not answer gives no rows (its source says why).
 async fn merge(
     q: &Query<'_>,
     sources: &mut [Source],
     limit: usize,
-) -> ApiResult<Vec<(usize, Server)>> {
+) -> ApiResult<Vec<(usize, Vec<SortValue>, Server)>> {
     let cells = sources.iter().filter(|s| s.cell.is_some()).count().max(1);
     // First pages: a cell's share of the page and a margin.
     let mut want = (limit as i64 * 11 / 10 / cells as i64 + 8).min(MAX_PAGE);
-    let mut out: Vec<(usize, Server)> = Vec::new();
+    let mut out: Vec<(usize, Vec<SortValue>, Server)> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     while out.len() < limit {
         let refills = sources
@@ -408,67 +644,69 @@ async fn merge(
             .min_by(|a, b| q.filter.order.cmp(a.1, b.1))
             .map(|(i, _)| i);
         let Some(i) = best else { break };
-        let (_, s) = sources[i].rows.pop_front().expect("front seen");
+        let (v, s) = sources[i].rows.pop_front().expect("front seen");
         if seen.insert(s.uuid.clone()) {
-            out.push((i, s));
+            out.push((i, v, s));
         }
     }
     Ok(out)
 }
 
-/// Metadata, tags and faults of the kept rows (each cell's in parallel),
-/// and key names from the API database; the order is kept.
+/// Metadata, tags and faults of the page's servers read from cells (one
+/// bounded read per cell, in parallel), and key names from the API
+/// database; the order is kept. A cell that stops answering between the
+/// list read and this one fails the request (its rows were read but
+/// cannot be completed).
 async fn with_details(
     app: &App,
     sources: &[Source],
-    merged: Vec<(usize, Server)>,
-) -> ApiResult<Vec<Server>> {
-    let mut by_source: HashMap<usize, Vec<(usize, Server)>> = HashMap::new();
-    for (pos, (src, s)) in merged.into_iter().enumerate() {
-        by_source.entry(src).or_default().push((pos, s));
-    }
-    let jobs = by_source.into_iter().map(|(src, rows)| async move {
-        let Some((_, db)) = &sources[src].cell else {
-            return Ok::<_, ApiError>(rows);
-        };
-        let (pos, mut servers): (Vec<usize>, Vec<Server>) = rows.into_iter().unzip();
-        add_metadata_and_tags(db, &mut servers).await?;
-        let errs: Vec<String> = servers
-            .iter()
-            .filter(|s| s.vm_state == vs::ERROR)
-            .map(|s| s.uuid.clone())
-            .collect();
-        if !errs.is_empty() {
-            let mut faults: HashMap<String, _> = db
-                .api_faults(&errs)
-                .await?
-                .into_iter()
-                .map(|f| (f.instance_uuid.clone(), f))
-                .collect();
-            for s in servers.iter_mut() {
-                s.fault = faults.remove(&s.uuid);
+    page: &mut [(Option<usize>, Entry)],
+) -> ApiResult<()> {
+    let mut wanted: HashMap<usize, (Vec<String>, Vec<String>)> = HashMap::new();
+    for (src, e) in page.iter() {
+        if let (Some(src), Entry::Full(s)) = (src, e) {
+            if sources[*src].cell.is_none() {
+                continue;
+            }
+            let w = wanted.entry(*src).or_default();
+            w.0.push(s.uuid.clone());
+            if s.vm_state == vs::ERROR {
+                w.1.push(s.uuid.clone());
             }
         }
-        Ok(pos.into_iter().zip(servers).collect())
-    });
-    let mut all: Vec<(usize, Server)> = Vec::new();
-    for r in futures_util::future::join_all(jobs).await {
-        all.extend(r?);
     }
-    all.sort_by_key(|(pos, _)| *pos);
-    let mut servers: Vec<Server> = all.into_iter().map(|(_, s)| s).collect();
-    let ids: Vec<String> = servers
+    let jobs = wanted.into_iter().map(|(src, (uuids, errs))| async move {
+        let cell = sources[src].cell.as_ref().expect("cell sources only");
+        let read = app
+            .cells
+            .read(cell, |db| CellDetails::read(db, uuids, errs))
+            .await;
+        (src, read)
+    });
+    for (src, read) in futures_util::future::join_all(jobs).await {
+        let details = read?;
+        details.apply(page.iter_mut().filter_map(|(s, e)| {
+            if *s == Some(src) {
+                e.full_mut()
+            } else {
+                None
+            }
+        }));
+    }
+    let ids: Vec<String> = page
         .iter()
-        .filter(|s| s.key_name.is_none())
-        .map(|s| s.uuid.clone())
+        .filter_map(|(_, e)| match e {
+            Entry::Full(s) if s.key_name.is_none() => Some(s.uuid.clone()),
+            _ => None,
+        })
         .collect();
     let mut names = app.db.key_names(&ids).await?;
-    for s in servers.iter_mut() {
+    for s in page.iter_mut().filter_map(|(_, e)| e.full_mut()) {
         if let Some(k) = names.remove(&s.uuid) {
             s.key_name = Some(k);
         }
     }
-    Ok(servers)
+    Ok(())
 }
 
 /// `{"servers": [...], "servers_links": [...]}`, serialized straight from
@@ -476,7 +714,7 @@ async fn with_details(
 fn render(
     app: &App,
     ctx: &Ctx,
-    mut all: Vec<Server>,
+    mut all: Vec<Entry>,
     detail: bool,
     limit: usize,
     raw: Option<&str>,
@@ -492,7 +730,7 @@ fn render(
             .filter(|p| !p.is_empty() && !p.starts_with("marker="))
             .map(str::to_owned)
             .collect();
-        q.push(format!("marker={}", last.uuid));
+        q.push(format!("marker={}", last.uuid()));
         let path = if detail { "servers/detail" } else { "servers" };
         format!("{base}/v2.1/{path}?{}", q.join("&"))
     });
@@ -517,7 +755,7 @@ fn render(
 struct Page<'a> {
     base: &'a str,
     ctx: &'a Ctx,
-    servers: &'a [Server],
+    servers: &'a [Entry],
     detail: bool,
     next: Option<String>,
 }
@@ -530,15 +768,25 @@ impl serde::Serialize for Page<'_> {
             fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
                 let p = self.0;
                 let mut seq = ser.serialize_seq(Some(p.servers.len()))?;
-                for s in p.servers {
-                    if p.detail {
-                        seq.serialize_element(&DetailView {
+                for e in p.servers {
+                    match (e, p.detail) {
+                        (Entry::Full(s), true) => seq.serialize_element(&DetailView {
                             base: p.base,
                             ctx: p.ctx,
                             s,
-                        })?;
-                    } else {
-                        seq.serialize_element(&brief_view(p.base, s))?;
+                        })?,
+                        (Entry::Full(s), false) => seq.serialize_element(&brief_view(p.base, s))?,
+                        (Entry::Partial(partial), detail) => {
+                            seq.serialize_element(&PartialView {
+                                base: p.base,
+                                p: partial,
+                                kind: if detail {
+                                    PartialKind::Detail
+                                } else {
+                                    PartialKind::Index
+                                },
+                            })?
+                        }
                     }
                 }
                 seq.end()
@@ -554,21 +802,43 @@ impl serde::Serialize for Page<'_> {
 }
 
 /// The sort values of the marker server (deleted ones too: a
-/// changes-since page may end on one).
+/// changes-since page may end on one). A marker in a down cell keeps its
+/// place when the order's keys are all ones its mapping holds (the
+/// default order: a page that ended on a partial record goes on);
+/// otherwise its position is unknown and the request fails naming the
+/// cell.
 async fn marker_position(app: &App, order: &ListOrder, marker: &str) -> ApiResult<Vec<SortValue>> {
     let not_found = || bad(format!("marker [{marker}] not found"));
-    let Some((cell_id, _)) = app.db.mapping(marker).await? else {
+    let Some(m) = app.db.mapping_row(marker).await? else {
         return Err(not_found());
     };
-    let row = match cell_id {
+    let row = match m.cell_id {
         None => {
             let b = app.db.build_request(marker).await?.ok_or_else(not_found)?;
             build_as_instance(&b.instance)
         }
         Some(cid) => {
             let cell = app.cells.by_id(cid).ok_or_else(not_found)?;
-            let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
-            db.api_instance(marker).await?.ok_or_else(not_found)?
+            let read = app
+                .cells
+                .read(&cell, |db| async move { db.api_instance(marker).await })
+                .await;
+            match read {
+                Ok(row) => row.ok_or_else(not_found)?,
+                Err(CellError::Down(_)) if mapping_orders(order) => mapping_as_instance(&m),
+                Err(CellError::Down(d)) => {
+                    return Err(ApiError::CellDown {
+                        message: format!(
+                            "Cell {} is not responding, hence the marker server {marker} \
+                             cannot be placed in this sort order; try again later, or page \
+                             in the default order.",
+                            d.cell
+                        ),
+                        source: d,
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     Ok(order.values(&row))
@@ -590,4 +860,91 @@ pub async fn index_detail(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
     list(&app, &ctx, raw.as_deref(), true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+
+    fn mapping(uuid: &str, second: u32) -> MappingRow {
+        MappingRow {
+            instance_uuid: uuid.into(),
+            cell_id: Some(2),
+            project_id: "p".into(),
+            user_id: Some("u".into()),
+            queued_for_delete: false,
+            created_at: Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, second).unwrap(),
+        }
+    }
+
+    fn read(order: &ListOrder, uuid: &str, second: u32) -> (usize, Vec<SortValue>, Server) {
+        let i = mapping_as_instance(&mapping(uuid, second));
+        (1, order.values(&i), Server::from_cell(i))
+    }
+
+    fn partial(order: &ListOrder, uuid: &str, second: u32) -> (Vec<SortValue>, PartialServer) {
+        let m = mapping(uuid, second);
+        (
+            order.values(&mapping_as_instance(&m)),
+            PartialServer::from_mapping(&m),
+        )
+    }
+
+    fn uuids(page: &[(Option<usize>, Entry)]) -> Vec<(&str, bool)> {
+        page.iter()
+            .map(|(_, e)| (e.uuid(), matches!(e, Entry::Partial(_))))
+            .collect()
+    }
+
+    #[test]
+    fn partial_records_take_their_place_in_the_default_order() {
+        let order = ListOrder::default();
+        let merged = vec![
+            read(&order, "a", 5),
+            read(&order, "c", 3),
+            read(&order, "e", 1),
+        ];
+        // Out of order on purpose, and "c" both read and partial (its cell
+        // went down during the listing): shown read, once.
+        let partials = vec![
+            partial(&order, "d", 2),
+            partial(&order, "b", 4),
+            partial(&order, "c", 3),
+            partial(&order, "f", 0),
+        ];
+        let page = combine(&order, merged, partials, 10);
+        assert_eq!(
+            uuids(&page),
+            [
+                ("a", false),
+                ("b", true),
+                ("c", false),
+                ("d", true),
+                ("e", false),
+                ("f", true)
+            ]
+        );
+        // Cut to the limit, newest first whatever their kind.
+        let merged = vec![read(&order, "a", 5), read(&order, "c", 3)];
+        let partials = vec![partial(&order, "b", 4), partial(&order, "d", 2)];
+        let page = combine(&order, merged, partials, 2);
+        assert_eq!(uuids(&page), [("a", false), ("b", true)]);
+    }
+
+    #[test]
+    fn only_orders_a_mapping_holds_place_a_marker_of_a_down_cell() {
+        let key = |k: SortKey| ListOrder {
+            keys: vec![
+                (k, false),
+                (SortKey::CreatedAt, true),
+                (SortKey::Uuid, true),
+            ],
+        };
+        assert!(mapping_orders(&ListOrder::default()));
+        assert!(mapping_orders(&key(SortKey::ProjectId)));
+        assert!(!mapping_orders(&key(SortKey::DisplayName)));
+        assert!(!mapping_orders(&key(SortKey::UserId)));
+    }
 }

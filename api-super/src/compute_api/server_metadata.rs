@@ -84,7 +84,7 @@ async fn located(
 }
 
 async fn cell_db(app: &App, cell: &CellMapping) -> ApiResult<CellDb> {
-    app.cells.db(cell).await.map_err(ApiError::internal)
+    app.cells.db(cell).await.map_err(ApiError::from)
 }
 
 /// The server, checked for a metadata write: not locked (but for admins),

@@ -10,13 +10,14 @@ use axum::{Extension, Json};
 use cell_mapping::db::{CellFault, CellInstance, InstanceFlavor};
 use cell_mapping::CellMapping;
 use chrono::{DateTime, SecondsFormat, Utc};
-use fabric::rpc::{self, method, task_state as ts, vm_state as vs, RequestIds};
+use fabric::rpc::{self, method, power_state, task_state as ts, vm_state as vs, RequestIds};
 use serde_json::{json, Value};
 
-use super::db::{BuildInstance, GroupJoin, RequestSpec};
+use super::db::{BuildInstance, GroupJoin, MappingRow, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
 use super::{App, Ctx};
+use crate::cells::{CellDown, CellError};
 use crate::scheduler::filters::image_properties::ImageProps;
 
 // ------------------------------------------------------------------ model
@@ -96,30 +97,59 @@ impl Server {
     }
 }
 
-/// Fills the metadata and tags of `servers` (all in the cell of `db`).
-pub(crate) async fn add_metadata_and_tags(
-    db: &cell_mapping::CellDb,
-    servers: &mut [Server],
-) -> ApiResult<()> {
-    if servers.is_empty() {
-        return Ok(());
+/// Metadata, tags and faults of some servers of one cell, read together
+/// (one bounded cell read).
+#[derive(Debug, Default)]
+pub(crate) struct CellDetails {
+    meta: Vec<(String, String, String)>,
+    tags: Vec<(String, String)>,
+    faults: Vec<CellFault>,
+}
+
+impl CellDetails {
+    /// Reads the metadata and tags of the servers `uuids` and the faults
+    /// of `errs` (those in ERROR).
+    pub(crate) async fn read(
+        db: cell_mapping::CellDb,
+        uuids: Vec<String>,
+        errs: Vec<String>,
+    ) -> Result<CellDetails, cell_mapping::Error> {
+        if uuids.is_empty() {
+            return Ok(CellDetails::default());
+        }
+        let faults = async {
+            if errs.is_empty() {
+                Ok(Vec::new())
+            } else {
+                db.api_faults(&errs).await
+            }
+        };
+        let (meta, tags, faults) =
+            futures_util::future::try_join3(db.api_metadata(&uuids), db.api_tags(&uuids), faults)
+                .await?;
+        Ok(CellDetails { meta, tags, faults })
     }
-    let uuids: Vec<String> = servers.iter().map(|s| s.uuid.clone()).collect();
-    let (meta, tags) =
-        futures_util::future::try_join(db.api_metadata(&uuids), db.api_tags(&uuids)).await?;
-    let mut meta_of: HashMap<String, Vec<(String, String)>> = HashMap::new();
-    for (uuid, k, v) in meta {
-        meta_of.entry(uuid).or_default().push((k, v));
+
+    /// Puts them on `servers`.
+    pub(crate) fn apply<'a>(self, servers: impl IntoIterator<Item = &'a mut Server>) {
+        let mut meta_of: HashMap<String, Vec<(String, String)>> = HashMap::new();
+        for (uuid, k, v) in self.meta {
+            meta_of.entry(uuid).or_default().push((k, v));
+        }
+        let mut tags_of: HashMap<String, Vec<String>> = HashMap::new();
+        for (uuid, t) in self.tags {
+            tags_of.entry(uuid).or_default().push(t);
+        }
+        let mut faults: HashMap<String, CellFault> = HashMap::new();
+        for f in self.faults {
+            faults.insert(f.instance_uuid.clone(), f);
+        }
+        for s in servers {
+            s.metadata = meta_of.remove(&s.uuid).unwrap_or_default();
+            s.tags = tags_of.remove(&s.uuid).unwrap_or_default();
+            s.fault = faults.remove(&s.uuid);
+        }
     }
-    let mut tags_of: HashMap<String, Vec<String>> = HashMap::new();
-    for (uuid, t) in tags {
-        tags_of.entry(uuid).or_default().push(t);
-    }
-    for s in servers.iter_mut() {
-        s.metadata = meta_of.remove(&s.uuid).unwrap_or_default();
-        s.tags = tags_of.remove(&s.uuid).unwrap_or_default();
-    }
-    Ok(())
 }
 
 /// Nova's status for a vm_state and task state (a reboot shows `REBOOT` /
@@ -236,6 +266,63 @@ struct ImageRefView<'a> {
     links: [RelHref; 1],
 }
 
+/// A server's `image`: `{id, links}`, or `""` when it has none.
+struct ImageView<'a> {
+    base: &'a str,
+    image_ref: &'a str,
+}
+
+impl serde::Serialize for ImageView<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        if self.image_ref.is_empty() {
+            return ser.serialize_str("");
+        }
+        ImageRefView {
+            id: self.image_ref,
+            links: [RelHref {
+                rel: "bookmark",
+                href: format!("{}/images/{}", self.base, self.image_ref),
+            }],
+        }
+        .serialize(ser)
+    }
+}
+
+/// A server's `flavor`: embedded from 2.47, a reference before; `{}` when
+/// unknown.
+struct FlavorView<'a> {
+    base: &'a str,
+    ctx: &'a Ctx,
+    flavor: Option<&'a InstanceFlavor>,
+}
+
+impl serde::Serialize for FlavorView<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        match (self.flavor, self.ctx.mv.at_least(47)) {
+            (Some(f), true) => EmbeddedFlavor {
+                vcpus: f.vcpus,
+                ram: f.memory_mb,
+                disk: f.root_gb,
+                ephemeral: f.ephemeral_gb,
+                swap: f.swap,
+                original_name: &f.name,
+                extra_specs: Empty,
+            }
+            .serialize(ser),
+            (Some(f), false) => FlavorRef {
+                id: &f.flavorid,
+                links: Links {
+                    base: self.base,
+                    kind: "flavors",
+                    id: &f.flavorid,
+                },
+            }
+            .serialize(ser),
+            (None, _) => Empty.serialize(ser),
+        }
+    }
+}
+
 #[derive(serde::Serialize)]
 struct EmbeddedFlavor<'a> {
     vcpus: i64,
@@ -304,46 +391,21 @@ impl serde::Serialize for DetailView<'_> {
         m.serialize_entry("user_id", &s.user_id)?;
         m.serialize_entry("metadata", &MetadataView(&s.metadata))?;
         m.serialize_entry("hostId", &host_id(&s.project_id, s.host.as_deref()))?;
-        if s.image_ref.is_empty() {
-            m.serialize_entry("image", "")?;
-        } else {
-            m.serialize_entry(
-                "image",
-                &ImageRefView {
-                    id: &s.image_ref,
-                    links: [RelHref {
-                        rel: "bookmark",
-                        href: format!("{base}/images/{}", s.image_ref),
-                    }],
-                },
-            )?;
-        }
-        match (&s.flavor, ctx.mv.at_least(47)) {
-            (Some(f), true) => m.serialize_entry(
-                "flavor",
-                &EmbeddedFlavor {
-                    vcpus: f.vcpus,
-                    ram: f.memory_mb,
-                    disk: f.root_gb,
-                    ephemeral: f.ephemeral_gb,
-                    swap: f.swap,
-                    original_name: &f.name,
-                    extra_specs: Empty,
-                },
-            )?,
-            (Some(f), false) => m.serialize_entry(
-                "flavor",
-                &FlavorRef {
-                    id: &f.flavorid,
-                    links: Links {
-                        base,
-                        kind: "flavors",
-                        id: &f.flavorid,
-                    },
-                },
-            )?,
-            (None, _) => m.serialize_entry("flavor", &Empty)?,
-        }
+        m.serialize_entry(
+            "image",
+            &ImageView {
+                base,
+                image_ref: &s.image_ref,
+            },
+        )?;
+        m.serialize_entry(
+            "flavor",
+            &FlavorView {
+                base,
+                ctx,
+                flavor: s.flavor.as_ref(),
+            },
+        )?;
         m.serialize_entry("created", &iso(s.created_at))?;
         m.serialize_entry("updated", &iso(s.updated_at.unwrap_or(s.created_at)))?;
         m.serialize_entry("addresses", &Empty)?;
@@ -445,10 +507,123 @@ pub(crate) fn brief_view<'a>(base: &'a str, s: &'a Server) -> impl serde::Serial
     }
 }
 
+/// The microversion from which a server whose cell is down is shown as a
+/// partial record (Nova's 2.69) instead of being left out of lists or
+/// failing a show.
+pub(crate) const PARTIAL_RECORDS_MV: u32 = 69;
+
+/// A server whose cell is down, as the API database knows it (Nova's
+/// "minimal construct" of 2.69).
+#[derive(Debug, Clone)]
+pub(crate) struct PartialServer {
+    pub(crate) uuid: String,
+    pub(crate) project_id: String,
+    pub(crate) created_at: DateTime<Utc>,
+    /// What `GET /servers/{id}` adds from the request spec (lists do not
+    /// read request specs, as upstream).
+    pub(crate) show: Option<PartialShow>,
+}
+
+/// The request-spec part of a partial record.
+#[derive(Debug, Clone)]
+pub(crate) struct PartialShow {
+    pub(crate) user_id: Option<String>,
+    pub(crate) flavor: InstanceFlavor,
+    pub(crate) image_ref: String,
+    /// The zone asked for at create (`None`: shown as `UNKNOWN`).
+    pub(crate) availability_zone: Option<String>,
+    /// From 2.71.
+    pub(crate) server_groups: Option<Vec<String>>,
+}
+
+impl PartialServer {
+    /// The partial record of a mapping (for a list).
+    pub(crate) fn from_mapping(m: &MappingRow) -> Self {
+        PartialServer {
+            uuid: m.instance_uuid.clone(),
+            project_id: m.project_id.clone(),
+            created_at: m.created_at,
+            show: None,
+        }
+    }
+}
+
+/// Which body of a partial record.
+#[derive(Clone, Copy)]
+pub(crate) enum PartialKind<'a> {
+    /// `GET /servers`: id, status, links.
+    Index,
+    /// `GET /servers/detail`: and tenant_id, created.
+    Detail,
+    /// `GET /servers/{id}`: and image, flavor, zone, power state, user,
+    /// server groups (2.71).
+    Show { ctx: &'a Ctx },
+}
+
+/// A partial record as Nova shows it from 2.69: `status` is `UNKNOWN`.
+pub(crate) struct PartialView<'a> {
+    pub(crate) base: &'a str,
+    pub(crate) p: &'a PartialServer,
+    pub(crate) kind: PartialKind<'a>,
+}
+
+impl serde::Serialize for PartialView<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (p, base) = (self.p, self.base);
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("id", &p.uuid)?;
+        m.serialize_entry("status", "UNKNOWN")?;
+        if !matches!(self.kind, PartialKind::Index) {
+            m.serialize_entry("tenant_id", &p.project_id)?;
+            m.serialize_entry("created", &iso(p.created_at))?;
+        }
+        m.serialize_entry(
+            "links",
+            &Links {
+                base,
+                kind: "servers",
+                id: &p.uuid,
+            },
+        )?;
+        if let (PartialKind::Show { ctx }, Some(d)) = (self.kind, &p.show) {
+            m.serialize_entry(
+                "image",
+                &ImageView {
+                    base,
+                    image_ref: &d.image_ref,
+                },
+            )?;
+            m.serialize_entry(
+                "flavor",
+                &FlavorView {
+                    base,
+                    ctx,
+                    flavor: Some(&d.flavor),
+                },
+            )?;
+            m.serialize_entry(
+                "OS-EXT-AZ:availability_zone",
+                d.availability_zone.as_deref().unwrap_or("UNKNOWN"),
+            )?;
+            m.serialize_entry("OS-EXT-STS:power_state", &power_state::NOSTATE)?;
+            m.serialize_entry("user_id", d.user_id.as_deref().unwrap_or("UNKNOWN"))?;
+            if let Some(g) = &d.server_groups {
+                m.serialize_entry("server_groups", g)?;
+            }
+        }
+        m.end()
+    }
+}
+
 /// `OS-EXT-AZ:availability_zone` as Nova shows it: a server on a host is
 /// in that host's zone now (its aggregates' `availability_zone`, else the
 /// default zone), so a zone change of an aggregate shows at once.
-pub(crate) async fn current_zones(app: &App, servers: &mut [Server]) -> ApiResult<()> {
+pub(crate) async fn current_zones<'a>(
+    app: &App,
+    servers: impl IntoIterator<Item = &'a mut Server>,
+) -> ApiResult<()> {
+    let mut servers: Vec<&mut Server> = servers.into_iter().collect();
     if servers.iter().all(|s| s.host.is_none()) {
         return Ok(());
     }
@@ -471,19 +646,40 @@ pub(crate) enum Found {
     Cell(CellMapping, Server),
 }
 
+/// A server, or the mapping of one whose cell is down.
+// One per request, moved once: not worth a box.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Located {
+    /// Read.
+    Found(Found),
+    /// Its cell does not answer: what the API database knows of it.
+    Down(MappingRow, CellDown),
+}
+
 /// Finds the server `id` the caller may see (another project's is 404 for a
-/// non-admin) and checks `action` on it.
+/// non-admin) and checks `action` on it. A server whose cell is down is
+/// Nova's "cell is not responding" error (500, naming the cell).
 pub(crate) async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> {
+    match locate(app, ctx, id, action).await? {
+        Located::Found(f) => Ok(f),
+        Located::Down(_, d) => Err(ApiError::cell_down(d)),
+    }
+}
+
+/// [`find`], telling a server in a down cell apart.
+pub(crate) async fn locate(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Located> {
     // Two tries: a build may land in its cell between the two reads.
     for _ in 0..2 {
-        let Some((cell_id, project)) = app.db.mapping(id).await? else {
+        let Some(m) = app.db.mapping_row(id).await? else {
             return Err(ApiError::server_not_found(id));
         };
-        check_owner(app, ctx, action, &project, id)?;
-        match cell_id {
+        check_owner(app, ctx, action, &m.project_id, id)?;
+        match m.cell_id {
             None => {
                 if let Some(b) = app.db.build_request(id).await? {
-                    return Ok(Found::Build(Server::from_build(&b.instance)));
+                    return Ok(Located::Found(Found::Build(Server::from_build(
+                        &b.instance,
+                    ))));
                 }
             }
             Some(cid) => {
@@ -491,24 +687,38 @@ pub(crate) async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiRes
                     .cells
                     .by_id(cid)
                     .ok_or_else(|| ApiError::Internal(format!("cell {cid} is not in the cache")))?;
-                let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
-                let Some(i) = db.api_instance(id).await? else {
-                    return Err(ApiError::server_not_found(id));
+                let read = app
+                    .cells
+                    .read(&cell, |db| async move {
+                        let Some(i) = db.api_instance(id).await? else {
+                            return Ok(None);
+                        };
+                        if i.deleted {
+                            return Ok(None);
+                        }
+                        let s = Server::from_cell(i);
+                        let errs = if s.vm_state == vs::ERROR {
+                            vec![s.uuid.clone()]
+                        } else {
+                            Vec::new()
+                        };
+                        let details = CellDetails::read(db, vec![s.uuid.clone()], errs).await?;
+                        Ok(Some((s, details)))
+                    })
+                    .await;
+                let (mut s, details) = match read {
+                    Ok(Some(found)) => found,
+                    Ok(None) => return Err(ApiError::server_not_found(id)),
+                    Err(CellError::Down(d)) => return Ok(Located::Down(m, d)),
+                    Err(e) => return Err(e.into()),
                 };
-                if i.deleted {
-                    return Err(ApiError::server_not_found(id));
-                }
-                let mut s = Server::from_cell(i);
+                details.apply(std::slice::from_mut(&mut s));
                 s.key_name = app
                     .db
                     .key_names(std::slice::from_ref(&s.uuid))
                     .await?
                     .remove(&s.uuid);
-                if s.vm_state == vs::ERROR {
-                    s.fault = db.api_faults(&[s.uuid.clone()]).await?.pop();
-                }
-                add_metadata_and_tags(&db, std::slice::from_mut(&mut s)).await?;
-                return Ok(Found::Cell(cell, s));
+                return Ok(Located::Found(Found::Cell(cell, s)));
             }
         }
     }
@@ -834,18 +1044,93 @@ pub(crate) fn decode(s: &str) -> String {
 
 // ---------------------------------------------------------- show / update
 
-/// `GET /servers/{id}`.
+/// `GET /servers/{id}`. A server whose cell is down is, from 2.69, the
+/// partial record Nova builds from the API database (its mapping and
+/// request spec); before 2.69 the cell's error.
 pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let s = match find(&app, &ctx, &id, "os_compute_api:servers:show").await? {
-        Found::Build(s) | Found::Cell(_, s) => s,
+    let mut s = match locate(&app, &ctx, &id, "os_compute_api:servers:show").await? {
+        Located::Found(Found::Build(s) | Found::Cell(_, s)) => s,
+        Located::Down(m, d) => {
+            if !ctx.mv.at_least(PARTIAL_RECORDS_MV) {
+                return Err(ApiError::cell_down(d));
+            }
+            let partial = partial_for_show(&app, &ctx, m).await?;
+            let base = app.public_url();
+            let view = PartialView {
+                base: &base,
+                p: &partial,
+                kind: PartialKind::Show { ctx: &ctx },
+            };
+            return Ok(Json(json!({ "server": view })));
+        }
     };
-    let mut s = s;
     current_zones(&app, std::slice::from_mut(&mut s)).await?;
-    Ok(Json(json!({ "server": detail_view(&app, &ctx, &s) })))
+    let mut body = detail_view(&app, &ctx, &s);
+    add_server_groups(&app, &ctx, &s.uuid, &mut body).await?;
+    Ok(Json(json!({ "server": body })))
+}
+
+/// `server_groups` (2.71) of a server shown alone: the uuid of its group,
+/// if any, as upstream.
+pub(crate) async fn add_server_groups(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+    body: &mut Value,
+) -> ApiResult<()> {
+    if !ctx.mv.at_least(71) {
+        return Ok(());
+    }
+    let groups = server_groups_of(app, id).await?;
+    if let Some(o) = body.as_object_mut() {
+        o.insert("server_groups".into(), json!(groups));
+    }
+    Ok(())
+}
+
+async fn server_groups_of(app: &App, id: &str) -> ApiResult<Vec<String>> {
+    Ok(app
+        .db
+        .api()
+        .instance_server_group(id)
+        .await?
+        .map(|g| g.uuid)
+        .into_iter()
+        .collect())
+}
+
+/// The partial record of a server in a down cell for `GET /servers/{id}`:
+/// its mapping and request spec (flavor, image, requested zone, user); a
+/// server being deleted, or without a request spec, is not found, as
+/// upstream.
+async fn partial_for_show(app: &App, ctx: &Ctx, m: MappingRow) -> ApiResult<PartialServer> {
+    if m.queued_for_delete {
+        return Err(ApiError::server_not_found(&m.instance_uuid));
+    }
+    let Some(spec) = app.db.request_spec(&m.instance_uuid).await? else {
+        return Err(ApiError::server_not_found(&m.instance_uuid));
+    };
+    let server_groups = if ctx.mv.at_least(71) {
+        Some(server_groups_of(app, &m.instance_uuid).await?)
+    } else {
+        None
+    };
+    Ok(PartialServer {
+        uuid: m.instance_uuid,
+        project_id: m.project_id,
+        created_at: m.created_at,
+        show: Some(PartialShow {
+            user_id: Some(spec.user_id).filter(|u| !u.is_empty()),
+            flavor: spec.flavor,
+            image_ref: spec.image_ref,
+            availability_zone: spec.availability_zone,
+            server_groups,
+        }),
+    })
 }
 
 /// `PUT /servers/{id}` (the name).
@@ -879,14 +1164,16 @@ pub async fn update(
         Found::Cell(cell, mut s) => {
             current_zones(&app, std::slice::from_mut(&mut s)).await?;
             if let Some(n) = name {
-                let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+                let db = app.cells.db(&cell).await?;
                 if !db.api_rename(&id, &n).await? {
                     return Err(ApiError::server_not_found(&id));
                 }
                 s.name = n;
                 s.updated_at = Some(Utc::now());
             }
-            Ok(Json(json!({ "server": detail_view(&app, &ctx, &s) })))
+            let mut body = detail_view(&app, &ctx, &s);
+            add_server_groups(&app, &ctx, &s.uuid, &mut body).await?;
+            Ok(Json(json!({ "server": body })))
         }
     }
 }
@@ -923,7 +1210,7 @@ pub(crate) async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) ->
                 if s.locked && !ctx.is_admin() {
                     return Err(ApiError::Conflict(format!("Instance {id} is locked")));
                 }
-                let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+                let db = app.cells.db(&cell).await?;
                 let global = format!("req-{}", uuid::Uuid::new_v4());
                 let host = match s.host.as_deref() {
                     Some(h) if compute_up(app, &db, h).await? => h,
@@ -939,7 +1226,7 @@ pub(crate) async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) ->
                     return Err(ApiError::server_not_found(&id));
                 }
                 app.db.queue_for_delete(&id).await?;
-                let bus = app.cells.bus(&cell).await.map_err(ApiError::internal)?;
+                let bus = app.cells.bus(&cell).await?;
                 let ids = RequestIds {
                     request_id: ctx.request_id.clone(),
                     global_request_id: global,

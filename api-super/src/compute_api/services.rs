@@ -22,6 +22,7 @@ use serde_json::{json, Map, Value};
 use super::error::{ApiError, ApiResult};
 use super::servers::parse_query;
 use super::{App, Ctx};
+use crate::cells::CellError;
 
 /// `binary` of a compute service.
 pub const COMPUTE_BINARY: &str = "nova-compute";
@@ -59,8 +60,10 @@ pub(crate) async fn host_zones(app: &App) -> ApiResult<(HashMap<String, String>,
     Ok((zones, default))
 }
 
-/// Runs `f` on the database of every cell in parallel; an unreachable
-/// cell is logged and left out (as Nova's listings skip a down cell).
+/// Runs `f` on the database of every cell in parallel, each bounded by the
+/// cell read timeout; a cell that is down or fails is left out (as Nova's
+/// listings skip a down cell). The outage itself is logged once by
+/// [`crate::cells`]; a failed statement is logged here.
 pub(crate) async fn each_cell<T, F, Fut>(app: &App, f: F) -> ApiResult<Vec<(CellMapping, T)>>
 where
     F: Fn(cell_mapping::CellDb) -> Fut,
@@ -69,21 +72,20 @@ where
     let cells = app.cells.all();
     let runs = cells.iter().map(|cell| {
         let f = &f;
-        async move {
-            let db = app.cells.db(cell).await;
-            let res = match db {
-                Ok(db) => f(db).await.map_err(ApiError::from),
-                Err(e) => Err(ApiError::internal(e)),
-            };
-            (cell.clone(), res)
-        }
+        async move { (cell.clone(), app.cells.read(cell, f).await) }
     });
     let mut out = Vec::new();
     for (cell, res) in futures_util::future::join_all(runs).await {
         match res {
             Ok(v) => out.push((cell, v)),
+            Err(CellError::Down(d)) => {
+                tracing::debug!(cell = %cell.uuid, reason = %d.reason, "cell down: left out of the listing");
+            }
+            Err(CellError::Query(_, e)) => {
+                tracing::warn!(cell = %cell.uuid, error = %e.one_line(), "cell read failed: left out of the listing");
+            }
             Err(e) => {
-                tracing::warn!(cell = %cell.uuid, error = %e, "cell unreachable: left out of the listing");
+                tracing::warn!(cell = %cell.uuid, error = %e, "cell read failed: left out of the listing");
             }
         }
     }
@@ -184,7 +186,7 @@ async fn write(
     s: &ServiceRecord,
     sw: &ServiceSwitches,
 ) -> ApiResult<ServiceRecord> {
-    let db = app.cells.db(cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(cell).await?;
     let row = db
         .service_set(s.id, sw)
         .await?
@@ -407,7 +409,7 @@ pub async fn delete(
     let Some((cell, s)) = find(&app, key).await? else {
         return Err(not_found());
     };
-    let db = app.cells.db(&cell).await.map_err(ApiError::internal)?;
+    let db = app.cells.db(&cell).await?;
     let nodes =
         match db.service_delete(s.id).await? {
             ServiceDeleted::Deleted { nodes } => nodes,

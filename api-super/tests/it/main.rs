@@ -3,6 +3,7 @@
 mod cli;
 mod common;
 mod compute;
+mod down_cell;
 mod image;
 mod matrix;
 mod operator;

@@ -105,11 +105,9 @@ impl Pool {
                 // One direct attempt first: its error names the cause
                 // (refused, unknown database, auth), where a pool would
                 // retry until its timeout and report only that.
-                let probe = tokio::time::timeout(Duration::from_secs(10), opts.connect())
+                probe_pg(&opts, Duration::from_secs(10))
                     .await
-                    .map_err(|_| connect(sqlx::Error::PoolTimedOut))?
                     .map_err(connect)?;
-                let _ = probe.close().await;
                 let pool = PgPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(10))
@@ -135,6 +133,45 @@ impl Pool {
     pub async fn close(&self) {
         with_pool!(self, p => p.close().await)
     }
+}
+
+/// One direct connection attempt to the database at `url`, closed at once,
+/// given at most `timeout`: whether the database answers now. Unlike a
+/// pool's acquire, which retries a refused connection until its own
+/// timeout (the server "may be starting"), a refused or failed attempt
+/// fails at once, so a caller can tell a database that is down from one
+/// that is busy. `role` names the database in errors.
+pub async fn probe(role: &'static str, url: &str, timeout: Duration) -> Result<(), Error> {
+    let backend = validate_database_url(url)?;
+    let connect = |source| Error::Connect {
+        role,
+        url: mask(url),
+        source,
+    };
+    match backend {
+        Backend::Postgres => {
+            let opts = PgConnectOptions::from_str(url).map_err(connect)?;
+            probe_pg(&opts, timeout).await.map_err(connect)
+        }
+        Backend::Sqlite => {
+            let opts = SqliteConnectOptions::from_str(url).map_err(connect)?;
+            let c = tokio::time::timeout(timeout, opts.connect())
+                .await
+                .map_err(|_| connect(sqlx::Error::PoolTimedOut))?
+                .map_err(connect)?;
+            let _ = c.close().await;
+            Ok(())
+        }
+    }
+}
+
+/// One PostgreSQL connection made and closed within `timeout`.
+async fn probe_pg(opts: &PgConnectOptions, timeout: Duration) -> Result<(), sqlx::Error> {
+    let c = tokio::time::timeout(timeout, opts.connect())
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)??;
+    let _ = c.close().await;
+    Ok(())
 }
 
 /// The API database.
