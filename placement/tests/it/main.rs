@@ -13,4 +13,5 @@ mod fixtures;
 mod inventory_rules;
 mod keystone_auth;
 mod randomize;
+mod request_heads;
 mod reshaper;
