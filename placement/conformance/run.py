@@ -2,9 +2,12 @@
 """Runs upstream Placement's gabbi API tests against our placement server.
 
 For each selected gabbit (YAML file) a worker starts a FRESH server on its own
-SQLite file and a free loopback port, creates the file's fixture data through
+database and a free loopback port, creates the file's fixture data through
 the HTTP API (fixtures.py, classes named like upstream's), runs the file's
-tests in order with gabbi's Python API and stops the server. Every test of a
+tests in order with gabbi's Python API and stops the server. The database is
+a new SQLite file, or, with `--databases MAP.json`, the (empty) database whose
+URL the map gives for the file: how the Rust test runs the files on
+PostgreSQL, each on a fresh database it created. Every test of a
 file runs, also after an earlier one failed (as under upstream's own test
 runner); a test counts as passed only if it passed. A fixture that fails
 fails the file's first test and leaves the others skipped; skipped tests
@@ -18,6 +21,7 @@ and it is created or brought up to date there when needed (pip from PyPI).
         --binary target/debug/placement              # the selected files
     python3 placement/conformance/run.py --venv ... --binary ... \
         --detail inventory.yaml                      # one file, failures in full
+    python3 placement/conformance/run.py --list      # the selected file names
 
 Exit status: 0 ran (whatever the count; with --floor: and passed >= floor),
 1 below the floor, 2 usage error, 3 environment unavailable (python venv,
@@ -114,12 +118,13 @@ def free_port():
 
 
 @contextlib.contextmanager
-def placement_server(binary, workdir):
-    """A fresh server on a new SQLite file; yields its base URL."""
+def placement_server(binary, workdir, database=None):
+    """A fresh server on `database` (an empty database's URL) or, without
+    it, on a new SQLite file; yields its base URL and log path."""
     last_error = None
+    db = database or 'sqlite://%s/p.sqlite?mode=rwc' % workdir
     for _ in range(5):
         port = free_port()
-        db = 'sqlite://%s/p.sqlite?mode=rwc' % workdir
         log_path = os.path.join(workdir, 'server-%d.log' % port)
         log = open(log_path, 'wb')
         env = dict(os.environ)
@@ -166,7 +171,62 @@ def _outcome_message(err):
     return text
 
 
-def run_file_in_worker(path, binary, detail):
+def send_malformed_lengths_raw():
+    """Makes gabbi send a request whose Content-Length is not an integer.
+
+    basic-http.yaml sends `content-length: hi mom` on purpose. Upstream runs
+    its gabbits in-process through WSGI, where nothing checks that header on
+    the way; gabbi's HTTP client (httpx) refuses to send it to a live server.
+    Such a request is written to a plain socket instead, exactly as the test
+    gives it, and the server's answer read back; every other request goes
+    through gabbi's client as usual. Needs gabbi importable.
+    """
+    import http.client
+    import socket
+
+    import httpx
+    from gabbi import httpclient
+
+    def integer(value):
+        value = value.strip()
+        return value.isascii() and value.isdigit()
+
+    class RawWhenMalformed(httpx.BaseTransport):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def handle_request(self, request):
+            length = request.headers.get('content-length')
+            if length is None or integer(length):
+                return self.inner.handle_request(request)
+            url = request.url
+            head = [b'%s %s HTTP/1.1' % (request.method.encode(),
+                                         url.raw_path)]
+            head += [b'%s: %s' % (k, v) for k, v in request.headers.raw]
+            data = b'\r\n'.join(head) + b'\r\n\r\n' + request.read()
+            timeout = request.extensions.get('timeout', {}).get('read') or 30
+            with socket.create_connection((url.host, url.port or 80),
+                                          timeout=timeout) as sock:
+                sock.sendall(data)
+                resp = http.client.HTTPResponse(sock, method=request.method)
+                resp.begin()
+                content = resp.read()
+                return httpx.Response(resp.status, headers=resp.getheaders(),
+                                      content=content, request=request)
+
+        def close(self):
+            self.inner.close()
+
+    original_init = httpclient.Http.__init__
+
+    def init(self, **kwargs):
+        original_init(self, **kwargs)
+        self.client._transport = RawWhenMalformed(self.client._transport)
+
+    httpclient.Http.__init__ = init
+
+
+def run_file_in_worker(path, binary, detail, database=None):
     """Runs one gabbit; returns its result dict. Needs gabbi importable."""
     import unittest
 
@@ -174,11 +234,13 @@ def run_file_in_worker(path, binary, detail):
     import fixtures
     from gabbi import handlers, suitemaker, utils
 
+    send_malformed_lengths_raw()
+
     name = os.path.basename(path)
     workdir = tempfile.mkdtemp(prefix='placement-conformance-')
     tests = []
     try:
-        with placement_server(binary, workdir) as (url, log_path):
+        with placement_server(binary, workdir, database) as (url, log_path):
             os.environ[fixtures.URL_ENV] = url
             host, port = url.rsplit('//', 1)[1].split(':')
             suite_dict = utils.load_yaml(yaml_file=path, safe=True)
@@ -254,7 +316,8 @@ def run_file_in_worker(path, binary, detail):
 
 def worker_main(args):
     try:
-        result = run_file_in_worker(args.worker, args.binary, args.detail)
+        result = run_file_in_worker(args.worker, args.binary, args.detail,
+                                    args.database)
     except Exception as exc:  # a crash of the harness or the server
         result = {'file': os.path.basename(args.worker), 'total': 0,
                   'passed': 0, 'failed': 0, 'skipped': 0,
@@ -282,13 +345,15 @@ def count_tests(path):
     return n
 
 
-def run_one(python, binary, path, detail, timeout):
+def run_one(python, binary, path, detail, timeout, database=None):
     with tempfile.NamedTemporaryFile(suffix='.json', delete=False) as tmp:
         out = tmp.name
     cmd = [python, os.path.abspath(__file__), '--worker', path,
            '--worker-out', out, '--binary', binary]
     if detail:
         cmd.append('--detail')
+    if database:
+        cmd += ['--database', database]
     started = time.monotonic()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True,
@@ -340,6 +405,22 @@ def print_detail(r, out):
         print('-- server log (tail)\n' + r['server_log'], file=out)
 
 
+def backend_of(url):
+    """`postgres` or `sqlite`: the floor.txt key of a database URL."""
+    return 'postgres' if url.startswith(('postgres:', 'postgresql:')) \
+        else 'sqlite'
+
+
+def read_floor(path, backend):
+    """The floor of `backend` in floor.txt (lines `BACKEND PASSED`)."""
+    with open(path) as f:
+        for line in f:
+            words = line.split('#', 1)[0].split()
+            if len(words) == 2 and words[0] == backend:
+                return int(words[1])
+    raise ValueError('%s has no line for %s' % (path, backend))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('files', nargs='*',
@@ -356,7 +437,14 @@ def main(argv=None):
         help='directory of upstream gabbits (env PLACEMENT_GABBITS)')
     p.add_argument('--jobs', '-j', type=int, default=4)
     p.add_argument('--json', help='write the JSON summary to this file')
-    p.add_argument('--floor', help='fail (exit 1) below the number in FILE')
+    p.add_argument('--floor', help='fail (exit 1) below the backend\'s '
+                   'number in FILE (floor.txt)')
+    p.add_argument('--databases', metavar='MAP.json',
+                   help='JSON object: gabbit file name -> URL of an empty '
+                        'database for its server (default: a new SQLite '
+                        'file per file)')
+    p.add_argument('--list', action='store_true',
+                   help='print the selected file names and exit')
     p.add_argument('--detail', '-v', action='store_true',
                    help='print every failure in full')
     p.add_argument('--all', action='store_true',
@@ -365,6 +453,7 @@ def main(argv=None):
                    help='seconds per file')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     p.add_argument('--worker-out', help=argparse.SUPPRESS)
+    p.add_argument('--database', help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.worker:
@@ -374,10 +463,6 @@ def main(argv=None):
         print('SKIP: no gabbits directory at %s (set PLACEMENT_GABBITS)'
               % args.gabbits, file=sys.stderr)
         return EXIT_ENV
-    if not os.access(args.binary, os.X_OK):
-        print('no placement binary at %s (cargo build -p placement)'
-              % args.binary, file=sys.stderr)
-        return EXIT_USAGE
     if args.files:
         names = [os.path.basename(f) for f in args.files]
     elif args.all:
@@ -390,6 +475,29 @@ def main(argv=None):
     if missing:
         print('no such gabbit: %s' % ', '.join(missing), file=sys.stderr)
         return EXIT_USAGE
+    if args.list:
+        print('\n'.join(names))
+        return 0
+    if not os.access(args.binary, os.X_OK):
+        print('no placement binary at %s (cargo build -p placement)'
+              % args.binary, file=sys.stderr)
+        return EXIT_USAGE
+    databases = {}
+    if args.databases:
+        with open(args.databases) as f:
+            databases = json.load(f)
+        unmapped = [n for n in names if n not in databases]
+        if unmapped:
+            print('no database in %s for: %s'
+                  % (args.databases, ', '.join(unmapped)), file=sys.stderr)
+            return EXIT_USAGE
+    backends = {backend_of(databases[n]) for n in names} if databases \
+        else {'sqlite'}
+    if len(backends) != 1:
+        print('--databases mixes backends: %s' % ', '.join(sorted(backends)),
+              file=sys.stderr)
+        return EXIT_USAGE
+    backend = backends.pop()
 
     if args.venv:
         try:
@@ -413,11 +521,14 @@ def main(argv=None):
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         results = list(pool.map(
             lambda path: run_one(python, binary, path, args.detail,
-                                 args.timeout), paths))
+                                 args.timeout,
+                                 databases.get(os.path.basename(path))),
+            paths))
 
     passed = sum(r['passed'] for r in results)
     total = sum(r['total'] for r in results)
     summary = {
+        'backend': backend,
         'passed': passed,
         'failed': total - passed,
         'skipped': sum(r['skipped'] for r in results),
@@ -442,16 +553,15 @@ def main(argv=None):
                 print('== %s: harness error\n%s' % (r['file'], r['error']),
                       file=out)
     print_table(results, out)
-    print('conformance: %d passed, %d failed' % (passed, total - passed),
-          file=out)
+    print('conformance on %s: %d passed, %d failed'
+          % (backend, passed, total - passed), file=out)
     if args.floor:
-        with open(args.floor) as f:
-            floor = int(f.read().split()[0])
+        floor = read_floor(args.floor, backend)
         if passed < floor:
-            print('BELOW FLOOR: %d passed < floor %d (%s)'
-                  % (passed, floor, args.floor), file=out)
+            print('BELOW FLOOR: %d passed < %s floor %d (%s)'
+                  % (passed, backend, floor, args.floor), file=out)
             return EXIT_BELOW_FLOOR
-        print('floor %d: ok' % floor, file=out)
+        print('%s floor %d: ok' % (backend, floor), file=out)
     return 0
 
 

@@ -20,6 +20,7 @@ pub mod config;
 pub mod db;
 pub mod engine;
 pub mod error;
+pub mod listener;
 pub mod metrics;
 pub mod microversion;
 pub mod service;
@@ -91,7 +92,7 @@ pub async fn serve_with(
     let listener = TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = axum::serve(crate::listener::Listener::new(listener), app).await {
             tracing::error!(error = %e, "placement API stopped");
         }
     });

@@ -155,6 +155,12 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // A `Content-Length` that is not an integer (renamed by the listener,
+    // which also makes hyper close the connection afterwards): upstream's
+    // handler refuses it after authentication, before routing.
+    let invalid_length = req
+        .headers()
+        .contains_key(crate::listener::INVALID_CONTENT_LENGTH);
     let early = match early {
         Some(e) => Some(e),
         None if path == "/" => None,
@@ -165,6 +171,13 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
             }
             Err(detail) => Some((StatusCode::UNAUTHORIZED, detail)),
         },
+    };
+    let early = match early {
+        None if invalid_length => Some((
+            StatusCode::BAD_REQUEST,
+            "content-length header must be an integer".to_owned(),
+        )),
+        e => e,
     };
     req.extensions_mut().insert(mv);
 

@@ -174,22 +174,26 @@ pub(crate) async fn write_allocations_in(
         }
         // The consumers that exist already, and the providers they hold
         // allocations on (these lose them: index refresh), in one query.
+        // There are none to read when no consumer is written (a reshape
+        // with `"allocations": {}`).
         let mut touched: BTreeSet<String> = providers.keys().cloned().collect();
         let mut existing: HashMap<String, (i64, i64)> = HashMap::new();
-        let sql = format!(
-            "SELECT c.uuid, c.id, c.generation, p.uuid AS rp FROM consumers c \
-             LEFT JOIN allocations a ON a.consumer_id = c.uuid \
-             LEFT JOIN resource_providers p ON p.id = a.resource_provider_id WHERE c.uuid IN ({})",
-            placeholders(1, consumers.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for c in &consumers {
-            q = q.bind(*c);
-        }
-        for r in q.fetch_all(&mut *tx).await? {
-            existing.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
-            if let Some(rp) = r.try_get::<Option<String>, _>("rp")? {
-                touched.insert(rp);
+        if !consumers.is_empty() {
+            let sql = format!(
+                "SELECT c.uuid, c.id, c.generation, p.uuid AS rp FROM consumers c \
+                 LEFT JOIN allocations a ON a.consumer_id = c.uuid \
+                 LEFT JOIN resource_providers p ON p.id = a.resource_provider_id WHERE c.uuid IN ({})",
+                placeholders(1, consumers.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for c in &consumers {
+                q = q.bind(*c);
+            }
+            for r in q.fetch_all(&mut *tx).await? {
+                existing.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
+                if let Some(rp) = r.try_get::<Option<String>, _>("rp")? {
+                    touched.insert(rp);
+                }
             }
         }
 

@@ -1,6 +1,14 @@
 //! Inventories of a provider, per resource class. Every write compares and
-//! bumps the provider's generation, and refuses to drop or shrink an
-//! inventory below what is allocated from it.
+//! bumps the provider's generation, and refuses to remove an inventory that
+//! is allocated from (409 `placement.inventory.inuse`).
+//!
+//! As upstream, an inventory may shrink below what is allocated from it
+//! (an operator lowering a host's capacity, or an allocation ratio, does not
+//! have to move instances first): the write succeeds and is logged as a
+//! warning, and the provider takes no new allocation of that class until
+//! its usage fits again (the capacity check of every allocation write, and
+//! of the candidate engine, compares the usage after the write with the
+//! capacity).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,19 +26,16 @@ fn in_use(class: &str, uuid: &str) -> PlacementError {
     )
 }
 
-/// An inventory may not shrink below what is allocated from it. Upstream
-/// Placement only logs a warning and keeps the over-allocation; we refuse
-/// (409 `placement.inventory.inuse`), as the project requires, so that
-/// placement never holds more allocations than capacity. An operator who
-/// must shrink a host first moves or deletes the instances on it.
-fn below_usage(class: &str, uuid: &str, used: i64, capacity: u64) -> PlacementError {
-    PlacementError::conflict(
-        ErrorCode::InventoryInUse,
-        format!(
-            "Unable to update inventory for resource provider {uuid}: the new capacity of '{class}' \
-             ({capacity}) is below what is allocated ({used})."
-        ),
-    )
+/// Logs an inventory written below what is allocated from it (allowed, as
+/// upstream, which logs the same warning).
+fn warn_capacity_exceeded(class: &str, uuid: &str, used: i64, capacity: u64) {
+    tracing::warn!(
+        resource_provider = uuid,
+        resource_class = class,
+        used,
+        capacity,
+        "resource provider has allocations exceeding its new inventory capacity"
+    );
 }
 
 /// Creates or overwrites one class's inventory of a provider.
@@ -43,7 +48,7 @@ const UPSERT_INVENTORY: &str = "INSERT INTO inventories (resource_provider_id, r
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UsageCheck {
     /// The state the transaction commits: no inventory may be removed while
-    /// allocated from, nor shrink below what is allocated.
+    /// allocated from (shrinking below usage is allowed, with a warning).
     Final,
     /// An interim state inside a transaction that writes the final state
     /// (with [`UsageCheck::Final`]) before it commits: the reshaper's union
@@ -80,7 +85,7 @@ pub(crate) async fn replace_inventories_in(
                 match new.get(&class) {
                     None if used > 0 => removed_in_use.push(class),
                     Some(inv) if (inv.capacity() as i64) < used => {
-                        return Err(below_usage(&class, uuid, used, inv.capacity()))
+                        warn_capacity_exceeded(&class, uuid, used, inv.capacity())
                     }
                     _ => {}
                 }
@@ -217,7 +222,7 @@ impl Db {
             .fetch_one(&mut *tx)
             .await?;
             if (inv.capacity() as i64) < used {
-                return Err(below_usage(class, &row.uuid, used, inv.capacity()));
+                warn_capacity_exceeded(class, &row.uuid, used, inv.capacity());
             }
             sqlx::query(UPSERT_INVENTORY)
                 .bind(row.id)

@@ -120,7 +120,15 @@ pub fn now() -> DateTime<Utc> {
 }
 
 /// `$first, $first+1, …` placeholders for an `IN (…)` list of `n` values.
+///
+/// With `n == 0` it is `NULL`: `x IN (NULL)` matches no row on both
+/// backends, while an empty `IN ()`, which SQLite accepts (matching
+/// nothing), is a syntax error on PostgreSQL. Callers that can skip the
+/// query for an empty list should; this keeps one that cannot correct.
 pub fn placeholders(first: usize, n: usize) -> String {
+    if n == 0 {
+        return "NULL".to_owned();
+    }
     (first..first + n)
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()

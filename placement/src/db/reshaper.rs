@@ -13,7 +13,8 @@
 //!    ([`write_allocations_in`]): consumer generations, capacity against the
 //!    interim inventories, provider generations;
 //! 3. the *final* inventories, with the usual rule that no inventory is
-//!    removed while allocated from nor shrinks below what is allocated.
+//!    removed while allocated from (409 `placement.inventory.inuse`; one
+//!    may shrink below what is allocated, as upstream).
 //!
 //! Each step bumps the generation of the providers it changes, as
 //! upstream's does (so a provider in both sets goes up by three).

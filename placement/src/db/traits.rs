@@ -40,6 +40,10 @@ impl Db {
 
     /// Trait names matching `q`, sorted.
     pub async fn list_traits(&self, q: &TraitQuery) -> Result<Vec<String>> {
+        if q.names.as_ref().is_some_and(Vec::is_empty) {
+            // `?name=in:` names no trait: none matches.
+            return Ok(Vec::new());
+        }
         let mut sql = String::from("SELECT t.name FROM traits t WHERE 1 = 1");
         let mut binds: Vec<String> = Vec::new();
         if let Some(p) = &q.prefix {

@@ -3,6 +3,7 @@
 mod candidates_api;
 mod concurrency;
 mod conformance;
+mod empty_in_lists;
 mod engine_candidates;
 mod engine_granular;
 mod engine_index;
@@ -12,4 +13,5 @@ mod fixtures;
 mod inventory_rules;
 mod keystone_auth;
 mod randomize;
+mod request_heads;
 mod reshaper;

@@ -6,7 +6,8 @@
 use serde_json::{json, Value};
 use testkit::http::Client;
 
-async fn start(url: &str) -> placement::Running {
+/// A placement server on the database at `url` (also used by other modules).
+pub(crate) async fn start(url: &str) -> placement::Running {
     let cfg = placement::PlacementConfig {
         listen: "127.0.0.1:0".to_owned(),
         database: placement::config::DatabaseConfig {
