@@ -289,30 +289,12 @@ impl ComputeDb {
         let pg = self.is_postgres();
         on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
-            if let (Some(l), Some((first, _))) = (limits, builds.first()) {
-                let scope = format!("project:{}", first.project_id);
-                sqlx::query(QUOTA_LOCK_INSERT)
-                    .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
-                sqlx::query(quota_lock_sql(pg)).bind(&scope)
-                    .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
-                let used: (i64, i64, i64) = sqlx::query_as(INSTANCE_USAGE_SQL)
-                    .bind(&first.project_id).fetch_one(&mut *tx).await.map_err(db("quota_usage"))?;
-                let n = builds.len() as i64;
-                let want = (n, n * first.flavor.vcpus, n * first.flavor.memory_mb);
-                l.check(used, want)?;
-            }
-            if let (Some(g), Some((first, _))) = (group, builds.first()) {
-                let exists: Option<i64> = sqlx::query_scalar(group_lock_sql(pg)).bind(g.id)
-                    .fetch_optional(&mut *tx).await.map_err(db("server_group_lock"))?;
-                if exists.is_none() {
-                    return Err(ApiError::BadRequest(format!(
-                        "Invalid server group: Instance group {} could not be found.", g.uuid)));
-                }
-                let members: i64 = sqlx::query_scalar(MEMBER_COUNT_BY_USER_SQL)
-                    .bind(g.id).bind(&first.user_id)
-                    .fetch_one(&mut *tx).await.map_err(db("server_group_member_count"))?;
-                g.check(members, builds.len() as i64)?;
-            }
+            // The rows first, the project's lock last: the lock is held
+            // only for the count and the commit, not for the inserts, so
+            // the creates of one project overlap until their count. Each
+            // count runs after the lock is granted and sees every create
+            // committed before it (READ COMMITTED takes a snapshot per
+            // statement) plus its own rows.
             for (b, spec) in builds {
                 let inst = serde_json::to_string(b).map_err(ApiError::internal)?;
                 let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
@@ -328,7 +310,32 @@ impl ComputeDb {
                     .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(b.created_at)
                     .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
                     .execute(&mut *tx).await.map_err(db("instance_mapping_insert"))?;
-                if let Some(g) = group {
+            }
+            if let (Some(l), Some((first, _))) = (limits.filter(|l| !l.unlimited()), builds.first()) {
+                let scope = format!("project:{}", first.project_id);
+                sqlx::query(QUOTA_LOCK_INSERT)
+                    .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
+                sqlx::query(quota_lock_sql(pg)).bind(&scope)
+                    .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
+                let with_mine: (i64, i64, i64) = sqlx::query_as(INSTANCE_USAGE_SQL)
+                    .bind(&first.project_id).fetch_one(&mut *tx).await.map_err(db("quota_usage"))?;
+                let n = builds.len() as i64;
+                let want = (n, n * first.flavor.vcpus, n * first.flavor.memory_mb);
+                let used = (with_mine.0 - want.0, with_mine.1 - want.1, with_mine.2 - want.2);
+                l.check(used, want)?;
+            }
+            if let (Some(g), Some((first, _))) = (group, builds.first()) {
+                let exists: Option<i64> = sqlx::query_scalar(group_lock_sql(pg)).bind(g.id)
+                    .fetch_optional(&mut *tx).await.map_err(db("server_group_lock"))?;
+                if exists.is_none() {
+                    return Err(ApiError::BadRequest(format!(
+                        "Invalid server group: Instance group {} could not be found.", g.uuid)));
+                }
+                let members: i64 = sqlx::query_scalar(MEMBER_COUNT_BY_USER_SQL)
+                    .bind(g.id).bind(&first.user_id)
+                    .fetch_one(&mut *tx).await.map_err(db("server_group_member_count"))?;
+                g.check(members, builds.len() as i64)?;
+                for (b, _) in builds {
                     sqlx::query(MEMBER_INSERT_SQL).bind(g.id).bind(&b.uuid).bind(t)
                         .execute(&mut *tx).await.map_err(db("server_group_member_insert"))?;
                 }
@@ -521,6 +528,11 @@ pub struct InstanceLimits {
 }
 
 impl InstanceLimits {
+    /// Every limit is -1: a create needs no count (nor the project's lock).
+    pub fn unlimited(&self) -> bool {
+        self.instances < 0 && self.cores < 0 && self.ram < 0
+    }
+
     /// Nova's 403 when `used + want` exceeds a limit (first resource over,
     /// in the order instances, cores, ram, named as Nova names them).
     pub fn check(&self, used: (i64, i64, i64), want: (i64, i64, i64)) -> Result<(), ApiError> {

@@ -142,26 +142,31 @@ pub async fn limit(app: &App, project: &str, resource: &str) -> ApiResult<i64> {
         .unwrap_or(-1))
 }
 
-/// The instance limits of a project (for server create).
-pub async fn instance_limits(app: &App, project: &str) -> ApiResult<InstanceLimits> {
+/// What a server create is checked against, from one read of the
+/// project's limits: the instance limits, `metadata_items` (checked here:
+/// Nova's 403 when the server's metadata has more items) and
+/// `server_group_members`.
+pub async fn create_limits(
+    app: &App,
+    project: &str,
+    metadata_items: usize,
+) -> ApiResult<(InstanceLimits, i64)> {
     let l = project_limits(app, project).await?;
     let g = |r: &str| l.get(r).copied().unwrap_or(-1);
-    Ok(InstanceLimits {
-        instances: g("instances"),
-        cores: g("cores"),
-        ram: g("ram"),
-    })
-}
-
-/// Nova's 403 when a server's metadata has more items than allowed.
-pub async fn check_metadata_items(app: &App, project: &str, n: usize) -> ApiResult<()> {
-    let l = limit(app, project, "metadata_items").await?;
-    if l >= 0 && n as i64 > l {
+    let items = g("metadata_items");
+    if items >= 0 && metadata_items as i64 > items {
         return Err(ApiError::Forbidden(format!(
-            "Quota exceeded for metadata_items: Requested {n}, but already used 0 of {l} metadata_items"
+            "Quota exceeded for metadata_items: Requested {metadata_items}, but already used 0 of {items} metadata_items"
         )));
     }
-    Ok(())
+    Ok((
+        InstanceLimits {
+            instances: g("instances"),
+            cores: g("cores"),
+            ram: g("ram"),
+        },
+        g("server_group_members"),
+    ))
 }
 
 /// Usage of a project by resource (`key_pairs` of `user`).

@@ -882,8 +882,8 @@ pub async fn create(
             return Err(bad("Invalid key_name provided."));
         }
     }
-    super::quotas::check_metadata_items(&app, ctx.project_id(), req.metadata_items).await?;
-    let limits = super::quotas::instance_limits(&app, ctx.project_id()).await?;
+    let (limits, group_members_limit) =
+        super::quotas::create_limits(&app, ctx.project_id(), req.metadata_items).await?;
     let (image_ref, image_props) = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
@@ -975,7 +975,7 @@ pub async fn create(
         Some(g) => Some(GroupJoin {
             id: g.id,
             uuid: g.uuid.clone(),
-            limit: super::quotas::limit(&app, ctx.project_id(), "server_group_members").await?,
+            limit: group_members_limit,
         }),
         None => None,
     };

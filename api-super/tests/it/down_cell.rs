@@ -196,6 +196,7 @@ impl Fixture {
                 global_request_id: format!("req-g-{n}"),
                 key_name: None,
                 in_group: Some(in_group),
+                image_properties: Default::default(),
             };
             let join = in_group.then(|| GroupJoin {
                 id: group_id,
