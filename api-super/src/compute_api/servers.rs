@@ -971,14 +971,11 @@ pub async fn create(
     // The servers join their group in the transaction that writes the
     // builds (the scheduler, started after it, finds them in the group),
     // within the group's `server_group_members` limit.
-    let join = match &group {
-        Some(g) => Some(GroupJoin {
-            id: g.id,
-            uuid: g.uuid.clone(),
-            limit: group_members_limit,
-        }),
-        None => None,
-    };
+    let join = group.as_ref().map(|g| GroupJoin {
+        id: g.id,
+        uuid: g.uuid.clone(),
+        limit: group_members_limit,
+    });
     app.db
         .create_builds(&builds, Some(&limits), join.as_ref())
         .await?;
