@@ -10,40 +10,34 @@ use crate::metrics::measured;
 use crate::model::{Event, Fault};
 
 /// Records `$ev` (a `&Event`) inside transaction `$tx`: finds or creates
-/// the action of `(instance, request_id)`, then starts the event, or
+/// the action of `(instance, request_id)` (bumping its `updated_at`), then
+/// starts the event, or
 /// finishes the open event of that name (inserting it whole if it was never
 /// started). A failed event marks its action `Error`, as upstream.
 macro_rules! record_event {
     ($tx:expr, $ev:expr) => {{
         let ev: &$crate::model::Event = $ev;
         let uuid = ev.instance.to_string();
-        $crate::metrics::measured(
-            "action_create",
-            sqlx::query(
+        // Finds or creates the action and bumps its `updated_at` (every
+        // event does, as upstream: the compute API's `changes-since` on
+        // instance actions reads it), in one statement.
+        let action_id: i64 = $crate::metrics::measured(
+            "action_upsert",
+            sqlx::query_scalar(
                 "INSERT INTO instance_actions (instance_uuid, action, request_id, global_request_id, \
-                 start_time, created_at) VALUES ($1, $2, $3, $4, $5, $5) \
-                 ON CONFLICT (instance_uuid, request_id) DO NOTHING",
+                 start_time, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5, $5) \
+                 ON CONFLICT (instance_uuid, request_id) DO UPDATE SET updated_at = excluded.updated_at \
+                 RETURNING id",
             )
             .bind(&uuid)
             .bind(&ev.action)
             .bind(&ev.request_id)
             .bind(&ev.global_request_id)
             .bind(ev.at)
-            .execute(&mut *$tx),
-        )
-        .await
-        .map_err($crate::error::db("action_create"))?;
-        let action_id: i64 = $crate::metrics::measured(
-            "action_find",
-            sqlx::query_scalar(
-                "SELECT id FROM instance_actions WHERE instance_uuid = $1 AND request_id = $2",
-            )
-            .bind(&uuid)
-            .bind(&ev.request_id)
             .fetch_one(&mut *$tx),
         )
         .await
-        .map_err($crate::error::db("action_find"))?;
+        .map_err($crate::error::db("action_upsert"))?;
         let finished = match ev.phase {
             $crate::model::Phase::Start => 0,
             $crate::model::Phase::Finish => {
@@ -91,17 +85,6 @@ macro_rules! record_event {
             .await
             .map_err($crate::error::db("event_insert"))?;
         }
-        // Every event bumps its action's `updated_at`, as upstream (the
-        // compute API's `changes-since` on instance actions reads it).
-        $crate::metrics::measured(
-            "action_touch",
-            sqlx::query("UPDATE instance_actions SET updated_at = $1 WHERE id = $2")
-                .bind(ev.at)
-                .bind(action_id)
-                .execute(&mut *$tx),
-        )
-        .await
-        .map_err($crate::error::db("action_touch"))?;
         if ev.result.as_deref() == Some(fabric::rpc::action::ERROR) {
             $crate::metrics::measured(
                 "action_error",

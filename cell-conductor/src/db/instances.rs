@@ -87,6 +87,14 @@ pub struct NewInstance {
     pub request_id: Option<(String, String)>,
 }
 
+/// An instance row with the idempotency key of its last applied update.
+#[derive(Debug, sqlx::FromRow)]
+struct WithUpdateId {
+    #[sqlx(flatten)]
+    row: InstanceRow,
+    last_update_id: Option<String>,
+}
+
 impl CellDb {
     /// Creates an instance in `building` / `scheduling` (and its `create`
     /// action when a request id is given).
@@ -135,7 +143,7 @@ impl CellDb {
         uuid: InstanceUuid,
         change: &InstanceChange,
     ) -> Result<InstanceRow> {
-        let select = format!("SELECT {COLUMNS} FROM instances WHERE uuid = $1");
+        let select = format!("SELECT {COLUMNS}, last_update_id FROM instances WHERE uuid = $1");
         let update = format!(
             "UPDATE instances SET \
              vm_state = CASE WHEN $1 THEN $2 ELSE vm_state END, \
@@ -147,10 +155,9 @@ impl CellDb {
              launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
              progress = CASE WHEN $15 THEN $16 ELSE progress END, \
              updated_at = $17, last_update_id = $20 \
-             WHERE uuid = $18 AND NOT deleted AND COALESCE(task_state, '') = $19 \
+             WHERE uuid = $18 AND deleted IS FALSE AND COALESCE(task_state, '') = $19 \
              RETURNING {COLUMNS}"
         );
-        let last_key = "SELECT last_update_id FROM instances WHERE uuid = $1";
         let key = uuid.to_string();
         let c = change;
         // Compare-and-set on the task state read; a concurrent change makes
@@ -158,22 +165,14 @@ impl CellDb {
         for _ in 0..5 {
             let done: Option<InstanceRow> = on_db!(self, p => {
                 let mut tx = p.begin_write().await.map_err(db("begin"))?;
-                let cur: Option<InstanceRow> = measured("instance_get",
+                let cur: Option<WithUpdateId> = measured("instance_get",
                     sqlx::query_as(&select).bind(&key).fetch_optional(&mut *tx)).await
                     .map_err(db("instance_get"))?;
-                let cur = match cur {
-                    Some(r) if !r.deleted => r,
+                let (cur, last) = match cur {
+                    Some(r) if !r.row.deleted => (r.row, r.last_update_id),
                     _ => return Err(ConductorError::InstanceNotFound(key)),
                 };
-                let repeat = match &c.update_id {
-                    Some(id) => {
-                        let last: Option<String> = measured("instance_last_update",
-                            sqlx::query_scalar(last_key).bind(&key).fetch_one(&mut *tx)).await
-                            .map_err(db("instance_last_update"))?;
-                        last.as_deref() == Some(id.as_str())
-                    }
-                    None => false,
-                };
+                let repeat = c.update_id.is_some() && last == c.update_id;
                 if repeat {
                     // Applied already (its reply was lost): answer the row
                     // as it is now, apply nothing, record no event again.
@@ -228,7 +227,7 @@ impl CellDb {
     ) -> Result<InstanceRow> {
         let sql = format!(
             "UPDATE instances SET vm_state = $1, task_state = NULL, updated_at = $2 \
-             WHERE uuid = $3 AND NOT deleted RETURNING {COLUMNS}"
+             WHERE uuid = $3 AND deleted IS FALSE RETURNING {COLUMNS}"
         );
         let key = uuid.to_string();
         Ok(on_db!(self, p => {
@@ -255,7 +254,7 @@ impl CellDb {
         let sql = format!(
             "UPDATE instances SET deleted = TRUE, deleted_at = $1, terminated_at = $1, updated_at = $1, \
              vm_state = $2, task_state = NULL, power_state = $3 \
-             WHERE uuid = $4 AND NOT deleted RETURNING {COLUMNS}"
+             WHERE uuid = $4 AND deleted IS FALSE RETURNING {COLUMNS}"
         );
         let key = uuid.to_string();
         let t = now();

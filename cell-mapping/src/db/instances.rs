@@ -592,7 +592,7 @@ impl CellDb {
     pub async fn api_rename(&self, uuid: &str, name: &str) -> Result<bool, Error> {
         let r = with_pool!(self.pool(), p => measured("api_instance_rename", sqlx::query(
             "UPDATE instances SET display_name = $1, hostname = $1, updated_at = $2 \
-             WHERE uuid = $3 AND NOT deleted")
+             WHERE uuid = $3 AND deleted IS FALSE")
             .bind(name).bind(Utc::now()).bind(uuid).execute(p)).await?.rows_affected());
         Ok(r > 0)
     }
@@ -611,7 +611,7 @@ impl CellDb {
         Ok(with_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let n = measured("api_instance_deleting", sqlx::query(
-                "UPDATE instances SET task_state = $1, updated_at = $2 WHERE uuid = $3 AND NOT deleted")
+                "UPDATE instances SET task_state = $1, updated_at = $2 WHERE uuid = $3 AND deleted IS FALSE")
                 .bind(fabric::rpc::task_state::DELETING).bind(t).bind(uuid)
                 .execute(&mut *tx)).await?.rows_affected();
             if n > 0 {
@@ -633,7 +633,7 @@ impl CellDb {
         let t = Utc::now();
         let n = with_pool!(self.pool(), p => measured("api_instance_delete_local", sqlx::query(
             "UPDATE instances SET deleted = TRUE, deleted_at = $1, terminated_at = $1, updated_at = $1, \
-             vm_state = $2, task_state = NULL WHERE uuid = $3 AND NOT deleted")
+             vm_state = $2, task_state = NULL WHERE uuid = $3 AND deleted IS FALSE")
             .bind(t).bind(fabric::rpc::vm_state::DELETED).bind(uuid)
             .execute(p)).await?.rows_affected());
         Ok(n > 0)
@@ -661,7 +661,7 @@ impl CellDb {
             let n = measured("api_instance_local_delete", sqlx::query(
                 "UPDATE instances SET deleted = TRUE, deleted_at = $1, terminated_at = $1, \
                  updated_at = $1, vm_state = $2, task_state = NULL, power_state = $3 \
-                 WHERE uuid = $4 AND NOT deleted")
+                 WHERE uuid = $4 AND deleted IS FALSE")
                 .bind(t).bind(fabric::rpc::vm_state::DELETED)
                 .bind(fabric::rpc::power_state::NOSTATE as i64).bind(uuid)
                 .execute(&mut *tx)).await?.rows_affected();

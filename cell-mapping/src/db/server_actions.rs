@@ -150,7 +150,7 @@ pub enum WriteOutcome {
 const ACTION_COLUMNS: &str = "id, action, instance_uuid, request_id, user_id, project_id, \
     start_time, message, created_at, updated_at";
 
-const LIVE: &str = "SELECT COUNT(*) FROM instances WHERE uuid = $1 AND NOT deleted";
+const LIVE: &str = "SELECT COUNT(*) FROM instances WHERE uuid = $1 AND deleted IS FALSE";
 
 impl CellDb {
     /// Starts a server action: sets the task state (and a rebuild's image,
@@ -174,7 +174,7 @@ impl CellDb {
             n = 6;
         }
         sql.push_str(&format!(
-            " WHERE uuid = $3 AND NOT deleted AND vm_state IN ({})",
+            " WHERE uuid = $3 AND deleted IS FALSE AND vm_state IN ({})",
             placeholders(n, nv)
         ));
         n += nv;
@@ -209,7 +209,7 @@ impl CellDb {
                 let cur: Option<(Option<String>, Option<String>, bool)> = measured(
                     "api_action_refused",
                     sqlx::query_as("SELECT vm_state, task_state, locked FROM instances \
-                                    WHERE uuid = $1 AND NOT deleted")
+                                    WHERE uuid = $1 AND deleted IS FALSE")
                         .bind(&a.uuid).fetch_optional(&mut *tx)).await?;
                 tx.rollback().await.map_err(db("rollback"))?;
                 Some(match cur {
@@ -261,7 +261,7 @@ impl CellDb {
     pub async fn api_revert_task_state(&self, uuid: &str, task: &str) -> Result<bool, Error> {
         let n = with_pool!(self.pool(), p => measured("api_action_revert", sqlx::query(
             "UPDATE instances SET task_state = NULL, updated_at = $1 \
-             WHERE uuid = $2 AND NOT deleted AND task_state = $3")
+             WHERE uuid = $2 AND deleted IS FALSE AND task_state = $3")
             .bind(Utc::now()).bind(uuid).bind(task).execute(p)).await?.rows_affected());
         Ok(n > 0)
     }
@@ -281,7 +281,7 @@ impl CellDb {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let n = measured("api_instance_lock", sqlx::query(
                 "UPDATE instances SET locked = $1, locked_by = $2, updated_at = $3 \
-                 WHERE uuid = $4 AND NOT deleted")
+                 WHERE uuid = $4 AND deleted IS FALSE")
                 .bind(lock.is_some()).bind(lock.map(|l| l.0)).bind(t).bind(uuid)
                 .execute(&mut *tx)).await?.rows_affected();
             if n > 0 {
@@ -455,7 +455,7 @@ impl CellDb {
     pub async fn api_metadata_delete(&self, uuid: &str, key: &str) -> Result<bool, Error> {
         let n = with_pool!(self.pool(), p => measured("api_metadata_delete", sqlx::query(
             "DELETE FROM instance_metadata WHERE instance_uuid = $1 AND key = $2 \
-             AND EXISTS (SELECT 1 FROM instances WHERE uuid = $1 AND NOT deleted)")
+             AND EXISTS (SELECT 1 FROM instances WHERE uuid = $1 AND deleted IS FALSE)")
             .bind(uuid).bind(key).execute(p)).await?.rows_affected());
         Ok(n > 0)
     }
