@@ -15,6 +15,8 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use cell_mapping::db::{NewCellInstance, NewFault};
 use cell_mapping::CellMapping;
 use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
@@ -62,6 +64,7 @@ impl SuperConductor {
     /// Schedules and builds the instances of one create request.
     #[tracing::instrument(skip_all, fields(request_id = %builds.first().map(|b| b.1.request_id.as_str()).unwrap_or("")))]
     pub async fn schedule_and_build(&self, builds: Vec<(BuildInstance, RequestSpec)>) {
+        let started = Utc::now();
         let Some((_, spec)) = builds.first() else {
             return;
         };
@@ -86,7 +89,8 @@ impl SuperConductor {
         {
             tracing::error!(error = %e, "cannot read the scheduling context");
             for (b, s) in &builds {
-                self.bury(b, s, "No valid host was found. ", &e).await;
+                self.bury(started, b, s, "No valid host was found. ", &e)
+                    .await;
             }
             return;
         }
@@ -97,28 +101,40 @@ impl SuperConductor {
         {
             Ok(selections) => {
                 for ((b, s), sel) in builds.iter().zip(selections) {
-                    if let Err(e) = self.land(b, s, &sel).await {
+                    if let Err(e) = self.land(b, s, &sel, started).await {
                         tracing::error!(instance = %b.uuid, error = %e, "build could not be handed to its cell");
                         if let Err(e) = self.scheduler.placement().delete_allocations(&b.uuid).await
                         {
                             tracing::error!(instance = %b.uuid, error = %e, "could not release the claim");
                         }
-                        self.bury(b, s, "Build of instance failed before reaching a host.", &e)
-                            .await;
+                        self.bury(
+                            started,
+                            b,
+                            s,
+                            "Build of instance failed before reaching a host.",
+                            &e,
+                        )
+                        .await;
                     }
                 }
             }
             Err(ScheduleError::NoValidHost(report)) => {
                 tracing::info!(details = %report.details(), "no valid host");
                 for (b, s) in &builds {
-                    self.bury(b, s, "No valid host was found. ", &report.details())
-                        .await;
+                    self.bury(
+                        started,
+                        b,
+                        s,
+                        "No valid host was found. ",
+                        &report.details(),
+                    )
+                    .await;
                 }
             }
             Err(e) => {
                 tracing::error!(error = %chain(&e), "scheduling failed");
                 for (b, s) in &builds {
-                    self.bury(b, s, "No valid host was found. ", &chain(&e))
+                    self.bury(started, b, s, "No valid host was found. ", &chain(&e))
                         .await;
                 }
             }
@@ -132,6 +148,7 @@ impl SuperConductor {
         b: &BuildInstance,
         spec: &RequestSpec,
         sel: &Selection,
+        started: DateTime<Utc>,
     ) -> Result<(), String> {
         let cell = &sel.host.cell;
         let cdb = self.cells.db(cell).await.map_err(|e| chain(&e))?;
@@ -145,6 +162,7 @@ impl SuperConductor {
                     .unwrap_or_else(|| sel.host.availability_zone.clone()),
             ),
             None,
+            started,
         ))
         .await
         .map_err(|e| chain(&e))?;
@@ -215,18 +233,29 @@ impl SuperConductor {
 
     /// Creates the instance in cell0 in ERROR with a fault and lands its
     /// mapping there.
-    async fn bury(&self, b: &BuildInstance, spec: &RequestSpec, message: &str, details: &str) {
+    async fn bury(
+        &self,
+        started: DateTime<Utc>,
+        b: &BuildInstance,
+        spec: &RequestSpec,
+        message: &str,
+        details: &str,
+    ) {
         let Some(cell0) = self.cells.cell0() else {
             tracing::error!(instance = %b.uuid, "no cell0 mapped: the build request stays");
             return;
         };
-        if let Err(e) = self.try_bury(&cell0, b, spec, message, details).await {
+        if let Err(e) = self
+            .try_bury(started, &cell0, b, spec, message, details)
+            .await
+        {
             tracing::error!(instance = %b.uuid, error = %e, "could not record the failed build in cell0");
         }
     }
 
     async fn try_bury(
         &self,
+        started: DateTime<Utc>,
         cell0: &CellMapping,
         b: &BuildInstance,
         spec: &RequestSpec,
@@ -245,6 +274,7 @@ impl SuperConductor {
             None,
             b.availability_zone.clone(),
             Some(fault),
+            started,
         ))
         .await
         .map_err(|e| chain(&e))?;
@@ -266,6 +296,7 @@ fn new_instance(
     host: Option<(&str, &str)>,
     availability_zone: Option<String>,
     error: Option<NewFault>,
+    scheduled_from: DateTime<Utc>,
 ) -> NewCellInstance {
     NewCellInstance {
         uuid: b.uuid.clone(),
@@ -283,6 +314,7 @@ fn new_instance(
         reservation_id: b.reservation_id.clone(),
         launch_index: b.launch_index,
         error,
+        scheduled_from: Some(scheduled_from),
     }
 }
 

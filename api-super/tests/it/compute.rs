@@ -584,6 +584,64 @@ async fn no_valid_host_lands_in_cell0_with_a_fault() {
     let forced = body(&r)["server"]["id"].as_str().unwrap().to_owned();
     let (s, _) = region.wait(&forced, |s| s["status"] == "ACTIVE").await;
     assert_eq!(s["OS-EXT-SRV-ATTR:host"], "c1-host2");
+    // The create action holds the super-conductor's scheduling event
+    // (upstream's name): Success for the landed server, Error with the
+    // fault for the one buried in cell0; then the compute's.
+    let events = |id: String| {
+        let region = &region;
+        async move {
+            let r = region
+                .call(
+                    &region.admin,
+                    "GET",
+                    &format!("/v2.1/servers/{id}/os-instance-actions"),
+                    None,
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let rid = body(&r)["instanceActions"][0]["request_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let r = region
+                .call(
+                    &region.admin,
+                    "GET",
+                    &format!("/v2.1/servers/{id}/os-instance-actions/{rid}"),
+                    None,
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            body(&r)["instanceAction"]["events"]
+                .as_array()
+                .unwrap()
+                .clone()
+        }
+    };
+    let landed = events(forced.clone()).await;
+    let sched = landed
+        .iter()
+        .find(|e| e["event"] == "conductor_schedule_and_build_instances")
+        .unwrap_or_else(|| panic!("no scheduling event in {landed:?}"));
+    assert_eq!(sched["result"], "Success", "{sched}");
+    assert!(sched["finish_time"].is_string(), "{sched}");
+    assert!(
+        landed
+            .iter()
+            .any(|e| e["event"] == "compute__do_build_and_run_instance"),
+        "{landed:?}"
+    );
+    let buried = events(id.clone()).await;
+    assert_eq!(buried.len(), 1, "{buried:?}");
+    assert_eq!(buried[0]["event"], "conductor_schedule_and_build_instances");
+    assert_eq!(buried[0]["result"], "Error", "{buried:?}");
+    assert!(
+        buried[0]["traceback"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("No valid host was found."),
+        "{buried:?}"
+    );
     // The ERROR server deletes at once (it never reached a host).
     let r = region
         .call(

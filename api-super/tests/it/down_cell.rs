@@ -224,6 +224,7 @@ impl Fixture {
                         reservation_id: format!("r-{n}"),
                         launch_index: 0,
                         error: None,
+                        scheduled_from: None,
                     })
                     .await
                     .unwrap();

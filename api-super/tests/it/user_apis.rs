@@ -1534,6 +1534,7 @@ async fn put_instance(
         reservation_id: "r-1".into(),
         launch_index: 0,
         error: None,
+        scheduled_from: None,
     })
     .await
     .expect("instance");

@@ -79,7 +79,14 @@ pub struct NewCellInstance {
     pub launch_index: i64,
     /// Set: the instance is created in ERROR with this fault.
     pub error: Option<NewFault>,
+    /// When the super-conductor started scheduling it: the `create`
+    /// action gets upstream's `conductor_schedule_and_build_instances`
+    /// event from then to now (Success, or Error with the fault).
+    pub scheduled_from: Option<DateTime<Utc>>,
 }
+
+/// The super-conductor's event in a `create` action (upstream's name).
+pub const EV_SCHEDULE_AND_BUILD: &str = "conductor_schedule_and_build_instances";
 
 /// An instance as the API shows it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -445,15 +452,29 @@ impl CellDb {
                 "INSERT INTO instance_extra (instance_uuid, flavor, created_at) VALUES ($1, $2, $3)")
                 .bind(&n.uuid).bind(&flavor).bind(t)
                 .execute(&mut *tx)).await?;
-            measured("api_action_create", sqlx::query(
+            let action_id: i64 = measured("api_action_create", sqlx::query_scalar(
                 "INSERT INTO instance_actions (instance_uuid, action, request_id, global_request_id, \
                  user_id, project_id, start_time, finish_time, message, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7)")
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7) RETURNING id")
                 .bind(&n.uuid).bind(fabric::rpc::action::CREATE).bind(&n.request_id)
-                .bind(&n.global_request_id).bind(&n.user_id).bind(&n.project_id).bind(t)
+                .bind(&n.global_request_id).bind(&n.user_id).bind(&n.project_id)
+                .bind(n.scheduled_from.unwrap_or(t))
                 .bind(n.error.as_ref().map(|_| t))
                 .bind(n.error.as_ref().map(|_| fabric::rpc::action::ERROR))
-                .execute(&mut *tx)).await?;
+                .fetch_one(&mut *tx)).await?;
+            if let Some(from) = n.scheduled_from {
+                let (result, traceback) = match &n.error {
+                    None => (fabric::rpc::action::SUCCESS, None),
+                    Some(f) => (fabric::rpc::action::ERROR, Some(format!("{}{}", f.message, f.details))),
+                };
+                measured("api_action_event_insert", sqlx::query(
+                    "INSERT INTO instance_actions_events (action_id, event, result, traceback, \
+                     request_id, global_request_id, start_time, finish_time, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)")
+                    .bind(action_id).bind(EV_SCHEDULE_AND_BUILD).bind(result).bind(traceback)
+                    .bind(&n.request_id).bind(&n.global_request_id).bind(from).bind(t)
+                    .execute(&mut *tx)).await?;
+            }
             if let Some(f) = &n.error {
                 let message: String = f.message.chars().take(255).collect();
                 measured("api_fault_insert", sqlx::query(

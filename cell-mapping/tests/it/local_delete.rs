@@ -49,6 +49,7 @@ async fn create(db: &CellDb, host: Option<&str>) -> String {
         reservation_id: "r-1".into(),
         launch_index: 0,
         error: None,
+        scheduled_from: None,
     })
     .await
     .expect("create");

@@ -65,6 +65,7 @@ async fn flow(be: Be, name: &str) {
         reservation_id: "r-1".into(),
         launch_index: 0,
         error: None,
+        scheduled_from: None,
     })
     .await
     .expect("create");
