@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use testkit::http::Client;
 
-use crate::reshaper::start;
+use crate::reshaper::drive;
 
 fn requests(addr: SocketAddr) {
     let mut c = Client::new(addr)
@@ -75,11 +75,7 @@ fn requests(addr: SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_in_lists_sqlite() {
     let db = testkit::sqlite("placement_empty_in_lists");
-    let running = start(&db.url).await;
-    let addr = running.addr;
-    tokio::task::spawn_blocking(move || requests(addr))
-        .await
-        .unwrap();
+    drive(&db.url, requests).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,9 +83,5 @@ async fn empty_in_lists_postgres() {
     let Some(db) = testkit::postgres("placement_empty_in_lists").await else {
         return;
     };
-    let running = start(&db.url).await;
-    let addr = running.addr;
-    tokio::task::spawn_blocking(move || requests(addr))
-        .await
-        .unwrap();
+    drive(&db.url, requests).await;
 }

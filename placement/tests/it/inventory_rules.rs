@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use testkit::http::Client;
 
-use crate::reshaper::start;
+use crate::reshaper::drive;
 
 fn inventory(total: u64, generation: u64) -> String {
     format!(
@@ -125,11 +125,7 @@ fn shrink_rules(addr: SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inventory_may_shrink_below_usage_sqlite() {
     let db = testkit::sqlite("placement_inventory_shrink");
-    let running = start(&db.url).await;
-    let addr = running.addr;
-    tokio::task::spawn_blocking(move || shrink_rules(addr))
-        .await
-        .unwrap();
+    drive(&db.url, shrink_rules).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,9 +133,5 @@ async fn inventory_may_shrink_below_usage_postgres() {
     let Some(db) = testkit::postgres("placement_inventory_shrink").await else {
         return;
     };
-    let running = start(&db.url).await;
-    let addr = running.addr;
-    tokio::task::spawn_blocking(move || shrink_rules(addr))
-        .await
-        .unwrap();
+    drive(&db.url, shrink_rules).await;
 }

@@ -19,6 +19,16 @@ pub(crate) async fn start(url: &str) -> placement::Running {
     placement::serve(&cfg, None).await.expect("placement")
 }
 
+/// Runs the blocking client `scenario` against a placement server on the
+/// database at `url` (also used by other modules).
+pub(crate) async fn drive(url: &str, scenario: fn(std::net::SocketAddr)) {
+    let running = start(url).await;
+    let addr = running.addr;
+    tokio::task::spawn_blocking(move || scenario(addr))
+        .await
+        .unwrap();
+}
+
 fn uuid() -> String {
     fabric::ids::ProviderUuid::new_random().to_string()
 }

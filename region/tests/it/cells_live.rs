@@ -369,15 +369,7 @@ async fn cells_live(
     cfg.region.cells = 2;
     cfg.region.hosts_per_cell = 2;
     cfg.region.fake_spawn_latency_ms = 20;
-    for listen in [
-        &mut cfg.region.identity_listen,
-        &mut cfg.region.placement_listen,
-        &mut cfg.region.compute_listen,
-        &mut cfg.region.image_listen,
-        &mut cfg.telemetry.metrics_listen,
-    ] {
-        *listen = "127.0.0.1:0".to_owned();
-    }
+    crate::ephemeral_ports(&mut cfg);
     let region = Region::start(&cfg, None).await.expect("start the region");
     let identity = format!("http://{}", region.identity.addr);
     let member = region::password_token(&identity, &region.member)

@@ -119,15 +119,7 @@ async fn boots_land_on_hosts_that_run_the_image() {
     cfg.region.fake_spawn_latency_ms = 20;
     // host01 of each cell is x86_64, host02 aarch64.
     cfg.region.host_architectures = vec!["x86_64".into(), "aarch64".into()];
-    for listen in [
-        &mut cfg.region.identity_listen,
-        &mut cfg.region.placement_listen,
-        &mut cfg.region.compute_listen,
-        &mut cfg.region.image_listen,
-        &mut cfg.telemetry.metrics_listen,
-    ] {
-        *listen = "127.0.0.1:0".to_owned();
-    }
+    crate::ephemeral_ports(&mut cfg);
     let region = Region::start(&cfg, None).await.expect("start the region");
     let identity = format!("http://{}", region.identity.addr);
     let admin = region::password_token(&identity, &region.admin)

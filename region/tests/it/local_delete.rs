@@ -225,15 +225,7 @@ async fn local_delete(mut cfg: RegionConfig, dir: std::path::PathBuf) {
     cfg.region.hosts_per_cell = 2;
     cfg.region.fake_spawn_latency_ms = 20;
     cfg.region.heartbeat_interval_secs = 1;
-    for listen in [
-        &mut cfg.region.identity_listen,
-        &mut cfg.region.placement_listen,
-        &mut cfg.region.compute_listen,
-        &mut cfg.region.image_listen,
-        &mut cfg.telemetry.metrics_listen,
-    ] {
-        *listen = "127.0.0.1:0".to_owned();
-    }
+    crate::ephemeral_ports(&mut cfg);
     let mut region = Region::start(&cfg, None).await.expect("start the region");
     let identity = format!("http://{}", region.identity.addr);
     let admin = region::password_token(&identity, &region.admin)

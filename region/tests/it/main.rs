@@ -18,6 +18,20 @@ use std::process::{Child, Command, Stdio};
 
 use testkit::http::Client;
 
+/// Every listener of an in-process region on a port of the system's
+/// choosing (tests run side by side).
+fn ephemeral_ports(cfg: &mut region::RegionConfig) {
+    for listen in [
+        &mut cfg.region.identity_listen,
+        &mut cfg.region.placement_listen,
+        &mut cfg.region.compute_listen,
+        &mut cfg.region.image_listen,
+        &mut cfg.telemetry.metrics_listen,
+    ] {
+        *listen = "127.0.0.1:0".to_owned();
+    }
+}
+
 fn region(dir: &std::path::Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_region"));
     c.env("REGION__REGION__DATA_DIR", dir)

@@ -143,15 +143,7 @@ async fn start(name: &str) -> (Region, Api, std::path::PathBuf) {
     cfg.region.cells = 1;
     cfg.region.hosts_per_cell = 2;
     cfg.region.fake_spawn_latency_ms = 10;
-    for listen in [
-        &mut cfg.region.identity_listen,
-        &mut cfg.region.placement_listen,
-        &mut cfg.region.compute_listen,
-        &mut cfg.region.image_listen,
-        &mut cfg.telemetry.metrics_listen,
-    ] {
-        *listen = "127.0.0.1:0".to_owned();
-    }
+    crate::ephemeral_ports(&mut cfg);
     let region = Region::start(&cfg, None).await.expect("start the region");
     let identity = format!("http://{}", region.identity.addr);
     let member = region::password_token(&identity, &region.member)

@@ -234,7 +234,7 @@ impl Filter for ImagePropertiesFilter {
             wanted
                 .iter()
                 .zip(triple)
-                .all(|(w, have)| w.as_deref().is_none_or(|w| w == have.to_lowercase()))
+                .all(|(w, have)| w.as_deref().is_none_or(|w| w.eq_ignore_ascii_case(have)))
                 && version_ok(
                     host.info.hypervisor_version,
                     img.img_hv_requested_version.as_deref(),
