@@ -196,8 +196,9 @@ pub fn latest(kind: Kind) -> i64 {
 ///
 /// Safe to run concurrently from several processes on either backend: every
 /// migration is one transaction, so when two runs race, the loser's
-/// transaction fails and rolls back (on SQLite nothing locks; on
-/// PostgreSQL the bookkeeping table's creation can race too). The loser then
+/// transaction fails and rolls back (PostgreSQL holds an advisory lock, but
+/// the bookkeeping table's creation can still race; SQLite runs hold a lock
+/// file beside the database). The loser then
 /// runs again, a bounded number of times, and finds the work done.
 #[tracing::instrument(skip(url), fields(backend))]
 pub async fn migrate(kind: Kind, url: &str) -> Result<Applied, Error> {
@@ -235,6 +236,7 @@ async fn migrate_once(kind: Kind, url: &str) -> Result<Applied, Error> {
             let opts = SqliteConnectOptions::from_str(url)
                 .map_err(connect)?
                 .create_if_missing(true);
+            let _lock = sqlite_migration_lock(opts.get_filename()).await;
             let mut conn = opts.connect().await.map_err(connect)?;
             let applied = run(kind, backend, &mut conn).await;
             let _ = conn.close().await;
@@ -257,12 +259,49 @@ pub async fn migrate_pg(kind: Kind, pool: &PgPool) -> Result<Applied, Error> {
 /// [`migrate`] on an existing SQLite pool.
 pub async fn migrate_sqlite(kind: Kind, pool: &SqlitePool) -> Result<Applied, Error> {
     let backend = Backend::Sqlite;
+    let _lock = sqlite_migration_lock(pool.connect_options().get_filename()).await;
     let mut conn = pool.acquire().await.map_err(|source| Error::Connect {
         kind,
         backend,
         source,
     })?;
     run(kind, backend, &mut *conn).await
+}
+
+/// SQLite has no advisory lock, so the migrator's `lock` is a no-op there and
+/// two runs racing on one fresh file could both list "nothing applied" before
+/// either applies anything (the schema stays right — each migration is one
+/// transaction and the loser retries — but both would report having applied
+/// it). An exclusive lock on `<database>-migrate-lock`, beside the database
+/// file, serialises runs across tasks and processes for the whole
+/// list-apply-list. In-memory databases have one connection and need none;
+/// when the lock file cannot be made (read-only directory) the run goes on
+/// unlocked, as it did before.
+async fn sqlite_migration_lock(db: &std::path::Path) -> Option<std::fs::File> {
+    let name = db.to_str()?;
+    if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
+        return None;
+    }
+    let mut path = db.as_os_str().to_owned();
+    path.push("-migrate-lock");
+    let opened = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await;
+    match opened {
+        Ok(Ok(file)) => Some(file),
+        Ok(Err(err)) => {
+            tracing::debug!(%err, database = name, "no migration lock file; migrating unlocked");
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 async fn run<C>(kind: Kind, backend: Backend, conn: &mut C) -> Result<Applied, Error>
@@ -275,9 +314,10 @@ where
         source,
     };
     // Hold the migrator's lock (PostgreSQL: a session advisory lock, which
-    // nests with the one `run_direct` takes; SQLite: none) from before the
-    // "already applied" listing to after the run, so that what this call
-    // reports as applied is what it applied.
+    // nests with the one `run_direct` takes; SQLite: none, the callers hold
+    // `sqlite_migration_lock` instead) from before the "already applied"
+    // listing to after the run, so that what this call reports as applied is
+    // what it applied.
     conn.lock().await.map_err(migrate_err)?;
     let result = run_locked(kind, backend, conn).await;
     let _ = conn.unlock().await;
