@@ -8,6 +8,9 @@ use axum::http::{Method, StatusCode};
 pub const REQUEST_SECONDS: &str = "placement_request_seconds";
 /// Internal retries of allocation writes after a concurrent update.
 pub const ALLOCATION_RETRIES: &str = "placement_allocation_retries_total";
+/// Committed allocation writes, by `path`: `single_statement` (a new
+/// consumer's claim on one provider, PostgreSQL) or `transaction`.
+pub const ALLOCATION_WRITES: &str = "placement_allocation_writes_total";
 
 /// Records one request.
 pub fn record_request(method: &Method, status: StatusCode, elapsed: Duration) {
@@ -32,4 +35,14 @@ pub fn record_request(method: &Method, status: StatusCode, elapsed: Duration) {
 /// Counts one internal allocation retry.
 pub fn allocation_retry() {
     metrics::counter!(ALLOCATION_RETRIES).increment(1);
+}
+
+/// Counts one committed allocation write; `single_statement` names the path.
+pub fn allocation_write(single_statement: bool) {
+    let path = if single_statement {
+        "single_statement"
+    } else {
+        "transaction"
+    };
+    metrics::counter!(ALLOCATION_WRITES, "path" => path).increment(1);
 }

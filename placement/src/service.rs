@@ -11,6 +11,7 @@ use std::sync::RwLock;
 use fabric::ids::ProviderUuid;
 
 use crate::changes::{self, Change};
+use crate::db::allocations::{UsageState, Written};
 use crate::db::Db;
 use crate::engine::Index;
 use crate::error::{PlacementError, Result};
@@ -31,6 +32,8 @@ pub struct Placement {
     classes: RwLock<HashMap<String, i64>>,
     /// Names this process in change notifications (to skip its own).
     pub(crate) origin: String,
+    /// The background announcer (PostgreSQL only).
+    announcer: Option<tokio::sync::mpsc::UnboundedSender<(Change, Vec<String>)>>,
 }
 
 impl Placement {
@@ -47,11 +50,14 @@ impl Placement {
                 "cannot index the placement database: {e}"
             )))
         })?;
+        let origin = uuid::Uuid::new_v4().simple().to_string();
+        let announcer = changes::spawn_announcer(&db, &origin);
         Ok(Self {
             db,
             index: RwLock::new(index),
             classes: RwLock::new(classes),
-            origin: uuid::Uuid::new_v4().simple().to_string(),
+            origin,
+            announcer,
         })
     }
 
@@ -101,6 +107,33 @@ impl Placement {
     /// [`Self::refresh_usages`] without telling other processes.
     pub(crate) async fn refresh_usages_local(&self, uuids: &[String]) -> Result<()> {
         let states = self.db.usage_states(uuids).await?;
+        self.apply_usages(states).await
+    }
+
+    /// After this process's allocation write: the providers that received
+    /// resources take the generation and usage the write's transaction read
+    /// (no second read); only providers that merely lost allocations are
+    /// re-read. Other processes are told.
+    pub async fn after_allocation_write(&self, written: Written) -> Result<()> {
+        let rest: Vec<String> = written
+            .touched
+            .iter()
+            .filter(|u| !written.states.iter().any(|s| &s.uuid == *u))
+            .cloned()
+            .collect();
+        self.apply_usages(written.states).await?;
+        if !rest.is_empty() {
+            self.refresh_usages_local(&rest).await?;
+        }
+        self.announce(Change::Usages, &written.touched).await;
+        Ok(())
+    }
+
+    /// Mirrors generations and usages into the index. A state older than
+    /// the index's (a lower generation: two writes' refreshes can land out
+    /// of order) is skipped; a provider the index does not hold yet is read
+    /// in full.
+    async fn apply_usages(&self, states: Vec<UsageState>) -> Result<()> {
         let mut missing = Vec::new();
         {
             let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
@@ -110,8 +143,12 @@ impl Placement {
                 };
                 match index.provider(&uuid) {
                     Some(mut rec) => {
+                        let generation = u32::try_from(st.generation).unwrap_or(u32::MAX);
+                        if generation < rec.generation {
+                            continue;
+                        }
                         rec.usages = st.usages;
-                        rec.generation = u32::try_from(st.generation).unwrap_or(u32::MAX);
+                        rec.generation = generation;
                         if let Err(e) = index.upsert_provider(rec) {
                             tracing::warn!(error = %e, "index usage refresh failed");
                         }
@@ -196,12 +233,15 @@ impl Placement {
     }
 
     /// Tells the other processes on this database (PostgreSQL only) what
-    /// changed. A lost announcement costs staleness until the next
+    /// changed, through the background announcer (which merges what comes
+    /// within a few milliseconds). A lost announcement costs staleness until the next
     /// reconcile, never correctness: writes re-check generations and
     /// capacity in the database.
     async fn announce(&self, change: Change, uuids: &[String]) {
-        if let Err(e) = changes::announce(&self.db, &self.origin, change, uuids).await {
-            tracing::warn!(error = %e, "could not announce an index change to other placement processes");
+        if let Some(tx) = &self.announcer {
+            // The announcer lives as long as the runtime; a send fails only
+            // while it shuts down.
+            let _ = tx.send((change, uuids.to_vec()));
         }
     }
 }

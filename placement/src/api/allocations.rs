@@ -247,8 +247,8 @@ async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
             format!("Unable to allocate inventory for consumer: No such resource class {c}.")
         })
         .await?;
-    let touched = st.placement.db.write_allocations(&writes, &ids).await?;
-    st.placement.refresh_usages(&touched).await
+    let written = st.placement.db.write_allocations(&writes, &ids).await?;
+    st.placement.after_allocation_write(written).await
 }
 
 async fn put(
@@ -389,12 +389,12 @@ async fn delete(
         expected_generation: None,
         consumer_type: None,
     };
-    let touched = st
+    let written = st
         .placement
         .db
         .write_allocations(&[w], &Default::default())
         .await?;
-    st.placement.refresh_usages(&touched).await?;
+    st.placement.after_allocation_write(written).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

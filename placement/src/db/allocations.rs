@@ -138,16 +138,35 @@ where
     Ok(())
 }
 
+/// What an allocation write changed: every provider whose usage changed, and
+/// for those that received resources their generation and usage as the
+/// transaction left them (read inside it, after the generation bump, so the
+/// index can take them without reading again).
+#[derive(Debug, Default)]
+pub struct Written {
+    /// UUIDs of every provider whose usage changed (sorted).
+    pub touched: Vec<String>,
+    /// Generation and usage of the providers that received resources.
+    pub states: Vec<UsageState>,
+}
+
 /// Replaces the allocations of every consumer in `writes` on the open
 /// transaction `tx` (the shared core of `PUT`/`POST /allocations` and the
 /// reshaper): consumer generations compared, capacity of every provider
 /// that receives resources checked, its generation compared-and-bumped.
-/// Returns the UUIDs of every provider whose usage changed.
+///
+/// A claim of a new consumer on one provider is four statements on
+/// PostgreSQL: one read of the providers and consumers, one insert of the
+/// consumer and its allocations, one compare-and-bump of the generation that
+/// also returns inventory and usage for the capacity check, and the commit.
+/// SQLite (no data-modifying `WITH`) splits the last two statements in two
+/// each.
 pub(crate) async fn write_allocations_in(
     tx: &mut Tx,
     writes: &[ConsumerWrite],
     class_ids: &HashMap<String, i64>,
-) -> std::result::Result<Vec<String>, WriteError> {
+) -> std::result::Result<Written, WriteError> {
+    let pg = matches!(tx, Tx::Pg(_));
     // Every provider named in the new allocations, sorted (lock order).
     let mut wanted: BTreeSet<&str> = BTreeSet::new();
     for w in writes {
@@ -155,16 +174,42 @@ pub(crate) async fn write_allocations_in(
     }
     let consumers: Vec<&str> = writes.iter().map(|w| w.consumer.as_str()).collect();
     on_tx!(tx, tx => {
-        // Providers: id, generation, read before the capacity check.
+        // In one query: the providers (id, generation, read before the
+        // capacity check) and the consumers that exist already with the
+        // providers they hold allocations on (these lose them: index
+        // refresh). There are no consumers to read when none is written (a
+        // reshape with `"allocations": {}`).
         let mut providers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        if !wanted.is_empty() {
-            let sql = format!("SELECT id, uuid, generation FROM resource_providers WHERE uuid IN ({})", placeholders(1, wanted.len()));
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        let mut existing: HashMap<String, (i64, i64)> = HashMap::new();
+        if !wanted.is_empty() || !consumers.is_empty() {
+            let sql = format!(
+                "SELECT 'p' AS k, uuid, id, generation, CAST(NULL AS TEXT) AS rp FROM resource_providers WHERE uuid IN ({}) \
+                 UNION ALL \
+                 SELECT 'c' AS k, c.uuid, c.id, c.generation, p.uuid AS rp FROM consumers c \
+                 LEFT JOIN allocations a ON a.consumer_id = c.uuid \
+                 LEFT JOIN resource_providers p ON p.id = a.resource_provider_id WHERE c.uuid IN ({})",
+                placeholders(1, wanted.len()),
+                placeholders(1 + wanted.len(), consumers.len())
+            );
             let mut q = sqlx::query(&sql);
             for u in &wanted {
                 q = q.bind(*u);
             }
+            for c in &consumers {
+                q = q.bind(*c);
+            }
             for r in q.fetch_all(&mut *tx).await? {
-                providers.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
+                let kind: String = r.try_get("k")?;
+                let entry = (r.try_get("id")?, r.try_get("generation")?);
+                if kind == "p" {
+                    providers.insert(r.try_get("uuid")?, entry);
+                } else {
+                    existing.insert(r.try_get("uuid")?, entry);
+                    if let Some(rp) = r.try_get::<Option<String>, _>("rp")? {
+                        touched.insert(rp);
+                    }
+                }
             }
             if let Some(missing) = wanted.iter().find(|u| !providers.contains_key(**u)) {
                 return Err(PlacementError::bad_request(format!(
@@ -172,30 +217,7 @@ pub(crate) async fn write_allocations_in(
                 )).into());
             }
         }
-        // The consumers that exist already, and the providers they hold
-        // allocations on (these lose them: index refresh), in one query.
-        // There are none to read when no consumer is written (a reshape
-        // with `"allocations": {}`).
-        let mut touched: BTreeSet<String> = providers.keys().cloned().collect();
-        let mut existing: HashMap<String, (i64, i64)> = HashMap::new();
-        if !consumers.is_empty() {
-            let sql = format!(
-                "SELECT c.uuid, c.id, c.generation, p.uuid AS rp FROM consumers c \
-                 LEFT JOIN allocations a ON a.consumer_id = c.uuid \
-                 LEFT JOIN resource_providers p ON p.id = a.resource_provider_id WHERE c.uuid IN ({})",
-                placeholders(1, consumers.len())
-            );
-            let mut q = sqlx::query(&sql);
-            for c in &consumers {
-                q = q.bind(*c);
-            }
-            for r in q.fetch_all(&mut *tx).await? {
-                existing.insert(r.try_get("uuid")?, (r.try_get("id")?, r.try_get("generation")?));
-                if let Some(rp) = r.try_get::<Option<String>, _>("rp")? {
-                    touched.insert(rp);
-                }
-            }
-        }
+        touched.extend(providers.keys().cloned());
 
         let ts = now();
         for w in writes {
@@ -250,11 +272,61 @@ pub(crate) async fn write_allocations_in(
                 }
                 None => None,
             };
+            // All of the consumer's allocations: (provider id, class id,
+            // amount).
+            let rows: Vec<(i64, i64, i64)> = w
+                .allocations
+                .iter()
+                .flat_map(|(rp, resources)| {
+                    let rp_id = providers[rp].0;
+                    resources.iter().map(move |(class, amount)| (rp_id, class_ids[class], *amount))
+                })
+                .collect();
             match current {
+                None if pg => {
+                    let values = (0..rows.len())
+                        .map(|i| format!("(${}, ${}, ${})", 3 * i + 6, 3 * i + 7, 3 * i + 8))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    // The consumer and its allocations in one statement.
+                    // Usually the project and user rows exist already; when
+                    // the consumer insert finds none (no allocation row
+                    // written), create them and run it again.
+                    let sql = format!(
+                        "WITH c AS (INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
+                         SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5 \
+                         RETURNING uuid) \
+                         INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
+                         SELECT v.rp, c.uuid, v.rc, v.used, $3 FROM c, (VALUES {values}) AS v (rp, rc, used)"
+                    );
+                    let mut written = false;
+                    for attempt in 0..2 {
+                        let mut q = sqlx::query(&sql)
+                            .bind(&w.consumer)
+                            .bind(type_id)
+                            .bind(ts)
+                            .bind(&w.project_id)
+                            .bind(&w.user_id);
+                        for (rp_id, class_id, amount) in &rows {
+                            q = q.bind(*rp_id).bind(*class_id).bind(*amount);
+                        }
+                        if q.execute(&mut *tx).await?.rows_affected() > 0 {
+                            written = true;
+                            break;
+                        }
+                        if attempt == 0 {
+                            ensure_owners(tx, &w.project_id, &w.user_id, ts).await?;
+                        }
+                    }
+                    if !written {
+                        return Err(PlacementError::Db(sqlx::Error::Protocol(format!(
+                            "consumer {} could not be created for project {} and user {}",
+                            w.consumer, w.project_id, w.user_id
+                        ))).into());
+                    }
+                    continue;
+                }
                 None => {
-                    // Usually the project and user rows exist already: one
-                    // statement. When the insert finds none, create them
-                    // and insert again.
                     for attempt in 0..2 {
                         let res = sqlx::query(
                             "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
@@ -294,15 +366,6 @@ pub(crate) async fn write_allocations_in(
                     }
                 }
             }
-            // All of the consumer's allocations in one statement.
-            let rows: Vec<(i64, i64, i64)> = w
-                .allocations
-                .iter()
-                .flat_map(|(rp, resources)| {
-                    let rp_id = providers[rp].0;
-                    resources.iter().map(move |(class, amount)| (rp_id, class_ids[class], *amount))
-                })
-                .collect();
             let values: Vec<String> = (0..rows.len())
                 .map(|i| format!("(${}, $1, ${}, ${}, $2)", 3 * i + 3, 3 * i + 4, 3 * i + 5))
                 .collect();
@@ -316,20 +379,41 @@ pub(crate) async fn write_allocations_in(
             }
             q.execute(&mut *tx).await?;
         }
-        // Capacity of every provider that receives resources, then the
-        // compare-and-bump of its generation (in UUID order).
+        // Capacity of every provider that receives resources and the
+        // compare-and-bump of its generation (in UUID order). The capacity
+        // read sees this transaction's allocations; other writers' cannot
+        // slip in unseen, because each of them bumps the generation too and
+        // then this bump finds no row (retry).
+        let mut states = Vec::with_capacity(providers.len());
         for (uuid, (rp_id, seen)) in &providers {
-            let rows = sqlx::query(
-                "SELECT c.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, \
+            const INVENTORY: &str = "SELECT c.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, \
                  (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a WHERE a.resource_provider_id = i.resource_provider_id \
-                  AND a.resource_class_id = i.resource_class_id) AS used \
-                 FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $1",
-            )
-            .bind(*rp_id)
-            .fetch_all(&mut *tx)
-            .await?;
+                  AND a.resource_class_id = i.resource_class_id) AS used";
+            const BUMP: &str = "UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2 AND generation = $3";
+            // PostgreSQL: bump and read in one statement (a data-modifying
+            // WITH always runs; `bumped` is NULL when the generation was
+            // stale). SQLite: bump, then read.
+            let rows = if pg {
+                let sql = format!(
+                    "WITH b AS ({BUMP} RETURNING generation) {INVENTORY}, (SELECT generation FROM b) AS bumped \
+                     FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $2"
+                );
+                sqlx::query(&sql).bind(ts).bind(*rp_id).bind(*seen).fetch_all(&mut *tx).await?
+            } else {
+                let res = sqlx::query(BUMP).bind(ts).bind(*rp_id).bind(*seen).execute(&mut *tx).await?;
+                if res.rows_affected() != 1 {
+                    return Err(WriteError::Retry);
+                }
+                let sql = format!(
+                    "{INVENTORY}, $2 AS bumped FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id \
+                     WHERE i.resource_provider_id = $1"
+                );
+                sqlx::query(&sql).bind(*rp_id).bind(*seen + 1).fetch_all(&mut *tx).await?
+            };
             let mut inv: HashMap<String, (Inventory, i64)> = HashMap::new();
+            let mut bumped = None;
             for r in &rows {
+                bumped = r.try_get::<Option<i64>, _>("bumped")?;
                 inv.insert(
                     r.try_get("name")?,
                     (
@@ -367,18 +451,128 @@ pub(crate) async fn write_allocations_in(
                     }
                 }
             }
-            let res = sqlx::query("UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2 AND generation = $3")
-                .bind(ts)
-                .bind(*rp_id)
-                .bind(*seen)
-                .execute(&mut *tx)
-                .await?;
-            if res.rows_affected() != 1 {
+            // Every allocated class has inventory (checked above), so a
+            // provider receiving resources has rows and `bumped` was read.
+            let Some(generation) = bumped else {
                 return Err(WriteError::Retry);
-            }
+            };
+            states.push(UsageState {
+                uuid: uuid.clone(),
+                generation,
+                usages: inv
+                    .into_iter()
+                    .filter(|(_, (_, used))| *used > 0)
+                    .map(|(class, (_, used))| (class, used as u64))
+                    .collect(),
+            });
         }
-        Ok(touched.into_iter().collect())
+        Ok(Written { touched: touched.into_iter().collect(), states })
     })
+}
+
+/// The claim of a new consumer on one provider — what the scheduler sends
+/// for every boot — as one PostgreSQL statement in its own implicit
+/// transaction (the general path takes four statements plus `BEGIN`): the
+/// capacity check against the inventories and usage read in the statement's
+/// snapshot, the compare-and-bump of the provider generation read in that
+/// same snapshot, then the consumer and its allocations, each step only if
+/// the one before held. A concurrent writer on the provider bumps the
+/// generation too, so the bump finds no row rather than over-allocating.
+///
+/// Returns `None` when the write is not of that shape or when the statement
+/// wrote nothing (capacity short, generation moved, consumer present, owner
+/// rows or consumer type missing): the general path then decides, with its
+/// retries and upstream's error messages. The check here matches the
+/// general path's (`Inventory::capacity` truncates the same double product).
+async fn claim_new_consumer_pg(
+    pool: &sqlx::PgPool,
+    writes: &[ConsumerWrite],
+    class_ids: &HashMap<String, i64>,
+) -> Result<Option<Written>> {
+    let [w] = writes else { return Ok(None) };
+    if w.expected_generation != Some(None) || w.allocations.len() != 1 {
+        return Ok(None);
+    }
+    let Some((rp, resources)) = w.allocations.iter().next() else {
+        return Ok(None);
+    };
+    if resources.is_empty() {
+        return Ok(None);
+    }
+    let classes: Vec<i64> = resources.keys().map(|c| class_ids[c]).collect();
+    let amounts: Vec<i64> = resources.values().copied().collect();
+    const SQL: &str = "\
+        WITH req AS (SELECT r.class_id, r.amount FROM unnest($5::bigint[], $6::bigint[]) AS r (class_id, amount)), \
+        p AS (SELECT id, generation FROM resource_providers WHERE uuid = $4), \
+        inv AS (SELECT i.resource_class_id AS class_id, rc.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, \
+                i.allocation_ratio, (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a \
+                 WHERE a.resource_provider_id = i.resource_provider_id AND a.resource_class_id = i.resource_class_id) AS used \
+                FROM inventories i JOIN resource_classes rc ON rc.id = i.resource_class_id \
+                WHERE i.resource_provider_id = (SELECT id FROM p)), \
+        ok AS (SELECT COALESCE(bool_and(inv.class_id IS NOT NULL AND req.amount >= inv.min_unit AND req.amount <= inv.max_unit \
+                AND req.amount % GREATEST(inv.step_size, 1) = 0 \
+                AND inv.used + req.amount <= floor(GREATEST(inv.total - inv.reserved, 0) * inv.allocation_ratio)), false) AS ok \
+               FROM req LEFT JOIN inv ON inv.class_id = req.class_id), \
+        owner AS (SELECT pr.id AS project_id, u.id AS user_id FROM projects pr, users u \
+                  WHERE pr.external_id = $7 AND u.external_id = $8), \
+        bump AS (UPDATE resource_providers SET generation = generation + 1, updated_at = $3 \
+                 WHERE id = (SELECT id FROM p) AND generation = (SELECT generation FROM p) AND (SELECT ok FROM ok) \
+                 AND EXISTS (SELECT 1 FROM owner) AND NOT EXISTS (SELECT 1 FROM consumers WHERE uuid = $1) \
+                 AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM consumer_types WHERE name = $2)) \
+                 RETURNING generation), \
+        c AS (INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
+              SELECT $1, owner.project_id, owner.user_id, 1, (SELECT id FROM consumer_types WHERE name = $2), $3 FROM owner \
+              WHERE EXISTS (SELECT 1 FROM bump) RETURNING uuid), \
+        a AS (INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
+              SELECT (SELECT id FROM p), c.uuid, req.class_id, req.amount, $3 FROM c, req RETURNING 1) \
+        SELECT inv.name, inv.used + COALESCE((SELECT req.amount FROM req WHERE req.class_id = inv.class_id), 0) AS used, \
+               (SELECT generation FROM bump) AS bumped, (SELECT count(*) FROM a) AS written FROM inv";
+    let rows = sqlx::query(SQL)
+        .bind(&w.consumer)
+        .bind(w.consumer_type.as_deref())
+        .bind(now())
+        .bind(rp)
+        .bind(&classes)
+        .bind(&amounts)
+        .bind(&w.project_id)
+        .bind(&w.user_id)
+        .fetch_all(pool)
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        // The consumer appeared since the statement's snapshot: the
+        // statement is undone as a whole; the general path answers.
+        Err(e)
+            if e.as_database_error().map(|d| d.kind())
+                == Some(sqlx::error::ErrorKind::UniqueViolation) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut generation = None;
+    let mut usages = BTreeMap::new();
+    for r in &rows {
+        if r.try_get::<i64, _>("written")? != amounts.len() as i64 {
+            return Ok(None);
+        }
+        generation = r.try_get::<Option<i64>, _>("bumped")?;
+        let used: i64 = r.try_get("used")?;
+        if used > 0 {
+            usages.insert(r.try_get::<String, _>("name")?, used as u64);
+        }
+    }
+    let Some(generation) = generation else {
+        return Ok(None);
+    };
+    Ok(Some(Written {
+        touched: vec![rp.clone()],
+        states: vec![UsageState {
+            uuid: rp.clone(),
+            generation,
+            usages,
+        }],
+    }))
 }
 
 fn capacity_error(class: &str, uuid: &str, why: &str) -> PlacementError {
@@ -394,24 +588,32 @@ fn consumer_conflict(detail: String) -> PlacementError {
 
 impl Db {
     /// Replaces the allocations of every consumer in `writes`, atomically.
-    /// Returns the UUIDs of every provider whose usage changed.
+    /// Returns what changed (see [`Written`]).
     pub async fn write_allocations(
         &self,
         writes: &[ConsumerWrite],
         class_ids: &HashMap<String, i64>,
-    ) -> Result<Vec<String>> {
-        with_retries(|| self.try_write_allocations(writes, class_ids)).await
+    ) -> Result<Written> {
+        if let Db::Pg(pool) = self {
+            if let Some(written) = claim_new_consumer_pg(pool, writes, class_ids).await? {
+                crate::metrics::allocation_write(true);
+                return Ok(written);
+            }
+        }
+        let written = with_retries(|| self.try_write_allocations(writes, class_ids)).await?;
+        crate::metrics::allocation_write(false);
+        Ok(written)
     }
 
     async fn try_write_allocations(
         &self,
         writes: &[ConsumerWrite],
         class_ids: &HashMap<String, i64>,
-    ) -> std::result::Result<Vec<String>, WriteError> {
+    ) -> std::result::Result<Written, WriteError> {
         let mut tx = self.begin().await?;
-        let touched = write_allocations_in(&mut tx, writes, class_ids).await?;
+        let written = write_allocations_in(&mut tx, writes, class_ids).await?;
         tx.commit().await?;
-        Ok(touched)
+        Ok(written)
     }
 
     /// The allocations of one consumer.

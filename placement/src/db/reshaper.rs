@@ -76,6 +76,7 @@ impl Db {
         }
         let mut touched: BTreeSet<String> = write_allocations_in(&mut tx, writes, class_ids)
             .await?
+            .touched
             .into_iter()
             .collect();
         for (inv, id) in inventories.iter().zip(ids) {

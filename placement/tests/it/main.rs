@@ -1,6 +1,7 @@
 //! Integration tests of the placement crate (one binary, see CONVENTIONS.md).
 
 mod candidates_api;
+mod claims;
 mod concurrency;
 mod conformance;
 mod empty_in_lists;

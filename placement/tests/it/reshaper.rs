@@ -33,7 +33,7 @@ fn uuid() -> String {
     fabric::ids::ProviderUuid::new_random().to_string()
 }
 
-fn call(c: &mut Client, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) fn call(c: &mut Client, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let body = body.map(|b| b.to_string());
     let r = c.request(method, path, body.as_deref()).unwrap();
     let v = serde_json::from_str(&r.body).unwrap_or(Value::Null);
