@@ -69,27 +69,40 @@ where
     F: Fn(cell_mapping::CellDb) -> Fut,
     Fut: std::future::Future<Output = Result<T, cell_mapping::Error>>,
 {
+    Ok(each_cell_or_down(app, f).await.0)
+}
+
+/// As [`each_cell`], also naming the cells that did not answer.
+async fn each_cell_or_down<T, F, Fut>(app: &App, f: F) -> (Vec<(CellMapping, T)>, Vec<CellMapping>)
+where
+    F: Fn(cell_mapping::CellDb) -> Fut,
+    Fut: std::future::Future<Output = Result<T, cell_mapping::Error>>,
+{
     let cells = app.cells.all();
     let runs = cells.iter().map(|cell| {
         let f = &f;
         async move { (cell.clone(), app.cells.read(cell, f).await) }
     });
     let mut out = Vec::new();
+    let mut down = Vec::new();
     for (cell, res) in futures_util::future::join_all(runs).await {
         match res {
             Ok(v) => out.push((cell, v)),
             Err(CellError::Down(d)) => {
                 tracing::debug!(cell = %cell.uuid, reason = %d.reason, "cell down: left out of the listing");
+                down.push(cell);
             }
             Err(CellError::Query(_, e)) => {
                 tracing::warn!(cell = %cell.uuid, error = %e.one_line(), "cell read failed: left out of the listing");
+                down.push(cell);
             }
             Err(e) => {
                 tracing::warn!(cell = %cell.uuid, error = %e, "cell read failed: left out of the listing");
+                down.push(cell);
             }
         }
     }
-    Ok(out)
+    (out, down)
 }
 
 fn view(
@@ -134,18 +147,42 @@ pub async fn index(
     let host = q.get("host").cloned();
     let binary = q.get("binary").cloned();
     let zones = host_zones(&app).await?;
-    let per_cell = each_cell(&app, |db| {
+    let (per_cell, down) = each_cell_or_down(&app, |db| {
         let host = host.clone();
         let binary = binary.clone();
         async move { db.services_list(host.as_deref(), binary.as_deref()).await }
     })
-    .await?;
+    .await;
     let mut all: Vec<ServiceRecord> = per_cell.into_iter().flat_map(|(_, v)| v).collect();
     all.sort_by(|a, b| (&a.host, &a.binary, &a.uuid).cmp(&(&b.host, &b.binary, &b.uuid)));
-    let services: Vec<Value> = all
-        .iter()
-        .map(|s| view(&ctx, s, is_up(&app, s.forced_down, s.last_seen_up), &zones))
-        .collect();
+    let mut services: Vec<Value> = Vec::new();
+    // From 2.69 a cell that did not answer is not silently missing: each
+    // compute host mapped to it is a partial record (binary, host, status
+    // UNKNOWN), as upstream builds them from the API database's host
+    // mappings; its other services cannot be known and are left out.
+    // Earlier microversions leave the cell out.
+    if ctx.mv.at_least(69) && binary.as_deref().is_none_or(|b| b == COMPUTE_BINARY) {
+        for cell in &down {
+            let hosts = app.db.api().hosts(Some(cell.id)).await.map_err(|e| {
+                ApiError::internal(format!(
+                    "cell {} did not answer and its host mappings could not be read: {e}",
+                    cell.uuid
+                ))
+            })?;
+            services.extend(
+                hosts
+                    .into_iter()
+                    .filter(|h| host.as_deref().is_none_or(|want| want == h.host))
+                    .map(
+                        |h| json!({"binary": COMPUTE_BINARY, "host": h.host, "status": "UNKNOWN"}),
+                    ),
+            );
+        }
+    }
+    services.extend(
+        all.iter()
+            .map(|s| view(&ctx, s, is_up(&app, s.forced_down, s.last_seen_up), &zones)),
+    );
     Ok(Json(json!({ "services": services })))
 }
 

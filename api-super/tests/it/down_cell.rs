@@ -241,6 +241,37 @@ impl Fixture {
                 queued_for_delete: queued,
             });
         }
+        // Each cell's compute service on its host, mapped in the API
+        // database as discovery would, and one more host mapped to cell 2
+        // whose service has not registered yet.
+        for (c, d) in cell_dbs.iter().enumerate() {
+            let host = format!("c{}-host1", c + 1);
+            let mut hosts = vec![host.clone()];
+            if c == 1 {
+                hosts.push("c2-host2".to_owned());
+            }
+            api.map_hosts(cells[c].id, &hosts).await.unwrap();
+            let insert = "INSERT INTO services (uuid, host, \"binary\", topic, last_seen_up) \
+                          VALUES ($1, $2, 'nova-compute', 'compute', $3)";
+            let uuid = uuid::Uuid::new_v4().to_string();
+            match d.pool() {
+                cell_mapping::db::Pool::Postgres(p) => sqlx::query(insert)
+                    .bind(&uuid)
+                    .bind(&host)
+                    .bind(Utc::now())
+                    .execute(p)
+                    .await
+                    .map(drop),
+                cell_mapping::db::Pool::Sqlite(p) => sqlx::query(insert)
+                    .bind(&uuid)
+                    .bind(&host)
+                    .bind(Utc::now())
+                    .execute(p)
+                    .await
+                    .map(drop),
+            }
+            .unwrap();
+        }
         for d in cell_dbs {
             d.close().await;
         }
@@ -356,6 +387,7 @@ struct Before {
     detail_269: Value,
     all_tenants_269: Value,
     show_s1_268: Value,
+    services_269: Value,
 }
 
 async fn before_outage(f: &Fixture) -> Before {
@@ -366,7 +398,15 @@ async fn before_outage(f: &Fixture) -> Before {
         detail_269: ok(f, &f.member, "/v2.1/servers/detail", "2.69").await,
         all_tenants_269: ok(f, &f.admin, "/v2.1/servers/detail?all_tenants=1", "2.69").await,
         show_s1_268: ok(f, &f.member, &format!("/v2.1/servers/{}", f.id(1)), "2.68").await,
+        services_269: ok(f, &f.admin, "/v2.1/os-services", "2.69").await,
     };
+    let hosts: Vec<&str> = b.services_269["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["c1-host1", "c2-host1"], "{}", b.services_269);
     // Newest first: the build request, then s6 … s1 of the member's
     // project (s5 and s7 are another project's); all full records.
     let mine: Vec<String> = [8, 6, 4, 3, 2, 1]
@@ -405,6 +445,31 @@ async fn assert_views_while_down(f: &Fixture, b: &Before) {
         started.elapsed()
     );
     assert_eq!(v, while_down(f, &b.detail_268, None));
+
+    // Services before 2.69: cell 2's are left out. From 2.69: each compute
+    // host mapped to cell 2 is a partial record (first, as upstream), and
+    // none where the filters exclude it.
+    let cell1_service = b.services_269["services"][0].clone();
+    let v = ok(f, &f.admin, "/v2.1/os-services", "2.68").await;
+    assert_eq!(v["services"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["services"][0]["host"], "c1-host1", "{v}");
+    let v = ok(f, &f.admin, "/v2.1/os-services", "2.69").await;
+    let unknown = |host: &str| json!({"binary": "nova-compute", "host": host, "status": "UNKNOWN"});
+    assert_eq!(
+        v["services"],
+        json!([unknown("c2-host1"), unknown("c2-host2"), cell1_service]),
+        "{v}"
+    );
+    let v = ok(f, &f.admin, "/v2.1/os-services?host=c2-host2", "2.69").await;
+    assert_eq!(v["services"], json!([unknown("c2-host2")]), "{v}");
+    let v = ok(
+        f,
+        &f.admin,
+        "/v2.1/os-services?binary=nova-conductor",
+        "2.69",
+    )
+    .await;
+    assert_eq!(v["services"], json!([]), "{v}");
 
     // From 2.69: partial records in their place (newest first).
     let v = ok(f, &f.member, "/v2.1/servers", "2.69").await;
