@@ -20,6 +20,10 @@ pub struct ListedServer {
     pub status: String,
     /// The fault message of a server in ERROR (detail view only).
     pub fault: Option<String>,
+    /// `OS-EXT-STS:vm_state` (detail view only).
+    pub vm_state: String,
+    /// `OS-EXT-SRV-ATTR:hypervisor_hostname` (detail view, administrators).
+    pub node: Option<String>,
 }
 
 /// The Compute API at `<base>/v2.1` with a token.
@@ -172,6 +176,14 @@ impl Compute {
                         id: s["id"].as_str().unwrap_or_default().to_owned(),
                         status: s["status"].as_str().unwrap_or_default().to_owned(),
                         fault: s["fault"]["message"].as_str().map(str::to_owned),
+                        vm_state: s["OS-EXT-STS:vm_state"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        node: s["OS-EXT-SRV-ATTR:hypervisor_hostname"]
+                            .as_str()
+                            .filter(|n| !n.is_empty())
+                            .map(str::to_owned),
                     })
                     .collect()
             })

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::api::Placement;
+use crate::api::{Compute, Placement};
 
 /// A pool on one of the region's databases.
 #[derive(Clone)]
@@ -253,6 +253,49 @@ impl Databases {
         }
         (per_cell, per_host)
     }
+}
+
+/// The invariants a run against a URL can check through the APIs alone,
+/// with an administrator's token: every server of every project from the
+/// Compute API (`all_tenants`, detail: vm_state and hypervisor), every
+/// provider's consumers from placement. Servers in ERROR without a host
+/// are the ones buried in cell0; a server in BUILD without a host at the
+/// end is a build request left behind. Which cell a server is in is not
+/// visible through the API, so "no instance without a mapping" is not
+/// among them (a server the API lists was found through its mapping).
+/// This works against any OpenStack compute endpoint, Nova included.
+pub async fn api_invariants(admin: &Compute, placement: &Placement) -> Result<Vec<Invariant>> {
+    let servers = admin
+        .list_all(true, "all_tenants=1")
+        .await
+        .context("list every project's servers (needs an administrator)")?;
+    let allocs = placement
+        .allocations_by_provider()
+        .await
+        .context("read placement's allocations (needs an administrator)")?;
+    let mut live = Vec::new();
+    let mut build_requests = Vec::new();
+    for s in &servers {
+        if s.status == "BUILD" && s.node.is_none() {
+            build_requests.push((s.id.clone(),));
+            continue;
+        }
+        let buried = s.node.is_none() && s.status == "ERROR";
+        live.push(LiveInstance {
+            uuid: s.id.clone(),
+            cell: if buried { "cell0" } else { "api" }.to_owned(),
+            node: s.node.clone(),
+            vm_state: s.vm_state.clone(),
+        });
+    }
+    let mappings: Vec<(String, Option<String>)> = live
+        .iter()
+        .map(|i| (i.uuid.clone(), Some(i.cell.clone())))
+        .collect();
+    Ok(check(&live, &allocs, &mappings, &build_requests)
+        .into_iter()
+        .filter(|i| i.name != NO_INSTANCE_WITHOUT_MAPPING)
+        .collect())
 }
 
 /// The invariants over what was read (pure, for tests).

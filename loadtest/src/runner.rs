@@ -533,7 +533,8 @@ pub struct RunReport {
     pub errors_by_fault: BTreeMap<String, BTreeMap<String, usize>>,
     /// Invariants after the last phase.
     pub invariants: Vec<Invariant>,
-    /// Whether they were checked (not on a URL target).
+    /// Whether they were checked (on a URL target: through the APIs, when
+    /// the credentials are an administrator's).
     pub invariants_checked: bool,
     /// Seconds, first phase start → end.
     pub seconds: f64,
@@ -1025,7 +1026,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let poll = Duration::from_millis(s.target.poll_interval_ms.unwrap_or(100));
     let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
 
-    let (embedded, target, mut memory, tenants, image) = match s.target.kind {
+    let (embedded, target, mut memory, tenants, image, url_checks) = match s.target.kind {
         TargetKind::Embedded => {
             let (e, target, memory) = start_embedded(s, &mut rng).await?;
             let r = &e.region;
@@ -1063,7 +1064,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     api::image_id_by_name(&r.image.url(), &token, name).await?
                 }
             };
-            (Some(e), target, memory, tenants, image)
+            (Some(e), target, memory, tenants, image, None)
         }
         TargetKind::Url => {
             let t = &s.target;
@@ -1113,8 +1114,25 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             };
             let compute = Compute::new(&compute_url, &token)?;
             api::lift_quotas_for(&compute, &identity_url, &token).await?;
+            // The invariants through the APIs, with these credentials
+            // (an administrator's, or they are skipped with the reason).
+            let placement_url = match &t.placement_url {
+                Some(u) => Ok(u.clone()),
+                None => api::catalog_url(&identity_url, &token, "placement").await,
+            };
+            let url_checks = match placement_url {
+                Ok(u) => Ok((compute.clone(), api::Placement::new(&u, &token)?)),
+                Err(e) => Err(format!("no placement endpoint: {e:#}")),
+            };
             let tenants = vec![new_tenant(&creds.project, compute, poll)];
-            (None, target, MemoryReport::default(), tenants, image)
+            (
+                None,
+                target,
+                MemoryReport::default(),
+                tenants,
+                image,
+                Some(url_checks),
+            )
         }
     };
 
@@ -1251,9 +1269,22 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         return Err(e);
     }
     let seconds = ctx.now();
-    let invariants = match &embedded {
-        Some(e) => settled_invariants(e).await?,
-        None => Vec::new(),
+    let (invariants, invariants_checked) = match (&embedded, &url_checks) {
+        (Some(e), _) => (settled_invariants(e).await?, true),
+        (None, Some(Ok((compute, placement)))) => {
+            match settled_api_invariants(compute, placement).await {
+                Ok(v) => (v, true),
+                Err(e) => {
+                    eprintln!("invariants not checked: {e:#}");
+                    (Vec::new(), false)
+                }
+            }
+        }
+        (None, Some(Err(why))) => {
+            eprintln!("invariants not checked: {why}");
+            (Vec::new(), false)
+        }
+        (None, None) => (Vec::new(), false),
     };
     for t in &ctx.tenants {
         t.watcher.stop.store(true, Ordering::Release);
@@ -1282,7 +1313,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         throughput: throughput(&records, &deleted, seconds),
         errors_by_fault: errors_by_fault(&records, &faults),
         faults,
-        invariants_checked: embedded.is_some(),
+        invariants_checked,
         invariants,
         seconds,
     };
@@ -1312,6 +1343,23 @@ async fn settled_invariants(e: &Embedded) -> Result<Vec<Invariant>> {
             Ok(v) if v.iter().all(|i| i.holds) || Instant::now() > deadline => return Ok(v),
             Err(err) if Instant::now() > deadline => return Err(err.context("read the invariants")),
             _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// [`settled_invariants`] for a target by URL, through the APIs
+/// ([`crate::inspect::api_invariants`]). An API that refuses (not an
+/// administrator) is an error at once.
+async fn settled_api_invariants(
+    compute: &Compute,
+    placement: &api::Placement,
+) -> Result<Vec<Invariant>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = crate::inspect::api_invariants(compute, placement).await?;
+        if v.iter().all(|i| i.holds) || Instant::now() > deadline {
+            return Ok(v);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

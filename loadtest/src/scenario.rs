@@ -18,6 +18,10 @@
 //!
 //! [target]
 //! kind = "embedded"            # or "url" with compute_url, identity_url, …
+//!                              # (a URL target's invariants are checked
+//!                              # through the APIs when its user is an
+//!                              # administrator; placement_url or the
+//!                              # catalog's placement endpoint)
 //!
 //! [region]                     # passed to region::RegionConfig's [region]
 //! heartbeat_interval_secs = 10

@@ -440,3 +440,129 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     std::fs::remove_dir_all(&data).ok();
     std::fs::remove_dir_all(&out).ok();
 }
+
+/// A scenario against a region by URL checks the invariants through the
+/// Compute and Placement APIs with the scenario's (administrator's)
+/// credentials; an orphan allocation breaks one; a member's token cannot
+/// check them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_target_checks_the_invariants_through_the_apis() {
+    use loadtest::api::{Compute, Placement};
+    use loadtest::embed::{self, RegionSpec};
+
+    let dir = testkit::temp_dir("loadtest_url_invariants");
+    let region = embed::start(
+        &RegionSpec {
+            cells: 1,
+            hosts_per_cell: 2,
+            fake_spawn_latency_ms: 5,
+            data_dir: dir.clone(),
+        },
+        None,
+    )
+    .await
+    .expect("region");
+    let identity = format!("http://{}", region.identity.addr);
+    let compute_url = format!("http://{}", region.compute.addr);
+    std::env::set_var("LOADTEST_IT_ADMIN_PASSWORD", &region.admin.password);
+    let placement_url = format!("http://{}", region.placement.addr);
+    // The embedded region's catalog names the configured ports (0 here:
+    // ephemeral), so the image and placement are given by id and URL.
+    let (admin, _) = region::password_token(&identity, &region.admin)
+        .await
+        .unwrap();
+    let image =
+        loadtest::api::image_id_by_name(&region.image.url(), &admin, api_super::image::CIRROS_NAME)
+            .await
+            .unwrap();
+    let text = format!(
+        r#"
+name = "url-invariants"
+[target]
+kind = "url"
+compute_url = "{compute_url}"
+identity_url = "{identity}"
+username = "{}"
+project = "{}"
+password_env = "LOADTEST_IT_ADMIN_PASSWORD"
+placement_url = "{placement_url}"
+image = "{image}"
+poll_interval_ms = 50
+
+[[phase]]
+kind = "boot-and-list"
+servers = 3
+concurrency = 3
+list_runs = 1
+"#,
+        region.admin.username, region.admin.project
+    );
+    let s = Scenario::parse(&text).expect("scenario");
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    assert_eq!(r.phases[0].active, 3);
+    assert!(r.invariants_checked, "an administrator can check them");
+    let names: Vec<&str> = r.invariants.iter().map(|i| i.name).collect();
+    assert_eq!(
+        names,
+        [
+            loadtest::inspect::NO_ALLOCATION_WITHOUT_INSTANCE,
+            loadtest::inspect::NO_INSTANCE_WITHOUT_ALLOCATIONS,
+            loadtest::inspect::ALLOCATIONS_PER_HOST,
+            loadtest::inspect::NO_BUILD_REQUEST_LEFT,
+        ]
+    );
+    assert!(r.broken().is_empty(), "{:#?}", r.invariants);
+
+    // An allocation of a consumer that is no server breaks two of them.
+    let http = reqwest::Client::new();
+    let rps: serde_json::Value = http
+        .get(format!("{placement_url}/resource_providers"))
+        .header("x-auth-token", &admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rp = rps["resource_providers"][0]["uuid"].as_str().unwrap();
+    let orphan = uuid::Uuid::new_v4();
+    let resp = http
+        .put(format!("{placement_url}/allocations/{orphan}"))
+        .header("x-auth-token", &admin)
+        .header("openstack-api-version", "placement 1.28")
+        .json(&serde_json::json!({
+            "allocations": {rp: {"resources": {"VCPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": null,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204, "{:?}", resp.text().await);
+    let compute = Compute::new(&compute_url, &admin).unwrap();
+    let placement = Placement::new(&placement_url, &admin).unwrap();
+    let inv = loadtest::inspect::api_invariants(&compute, &placement)
+        .await
+        .unwrap();
+    let broken: Vec<&str> = inv.iter().filter(|i| !i.holds).map(|i| i.name).collect();
+    assert_eq!(
+        broken,
+        [
+            loadtest::inspect::NO_ALLOCATION_WITHOUT_INSTANCE,
+            loadtest::inspect::ALLOCATIONS_PER_HOST,
+        ],
+        "{inv:#?}"
+    );
+    assert!(inv[0].examples[0].contains(&orphan.to_string()), "{inv:#?}");
+
+    // A member may not list every project's servers.
+    let (member, _) = region::password_token(&identity, &region.member)
+        .await
+        .unwrap();
+    let as_member = Compute::new(&compute_url, &member).unwrap();
+    let e = loadtest::inspect::api_invariants(&as_member, &placement)
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("administrator"), "{e:#}");
+    region.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
