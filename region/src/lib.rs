@@ -512,6 +512,23 @@ impl Region {
         )
         .await
         .context("start the Compute API")?;
+        // A service listening on port 0 got its port only now: the catalog
+        // names the bound address, so that catalog-driven clients (the
+        // `openstack` CLI, loadtest by URL) find it.
+        let bound = |listen: &str, addr: std::net::SocketAddr| {
+            if listen.ends_with(":0") {
+                addr.to_string()
+            } else {
+                listen.to_owned()
+            }
+        };
+        identity
+            .identity
+            .set_endpoints(api_super::identity::EndpointsConfig {
+                compute: format!("http://{}/v2.1", bound(&r.compute_listen, compute.addr)),
+                placement: format!("http://{}", bound(&r.placement_listen, placement.addr)),
+                image: format!("http://{}", bound(&r.image_listen, image.addr)),
+            });
         Ok(Region {
             identity,
             placement,

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use bootstrap::{bootstrap, BootstrapSpec, Bootstrapped};
-pub use config::IdentityConfig;
+pub use config::{EndpointsConfig, IdentityConfig};
 pub use service::Identity;
 
 /// A running identity API.

@@ -82,6 +82,7 @@ pub struct Identity {
     dummy_hash: String,
     published: RwLock<(Vec<PublicKey>, Vec<Revocation>)>,
     public_url: RwLock<String>,
+    endpoints: RwLock<super::config::EndpointsConfig>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -130,6 +131,7 @@ impl Identity {
             signer: RwLock::new(Arc::new(TokenSigner::from_seed("none", &[0; 32]))),
             published: RwLock::new((Vec::new(), Vec::new())),
             public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
+            endpoints: RwLock::new(cfg.endpoints.clone()),
             cfg,
         };
         me.reload().await?;
@@ -147,6 +149,20 @@ impl Identity {
     /// Sets the public base URL (when it is only known after binding).
     pub fn set_public_url(&self, url: String) {
         *self.public_url.write().unwrap_or_else(|p| p.into_inner()) = url;
+    }
+
+    /// The other services' endpoints, as the catalog names them.
+    pub fn endpoints(&self) -> super::config::EndpointsConfig {
+        self.endpoints
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the other services' endpoints (when their ports are only known
+    /// after binding, e.g. port 0 in an all-in-one region).
+    pub fn set_endpoints(&self, e: super::config::EndpointsConfig) {
+        *self.endpoints.write().unwrap_or_else(|p| p.into_inner()) = e;
     }
 
     fn ttl_ms(&self) -> i64 {

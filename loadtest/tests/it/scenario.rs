@@ -466,15 +466,11 @@ async fn url_target_checks_the_invariants_through_the_apis() {
     let compute_url = format!("http://{}", region.compute.addr);
     std::env::set_var("LOADTEST_IT_ADMIN_PASSWORD", &region.admin.password);
     let placement_url = format!("http://{}", region.placement.addr);
-    // The embedded region's catalog names the configured ports (0 here:
-    // ephemeral), so the image and placement are given by id and URL.
     let (admin, _) = region::password_token(&identity, &region.admin)
         .await
         .unwrap();
-    let image =
-        loadtest::api::image_id_by_name(&region.image.url(), &admin, api_super::image::CIRROS_NAME)
-            .await
-            .unwrap();
+    // The image by name and placement from the catalog, which names the
+    // ports the region's services bound (it listens on port 0 here).
     let text = format!(
         r#"
 name = "url-invariants"
@@ -485,8 +481,6 @@ identity_url = "{identity}"
 username = "{}"
 project = "{}"
 password_env = "LOADTEST_IT_ADMIN_PASSWORD"
-placement_url = "{placement_url}"
-image = "{image}"
 poll_interval_ms = 50
 
 [[phase]]

@@ -213,7 +213,7 @@ pub fn role_json(id: &Identity, r: &RoleRow) -> Value {
 /// The service catalog.
 pub fn catalog_json(id: &Identity) -> Value {
     let region = &id.cfg.region;
-    let e = &id.cfg.endpoints;
+    let e = &id.endpoints();
     let services = [
         ("identity", "keystone", base(id)),
         ("compute", "nova", e.compute.clone()),
