@@ -127,6 +127,9 @@ struct Inner {
     reply_queue: String,
     state: watch::Sender<State>,
     closed: watch::Sender<bool>,
+    /// Set once a close has finished (the connection closed with the
+    /// broker), which is what [`AmqpTransport::close`] waits for.
+    finished: watch::Sender<bool>,
     pending: Mutex<HashMap<String, oneshot::Sender<Result<Envelope>>>>,
     /// Held while starting consumers, so a new subscription and a
     /// reconnection never both (or neither) start one.
@@ -143,6 +146,7 @@ impl AmqpTransport {
             options,
             state: watch::channel(State::Down).0,
             closed: watch::channel(false).0,
+            finished: watch::channel(false).0,
             pending: Mutex::default(),
             subs: tokio::sync::Mutex::default(),
         });
@@ -467,8 +471,15 @@ impl Inner {
         self.fail_pending(|| BusError::Closed);
         self.subs.lock().await.clear();
         if let Some(live) = live {
-            let _ = live.conn.close(200, "transport closed").await;
+            // Bounded: a broker that does not answer the close must not
+            // hold the caller's shutdown.
+            let _ = tokio::time::timeout(
+                Duration::from_secs(3),
+                live.conn.close(200, "transport closed"),
+            )
+            .await;
         }
+        self.finished.send_replace(true);
     }
 
     fn fail_pending(&self, err: impl Fn() -> BusError) {
@@ -824,9 +835,13 @@ impl Transport for AmqpTransport {
     fn close(&self) -> BoxFuture<'_, ()> {
         async move {
             self.inner.closed.send_replace(true);
-            let mut rx = self.inner.state.subscribe();
-            let closed = rx.wait_for(|s| matches!(s, State::Closed));
-            let _ = tokio::time::timeout(Duration::from_secs(5), closed).await;
+            // Until the connection is closed with the broker, not only
+            // marked closed: a process that exits right after must not
+            // leave the close half-done (the broker logs an abrupt
+            // disconnect, lapin an I/O error on the stopping runtime).
+            let mut rx = self.inner.finished.subscribe();
+            let finished = rx.wait_for(|f| *f);
+            let _ = tokio::time::timeout(Duration::from_secs(5), finished).await;
         }
         .boxed()
     }
