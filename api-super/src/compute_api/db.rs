@@ -212,7 +212,19 @@ pub struct BuildRequest {
 impl ComputeDb {
     /// Wraps an API database handle.
     pub fn new(api: ApiDb) -> Self {
-        Self { api }
+        Self { api, owner: None }
+    }
+
+    /// The same database, writing and landing builds as the process
+    /// `owner` (see [`crate::conductor::heal`]).
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// The process this handle writes and lands builds as.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
     }
 
     fn pool(&self) -> &Pool {
@@ -299,8 +311,9 @@ impl ComputeDb {
                 let inst = serde_json::to_string(b).map_err(ApiError::internal)?;
                 let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
                 sqlx::query("INSERT INTO build_requests (instance_uuid, project_id, user_id, instance, \
-                     created_at) VALUES ($1, $2, $3, $4, $5)")
+                     created_at, owner) VALUES ($1, $2, $3, $4, $5, $6)")
                     .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(&inst).bind(b.created_at)
+                    .bind(self.owner())
                     .execute(&mut *tx).await.map_err(db("build_request_insert"))?;
                 sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at) VALUES ($1, $2, $3)")
                     .bind(&b.uuid).bind(&spec_json).bind(t)
@@ -426,12 +439,18 @@ impl ComputeDb {
     /// The build landed in cell `cell_id`: deletes the build request and
     /// points the mapping at the cell, in one transaction. False (nothing
     /// changed) when the build request was deleted meanwhile (the user
-    /// deleted the server while it was being scheduled).
+    /// deleted the server while it was being scheduled) or, with an
+    /// [`owner`](Self::owner), when another process took it over (a healer
+    /// that found this process's heartbeat stale): then the other process
+    /// lands it, never both ([`build_taken_over`](Self::build_taken_over)
+    /// tells the two cases apart).
     pub async fn finish_build(&self, uuid: &str, cell_id: i64) -> Result<bool, ApiError> {
         Ok(on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
-            let n = sqlx::query("DELETE FROM build_requests WHERE instance_uuid = $1")
-                .bind(uuid).execute(&mut *tx).await.map_err(db("build_request_delete"))?
+            let n = sqlx::query("DELETE FROM build_requests WHERE instance_uuid = $1 \
+                 AND ($2 = '' OR owner = $2)")
+                .bind(uuid).bind(self.owner().unwrap_or(""))
+                .execute(&mut *tx).await.map_err(db("build_request_delete"))?
                 .rows_affected();
             if n == 0 {
                 tx.rollback().await.map_err(db("rollback"))?;
@@ -445,6 +464,114 @@ impl ComputeDb {
                 true
             }
         }))
+    }
+
+    /// Whether the build request of `uuid` exists and belongs to another
+    /// process than this handle's owner (it was taken over).
+    pub async fn build_taken_over(&self, uuid: &str) -> Result<bool, ApiError> {
+        let Some(me) = self.owner() else {
+            return Ok(false);
+        };
+        let n: i64 = on_pool!(self.pool(), p => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM build_requests WHERE instance_uuid = $1 \
+             AND (owner IS NULL OR owner <> $2)")
+            .bind(uuid).bind(me).fetch_one(p).await.map_err(db("build_request_owner"))?);
+        Ok(n > 0)
+    }
+
+    /// Records that scheduler process `id` is alive at `at` (its row in
+    /// `api_schedulers`, created on the first beat).
+    pub async fn scheduler_heartbeat(&self, id: &str, at: DateTime<Utc>) -> Result<(), ApiError> {
+        on_pool!(self.pool(), p => sqlx::query(
+            "INSERT INTO api_schedulers (id, heartbeat_at, created_at) VALUES ($1, $2, $2) \
+             ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at")
+            .bind(id).bind(at).execute(p).await.map_err(db("scheduler_heartbeat"))?.rows_affected());
+        Ok(())
+    }
+
+    /// Forgets scheduler processes silent since before `cutoff` that own
+    /// no build request any more; returns how many.
+    pub async fn prune_schedulers(&self, cutoff: DateTime<Utc>) -> Result<u64, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query(
+            "DELETE FROM api_schedulers WHERE heartbeat_at < $1 AND NOT EXISTS \
+             (SELECT 1 FROM build_requests b WHERE b.owner = api_schedulers.id)")
+            .bind(cutoff).execute(p).await.map_err(db("scheduler_prune"))?.rows_affected()))
+    }
+
+    /// Build requests nobody drives, oldest first, at most `limit`: owned
+    /// by a process other than `me` whose last heartbeat is before
+    /// `cutoff` (or that never beat and the build is older than
+    /// `cutoff`), or without an owner and older than `cutoff`. Each with
+    /// its owner.
+    pub async fn orphan_builds(
+        &self,
+        me: &str,
+        cutoff: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<(String, Option<String>)>, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query_as(
+            "SELECT b.instance_uuid, b.owner FROM build_requests b \
+             LEFT JOIN api_schedulers s ON s.id = b.owner \
+             WHERE (b.owner IS NULL OR b.owner <> $1) \
+             AND COALESCE(s.heartbeat_at, b.created_at) < $2 \
+             ORDER BY b.created_at, b.instance_uuid LIMIT $3")
+            .bind(me).bind(cutoff).bind(limit.max(0))
+            .fetch_all(p).await.map_err(db("build_request_orphans"))?))
+    }
+
+    /// Takes the build requests `builds` (uuid, owner seen) over for `me`,
+    /// all or none, each with a compare-and-set on the owner seen: false
+    /// (nothing changed) when any of them is gone or has another owner by
+    /// now (another healer was faster, or the user deleted it).
+    pub async fn take_over_builds(
+        &self,
+        builds: &[(String, Option<String>)],
+        me: &str,
+    ) -> Result<bool, ApiError> {
+        let t = Utc::now();
+        Ok(on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            let mut all = true;
+            for (uuid, seen) in builds {
+                let n = sqlx::query("UPDATE build_requests SET owner = $1, updated_at = $2 \
+                     WHERE instance_uuid = $3 AND COALESCE(owner, '') = $4")
+                    .bind(me).bind(t).bind(uuid).bind(seen.as_deref().unwrap_or(""))
+                    .execute(&mut *tx).await.map_err(db("build_request_take_over"))?
+                    .rows_affected();
+                if n == 0 {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                tx.commit().await.map_err(db("commit"))?;
+            } else {
+                tx.rollback().await.map_err(db("rollback"))?;
+            }
+            all
+        }))
+    }
+
+    /// Gives the build requests `uuids` owned by `me` up (owner unset), so
+    /// that any healer takes them once they are older than its grace.
+    pub async fn release_builds(&self, uuids: &[String], me: &str) -> Result<(), ApiError> {
+        on_pool!(self.pool(), p => {
+            for uuid in uuids {
+                sqlx::query("UPDATE build_requests SET owner = NULL, updated_at = $1 \
+                     WHERE instance_uuid = $2 AND owner = $3")
+                    .bind(Utc::now()).bind(uuid).bind(me)
+                    .execute(p).await.map_err(db("build_request_release"))?;
+            }
+        });
+        Ok(())
+    }
+
+    /// The owner of the build request of `uuid`: `None` when there is no
+    /// build request, `Some(None)` when it has no owner.
+    pub async fn build_owner(&self, uuid: &str) -> Result<Option<Option<String>>, ApiError> {
+        Ok(on_pool!(self.pool(), p => sqlx::query_scalar(
+            "SELECT owner FROM build_requests WHERE instance_uuid = $1")
+            .bind(uuid).fetch_optional(p).await.map_err(db("build_request_owner_get"))?))
     }
 
     /// Deletes a build not yet scheduled (build request, request spec,
@@ -504,6 +631,10 @@ fn parse_build(s: &str) -> Result<BuildRequest, ApiError> {
 #[derive(Debug, Clone)]
 pub struct ComputeDb {
     api: ApiDb,
+    /// The process that drives the builds this handle writes (its row in
+    /// `api_schedulers`); `None`: builds are written without an owner and
+    /// landed whoever owns them.
+    owner: Option<std::sync::Arc<str>>,
 }
 
 // ------------------------------------------------------------ user APIs

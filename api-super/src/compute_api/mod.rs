@@ -83,6 +83,9 @@ pub struct ComputeConfig {
     /// paging, sorting or filters) leaves a down cell's servers out
     /// (`true`, the default) or fails (`false`).
     pub list_records_by_skipping_down_cells: bool,
+    /// Healing of builds whose scheduler died (`[compute.build_heal]`,
+    /// see [`crate::conductor::heal`]).
+    pub build_heal: crate::conductor::heal::BuildHealConfig,
 }
 
 impl Default for ComputeConfig {
@@ -97,6 +100,7 @@ impl Default for ComputeConfig {
             cell_timeout_ms: 5000,
             cell_down_retry_ms: 1000,
             list_records_by_skipping_down_cells: true,
+            build_heal: Default::default(),
         }
     }
 }
@@ -411,6 +415,8 @@ pub struct Running {
     pub app: App,
     /// The server task.
     pub task: tokio::task::JoinHandle<()>,
+    /// Background tasks (scheduler heartbeat, build healer).
+    pub background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -419,21 +425,22 @@ impl Running {
         self.app.public_url()
     }
 
-    /// Stops serving.
+    /// Stops serving (and the heartbeat and healer).
     pub fn shutdown(&self) {
         self.task.abort();
+        self.background.iter().for_each(|t| t.abort());
     }
 
     /// Stops serving and closes the connections to the cells' buses.
     pub async fn close(&self) {
-        self.task.abort();
+        self.shutdown();
         self.app.cells.close_buses().await;
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.task.abort();
+        self.shutdown();
     }
 }
 
@@ -452,7 +459,13 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     )
     .await
     .map_err(|e| anyhow::anyhow!("cannot load the cell mappings: {e}"))?;
-    let db = ComputeDb::new(api);
+    // This process's id: the owner of the builds it creates, kept alive by
+    // its heartbeat (the first beat before any build is written).
+    let me = crate::conductor::heal::new_process_id();
+    let db = ComputeDb::new(api).with_owner(&me);
+    db.scheduler_heartbeat(&me, chrono::Utc::now())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot record this scheduler's heartbeat: {e}"))?;
     let cells = Cells::with_liveness(
         cache,
         CellLiveness {
@@ -470,6 +483,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     let scheduler = Arc::new(Scheduler::new(cfg.scheduler.clone(), deps.placement, hosts));
     let conductor = Arc::new(SuperConductor::new(db.clone(), cells.clone(), scheduler));
     let listener = TcpListener::bind(&cfg.listen).await?;
+    let background = crate::conductor::heal::start(conductor.clone(), &cfg.build_heal);
     let addr = listener.local_addr()?;
     let public_url = OnceLock::new();
     let _ = public_url.set(if cfg.public_url.is_empty() {
@@ -496,8 +510,13 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
             tracing::error!(error = %e, "compute API stopped");
         }
     });
-    tracing::info!(%addr, "compute API listening");
-    Ok(Running { addr, app, task })
+    tracing::info!(%addr, scheduler = %me, "compute API listening");
+    Ok(Running {
+        addr,
+        app,
+        task,
+        background,
+    })
 }
 
 /// Creates Nova's default flavors (m1.tiny … m1.xlarge) in the API

@@ -12,6 +12,9 @@
 //! gone when the build lands, so the landing transaction changes nothing;
 //! the row just created in the cell is marked deleted and the claim
 //! released. Nothing leaks.
+//!
+//! A build whose super-conductor died before it landed is found and driven
+//! again by [`heal`] in another (or the restarted) api-super process.
 
 use std::sync::Arc;
 
@@ -24,6 +27,8 @@ use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources,
 use crate::cells::Cells;
 use crate::compute_api::db::{BuildInstance, ComputeDb, RequestSpec};
 use crate::scheduler::{Request, ScheduleError, Scheduler, Selection};
+
+pub mod heal;
 
 /// The super-conductor.
 #[derive(Debug)]
@@ -54,6 +59,16 @@ impl SuperConductor {
             cells,
             scheduler,
         }
+    }
+
+    /// The API database (as this process's builds are written).
+    pub fn db(&self) -> &ComputeDb {
+        &self.db
+    }
+
+    /// The cells.
+    pub fn cells(&self) -> &Cells {
+        &self.cells
     }
 
     /// The scheduler.
@@ -172,6 +187,14 @@ impl SuperConductor {
             .await
             .map_err(|e| chain(&e))?;
         if !landed {
+            if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
+                // Another process found this one's heartbeat stale and
+                // drives the build now: the claim and the instance are
+                // its business. The row just created here is left for it
+                // (it may already have been replaced by the other's own).
+                tracing::error!(instance = %b.uuid, cell = %cell.uuid, "build taken over by another scheduler before it landed; leaving it to that one");
+                return Ok(());
+            }
             tracing::info!(instance = %b.uuid, "server deleted while it was scheduled");
             cdb.api_delete_local(&b.uuid).await.map_err(|e| chain(&e))?;
             self.scheduler
@@ -284,6 +307,10 @@ impl SuperConductor {
             .await
             .map_err(|e| chain(&e))?
         {
+            if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
+                tracing::error!(instance = %b.uuid, "build taken over by another scheduler before it was buried; leaving it to that one");
+                return Ok(());
+            }
             cdb.api_delete_local(&b.uuid).await.map_err(|e| chain(&e))?;
         }
         Ok(())

@@ -37,6 +37,16 @@ pub(crate) struct Region {
 
 impl Region {
     pub(crate) async fn start(name: &str, cells: usize, hosts: usize) -> Region {
+        Self::start_with(name, cells, hosts, |_| {}).await
+    }
+
+    /// [`Region::start`] with the Compute API's configuration tweaked.
+    pub(crate) async fn start_with(
+        name: &str,
+        cells: usize,
+        hosts: usize,
+        tweak: impl FnOnce(&mut ComputeConfig),
+    ) -> Region {
         let env = common::start(&format!("{name}_id"), |_| {}).await;
         let other_spec = BootstrapSpec {
             member: Some(("other".into(), MEMBER_PW.into(), "other".into())),
@@ -140,7 +150,7 @@ impl Region {
             })
             .await
             .unwrap();
-        let cfg = ComputeConfig {
+        let mut cfg = ComputeConfig {
             listen: "127.0.0.1:0".into(),
             // Quotas are tested in `user_apis`; here the huge flavor must
             // reach the scheduler.
@@ -159,6 +169,7 @@ impl Region {
             placement: Arc::new(HttpPlacement::new(&purl, "admin").unwrap()),
             images: None,
         };
+        tweak(&mut cfg);
         let compute = api_super::serve_compute(cfg, deps)
             .await
             .expect("compute API");

@@ -76,6 +76,12 @@ async fn start_compute(env: &Env, api_url: &str, skip_down_cells: bool) -> Compu
         cell_timeout_ms: TIMEOUT_MS,
         cell_down_retry_ms: 200,
         list_records_by_skipping_down_cells: skip_down_cells,
+        // The fixture writes an unowned, never-scheduled build request
+        // dated 2024 that must stay one: no healing here.
+        build_heal: api_super::conductor::heal::BuildHealConfig {
+            interval_secs: 0,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let deps = ComputeDeps {

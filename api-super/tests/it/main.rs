@@ -4,6 +4,7 @@ mod cli;
 mod common;
 mod compute;
 mod down_cell;
+mod heal;
 mod image;
 mod matrix;
 mod operator;

@@ -660,6 +660,23 @@ impl CellDb {
         Ok(n > 0)
     }
 
+    /// Removes the row of an instance whose build never landed: the
+    /// super-conductor that created it here died before the API-DB
+    /// transaction that points the instance mapping at this cell (its
+    /// build request still exists and has been taken over by a healer).
+    /// The row is deleted, not marked deleted: `instances.uuid` is unique
+    /// whatever `deleted` says, and the build is about to be created again
+    /// under the same uuid (maybe in this cell). Its faults, actions,
+    /// events and extra go with it (`ON DELETE CASCADE`). A row that a
+    /// compute ever launched is left alone. Returns whether a row was
+    /// removed.
+    pub async fn api_purge_unlanded(&self, uuid: &str) -> Result<bool, Error> {
+        let n = with_pool!(self.pool(), p => measured("api_instance_purge_unlanded", sqlx::query(
+            "DELETE FROM instances WHERE uuid = $1 AND launched_at IS NULL")
+            .bind(uuid).execute(p)).await?.rows_affected());
+        Ok(n > 0)
+    }
+
     /// The API's local delete of a live instance whose compute cannot do
     /// it (its service is down or forced down, or it has no host), as
     /// upstream's API does: in one transaction, marks the instance deleted

@@ -8,6 +8,7 @@ const TABLES: &[&str] = &[
     "aggregate_hosts",
     "aggregate_metadata",
     "aggregates",
+    "api_schedulers",
     "build_requests",
     "cell_mappings",
     "flavor_extra_specs",
@@ -46,8 +47,16 @@ async fn check(backend: Backend) {
         "INSERT INTO aggregates (id, uuid, name) VALUES (101, 'a-1', 'agg1')",
         "INSERT INTO aggregate_hosts (aggregate_id, host) VALUES (101, 'compute-1')",
         "INSERT INTO quotas (project_id, resource, hard_limit) VALUES ('p', 'cores', 20)",
+        "INSERT INTO api_schedulers (id, heartbeat_at) VALUES ('s-1', '2024-05-01 10:00:00+00')",
+        "UPDATE build_requests SET owner = 's-1' WHERE instance_uuid = 'i-1'",
     ])
     .await;
+    // A build request records the process that drives it (migration 0004).
+    assert_eq!(
+        db.i64("SELECT COUNT(*) FROM build_requests b JOIN api_schedulers s ON s.id = b.owner")
+            .await,
+        1
+    );
     // An unscheduled instance has no cell yet.
     assert_eq!(
         db.i64("SELECT COUNT(*) FROM instance_mappings WHERE cell_id IS NULL")

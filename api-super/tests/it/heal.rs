@@ -1,0 +1,414 @@
+//! Builds whose scheduler died (`api_super::conductor::heal`): build
+//! requests are written the way a dead api-super process left them — by
+//! the create path's own `create_builds`, owned by a process whose
+//! heartbeat is an hour old — with the leftovers of a half-done `land` (a
+//! placement claim, an instance row in a cell), and the region's healer
+//! must drive them to ACTIVE exactly once; builds of a live process (or
+//! unowned and younger than the grace) are left alone. The SQL of the
+//! healer (orphans, take-over, fenced landing) also runs on PostgreSQL.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use api_super::compute_api::db::{BuildInstance, ComputeDb, RequestSpec};
+use api_super::conductor::heal::BuildHealConfig;
+use api_super::scheduler::placement::{
+    AllocationRequest, HttpPlacement, ProviderAllocation, SchedulerPlacement,
+};
+use cell_mapping::db::NewCellInstance;
+use cell_mapping::CellDb;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::compute::{placement_get, Region, IMAGE};
+
+const DEAD: &str = "00000000-dead-4000-8000-000000000000";
+const LIVE: &str = "00000000-a11e-4000-8000-000000000000";
+
+/// One create of `n` instances as `servers::create` builds it.
+async fn builds(
+    db: &ComputeDb,
+    name: &str,
+    n: usize,
+    created_at: DateTime<Utc>,
+) -> Vec<(BuildInstance, RequestSpec)> {
+    let flavor = db.flavor("1").await.unwrap().unwrap().to_instance_flavor();
+    let uuids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let reservation_id = format!("r-{name}");
+    uuids
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            (
+                BuildInstance {
+                    uuid: u.clone(),
+                    project_id: "p-heal".into(),
+                    user_id: "u-heal".into(),
+                    display_name: format!("{name}-{}", i + 1),
+                    flavor: flavor.clone(),
+                    image_ref: IMAGE.into(),
+                    availability_zone: None,
+                    created_at,
+                    reservation_id: reservation_id.clone(),
+                    launch_index: i as i64,
+                    key_name: None,
+                },
+                RequestSpec {
+                    instance_uuid: u.clone(),
+                    instance_uuids: uuids.clone(),
+                    project_id: "p-heal".into(),
+                    user_id: "u-heal".into(),
+                    flavor: flavor.clone(),
+                    image_ref: IMAGE.into(),
+                    availability_zone: None,
+                    force_host: None,
+                    request_id: format!("req-{name}"),
+                    global_request_id: format!("req-g-{name}"),
+                    key_name: None,
+                    in_group: Some(false),
+                    image_properties: Default::default(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Writes a create as process `owner` (`None`: no owner) would have.
+async fn create(
+    region: &Region,
+    owner: Option<&str>,
+    name: &str,
+    n: usize,
+    created_at: DateTime<Utc>,
+) -> Vec<(BuildInstance, RequestSpec)> {
+    let mut db = ComputeDb::new(region.api.clone());
+    if let Some(o) = owner {
+        db = db.with_owner(o);
+    }
+    let b = builds(&db, name, n, created_at).await;
+    db.create_builds(&b, None, None).await.unwrap();
+    b
+}
+
+/// The cell databases of a region (cell0 first).
+async fn cell_dbs(region: &Region) -> Vec<CellDb> {
+    let mut out = Vec::new();
+    // `_dbs`: api, cell0, placement, then the cells.
+    for (i, d) in region._dbs.iter().enumerate() {
+        if i == 1 || i >= 3 {
+            out.push(CellDb::open(&d.url).await.unwrap());
+        }
+    }
+    out
+}
+
+/// Instance rows of `uuid` across every cell: (live, deleted).
+async fn rows_across_cells(cells: &[CellDb], uuid: &str) -> (usize, usize) {
+    let mut live = 0;
+    let mut deleted = 0;
+    for c in cells {
+        if let Some(i) = c.api_instance(uuid).await.unwrap() {
+            if i.deleted {
+                deleted += 1;
+            } else {
+                live += 1;
+            }
+        }
+    }
+    (live, deleted)
+}
+
+/// The allocations of consumer `uuid`: provider → resources.
+async fn allocations(region: &Region, uuid: &str) -> BTreeMap<String, Value> {
+    let a = placement_get(&region.placement, &format!("/allocations/{uuid}")).await;
+    a["allocations"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v["resources"].clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn fast_healing(cfg: &mut api_super::ComputeConfig) {
+    cfg.build_heal = BuildHealConfig {
+        interval_secs: 1,
+        ..Default::default()
+    };
+}
+
+async fn active(region: &Region, id: &str) -> Value {
+    region
+        .wait(id, |s| s["status"] == "ACTIVE" || s["status"] == "ERROR")
+        .await
+        .0
+}
+
+/// The end state of a healed build: ACTIVE, one live instance row across
+/// the cells and no other, no build request, the mapping pointed at a
+/// cell, and exactly the flavor's resources allocated on one provider.
+async fn assert_healed(region: &Region, cells: &[CellDb], db: &ComputeDb, id: &str) {
+    let s = active(region, id).await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    assert_eq!(rows_across_cells(cells, id).await, (1, 0), "{id}");
+    let (build_requests, specs, mappings) = db.rows_for(id).await.unwrap();
+    assert_eq!((build_requests, specs, mappings), (0, 1, 1), "{id}");
+    assert!(db.mapping(id).await.unwrap().unwrap().0.is_some());
+    let a = allocations(region, id).await;
+    assert_eq!(a.len(), 1, "{id}: {a:?}");
+    let r = a.values().next().unwrap();
+    assert_eq!(r["VCPU"], 1, "{a:?}");
+    assert_eq!(r["MEMORY_MB"], 512, "{a:?}");
+    assert_eq!(r["DISK_GB"], 1, "{a:?}");
+    // The allocation is on the host the instance runs on.
+    let host = s["OS-EXT-SRV-ATTR:hypervisor_hostname"]
+        .as_str()
+        .unwrap_or_default();
+    let rps = placement_get(&region.placement, "/resource_providers").await;
+    let rp = rps["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == host)
+        .unwrap_or_else(|| panic!("provider of {host} in {rps}"));
+    assert!(
+        a.contains_key(rp["uuid"].as_str().unwrap()),
+        "{host}: {a:?}"
+    );
+}
+
+#[tokio::test]
+async fn builds_of_a_dead_scheduler_are_healed_exactly_once() {
+    let region = Region::start_with("heal_dead", 2, 2, fast_healing).await;
+    let db = ComputeDb::new(region.api.clone());
+    let an_hour_ago = Utc::now() - chrono::Duration::hours(1);
+    db.scheduler_heartbeat(DEAD, an_hour_ago).await.unwrap();
+
+    // A create of two (all or none), a create of one that the dead process
+    // had claimed and written into cell1 (but not landed), and one its
+    // user deletes before any healer sees it.
+    let pair = create(&region, Some(DEAD), "pair", 2, an_hour_ago).await;
+    let half = create(&region, Some(DEAD), "half", 1, an_hour_ago).await;
+    let gone = create(&region, Some(DEAD), "gone", 1, an_hour_ago).await;
+    let (hb, hs) = &half[0];
+    let rps = placement_get(&region.placement, "/resource_providers").await;
+    let c1h1 = rps["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "c1-host1")
+        .expect("c1-host1")["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let claim = AllocationRequest {
+        allocations: BTreeMap::from([(
+            c1h1.clone(),
+            ProviderAllocation {
+                resources: api_super::conductor::resources(hs),
+            },
+        )]),
+    };
+    let purl = format!("http://{}", region.placement.addr);
+    let p = HttpPlacement::new(&purl, "admin").unwrap();
+    assert!(p
+        .claim(&hb.uuid, &claim, &hb.project_id, &hb.user_id)
+        .await
+        .unwrap());
+    let cells = cell_dbs(&region).await;
+    cells[1]
+        .create_api_instance(&NewCellInstance {
+            uuid: hb.uuid.clone(),
+            project_id: hb.project_id.clone(),
+            user_id: hb.user_id.clone(),
+            display_name: Some(hb.display_name.clone()),
+            flavor: hb.flavor.clone(),
+            image_ref: hb.image_ref.clone(),
+            host: Some("c1-host1".into()),
+            node: Some("c1-host1".into()),
+            availability_zone: Some("nova".into()),
+            created_at: hb.created_at,
+            request_id: hs.request_id.clone(),
+            global_request_id: hs.global_request_id.clone(),
+            reservation_id: hb.reservation_id.clone(),
+            launch_index: 0,
+            error: None,
+            scheduled_from: Some(an_hour_ago),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows_across_cells(&cells, &hb.uuid).await, (1, 0));
+    let gone_id = gone[0].0.uuid.clone();
+    let r = region
+        .call(
+            &region.admin,
+            "DELETE",
+            &format!("/v2.1/servers/{gone_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+
+    for (b, _) in pair.iter().chain(&half) {
+        assert_healed(&region, &cells, &db, &b.uuid).await;
+    }
+    // The deleted one stays deleted: nothing anywhere.
+    assert_eq!(rows_across_cells(&cells, &gone_id).await, (0, 0));
+    assert_eq!(db.rows_for(&gone_id).await.unwrap(), (0, 0, 0));
+    assert!(allocations(&region, &gone_id).await.is_empty());
+    // Later passes change nothing (the dead process's row is forgotten
+    // once it owns nothing).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for (b, _) in pair.iter().chain(&half) {
+        assert_eq!(rows_across_cells(&cells, &b.uuid).await, (1, 0));
+        assert_eq!(allocations(&region, &b.uuid).await.len(), 1);
+    }
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
+
+#[tokio::test]
+async fn builds_of_a_live_scheduler_are_left_alone() {
+    let region = Region::start_with("heal_live", 1, 2, fast_healing).await;
+    let db = ComputeDb::new(region.api.clone());
+    let an_hour_ago = Utc::now() - chrono::Duration::hours(1);
+    db.scheduler_heartbeat(DEAD, an_hour_ago).await.unwrap();
+    db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
+    // Old builds of a live process: its heartbeat, not their age, counts.
+    let live = create(&region, Some(LIVE), "live", 1, an_hour_ago).await;
+    // Unowned (written before owners existed): healed once older than the
+    // grace, left alone while younger.
+    let unowned_old = create(&region, None, "unowned-old", 1, an_hour_ago).await;
+    let unowned_new = create(&region, None, "unowned-new", 1, Utc::now()).await;
+    let dead = create(&region, Some(DEAD), "dead", 1, an_hour_ago).await;
+    let cells = cell_dbs(&region).await;
+
+    // The dead and old unowned ones heal: passes have run after every
+    // build above was written.
+    assert_healed(&region, &cells, &db, &dead[0].0.uuid).await;
+    assert_healed(&region, &cells, &db, &unowned_old[0].0.uuid).await;
+    let started = Instant::now();
+    // Keep the live process beating while a few more passes run.
+    while started.elapsed() < Duration::from_millis(2500) {
+        db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (id, owner) in [
+        (&live[0].0.uuid, Some(LIVE.to_owned())),
+        (&unowned_new[0].0.uuid, None),
+    ] {
+        assert_eq!(db.build_owner(id).await.unwrap(), Some(owner), "{id}");
+        assert_eq!(db.rows_for(id).await.unwrap(), (1, 1, 1), "{id}");
+        assert_eq!(db.mapping(id).await.unwrap().unwrap().0, None, "{id}");
+        assert_eq!(rows_across_cells(&cells, id).await, (0, 0), "{id}");
+        assert!(allocations(&region, id).await.is_empty(), "{id}");
+        let s = region.show(&region.admin, id).await;
+        let s = crate::common::json(&s);
+        assert_eq!(s["server"]["status"], "BUILD", "{s}");
+    }
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
+
+/// The healer's statements on one backend: orphans by heartbeat and age,
+/// the all-or-none take-over with its compare-and-set, and the landing
+/// fenced by the owner.
+async fn healer_sql(url: &str) {
+    migrations::migrate(migrations::Kind::Api, url)
+        .await
+        .expect("api migrations");
+    let api = cell_mapping::ApiDb::open(url).await.unwrap();
+    let cell0_db = testkit::sqlite("heal_sql_cell0");
+    let cell0 = cell_mapping::cells::map_cell0(&api, &cell0_db.url)
+        .await
+        .unwrap()
+        .mapping()
+        .id;
+    let plain = ComputeDb::new(api.clone());
+    plain.seed_flavors().await.unwrap();
+    let now = Utc::now();
+    let old = now - chrono::Duration::minutes(10);
+    let cutoff = now - chrono::Duration::minutes(1);
+    plain.scheduler_heartbeat(DEAD, old).await.unwrap();
+    plain.scheduler_heartbeat(LIVE, now).await.unwrap();
+    let dead_db = ComputeDb::new(api.clone()).with_owner(DEAD);
+    let live_db = ComputeDb::new(api.clone()).with_owner(LIVE);
+    let pair = builds(&dead_db, "pair", 2, old).await;
+    dead_db.create_builds(&pair, None, None).await.unwrap();
+    let mine = builds(&live_db, "mine", 1, old).await;
+    live_db.create_builds(&mine, None, None).await.unwrap();
+    let young = builds(&plain, "young", 1, now).await;
+    plain.create_builds(&young, None, None).await.unwrap();
+    let aged = builds(&plain, "aged", 1, old).await;
+    plain.create_builds(&aged, None, None).await.unwrap();
+
+    let orphans = plain.orphan_builds(LIVE, cutoff, 100).await.unwrap();
+    let mut found: Vec<(String, Option<String>)> = orphans.clone();
+    found.sort();
+    let mut want = vec![
+        (pair[0].0.uuid.clone(), Some(DEAD.to_owned())),
+        (pair[1].0.uuid.clone(), Some(DEAD.to_owned())),
+        (aged[0].0.uuid.clone(), None),
+    ];
+    want.sort();
+    assert_eq!(found, want);
+    assert_eq!(plain.orphan_builds(LIVE, cutoff, 1).await.unwrap().len(), 1);
+    // A silent process owning builds is kept; one owning none is pruned.
+    assert_eq!(plain.prune_schedulers(cutoff).await.unwrap(), 0);
+
+    // The dead process cannot land what the healer took.
+    let group: Vec<_> = want.iter().filter(|(_, o)| o.is_some()).cloned().collect();
+    assert!(live_db.take_over_builds(&group, LIVE).await.unwrap());
+    assert!(!dead_db.finish_build(&pair[0].0.uuid, cell0).await.unwrap());
+    assert!(dead_db.build_taken_over(&pair[0].0.uuid).await.unwrap());
+    // A second healer that saw the same owner loses the compare-and-set.
+    assert!(!plain.take_over_builds(&group, "another").await.unwrap());
+    assert_eq!(
+        plain.build_owner(&pair[1].0.uuid).await.unwrap(),
+        Some(Some(LIVE.to_owned()))
+    );
+    assert!(plain.orphan_builds(LIVE, cutoff, 100).await.unwrap().len() == 1);
+    assert_eq!(plain.prune_schedulers(cutoff).await.unwrap(), 1, "DEAD");
+    // All or none: one member already taken, nothing changes.
+    let mixed = vec![
+        (aged[0].0.uuid.clone(), None),
+        (pair[0].0.uuid.clone(), Some(DEAD.to_owned())),
+    ];
+    assert!(!plain.take_over_builds(&mixed, "another").await.unwrap());
+    assert_eq!(
+        plain.build_owner(&aged[0].0.uuid).await.unwrap(),
+        Some(None)
+    );
+    // The owner lands it; released builds are unowned again.
+    assert!(live_db.finish_build(&pair[0].0.uuid, cell0).await.unwrap());
+    assert!(!live_db.build_taken_over(&pair[0].0.uuid).await.unwrap());
+    live_db
+        .release_builds(&[pair[1].0.uuid.clone()], LIVE)
+        .await
+        .unwrap();
+    assert_eq!(
+        plain.build_owner(&pair[1].0.uuid).await.unwrap(),
+        Some(None)
+    );
+    assert_eq!(plain.build_owner(&pair[0].0.uuid).await.unwrap(), None);
+    api.close().await;
+}
+
+#[tokio::test]
+async fn healer_sql_sqlite() {
+    let d = testkit::sqlite("heal_sql");
+    healer_sql(&d.url).await;
+}
+
+#[tokio::test]
+async fn healer_sql_postgres() {
+    let Some(pg) = testkit::postgres("heal_sql_pg").await else {
+        return;
+    };
+    healer_sql(&pg.url).await;
+}
