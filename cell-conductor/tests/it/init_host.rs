@@ -50,6 +50,50 @@ async fn api_task(cell: &Cell, uuid: InstanceUuid, t: &str) {
     assert_eq!(affected.expect("set the task state"), 1);
 }
 
+/// Starts `host1`'s agent again over the same fake
+/// hypervisor and waits until it is ready (which is after its start-up
+/// reconciliation).
+async fn restart_host1(cell: &mut Cell, node1: fabric::ids::ProviderUuid) {
+    let mut cfg = compute::HostConfig::new("host1");
+    cfg.heartbeat_interval = Duration::from_millis(100);
+    cfg.call_timeout = Duration::from_secs(10);
+    cfg.init_timeout = Duration::from_secs(30);
+    let h1 = compute::start_host(
+        cfg,
+        cell.bus.clone(),
+        cell.hv.driver("host1"),
+        Arc::new(cell.inventory.clone()),
+    );
+    let node = tokio::time::timeout(Duration::from_secs(40), h1.ready())
+        .await
+        .expect("ready in time")
+        .expect("ready");
+    assert_eq!(node, node1);
+    cell.stopped.retain(|(h, _)| h != "host1");
+    cell.hosts.insert(0, (h1, node));
+}
+
+/// Sets `host` of `uuid` without the conductor's checks.
+async fn api_host(cell: &Cell, uuid: InstanceUuid, host: &str) {
+    let sql = "UPDATE instances SET host = $1, node = $1 WHERE uuid = $2 AND deleted IS FALSE";
+    let key = uuid.to_string();
+    let affected = match &cell.db {
+        CellDb::Pg(p) => sqlx::query(sql)
+            .bind(host)
+            .bind(&key)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()),
+        CellDb::Sqlite(p) => sqlx::query(sql)
+            .bind(host)
+            .bind(&key)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()),
+    };
+    assert_eq!(affected.expect("set the host"), 1);
+}
+
 async fn set(cell: &Cell, uuid: InstanceUuid, change: InstanceChange) {
     cell.db
         .update_instance(uuid, &change)
@@ -85,8 +129,7 @@ pub async fn restart_reconciles(db_url: &str, bus: Arc<dyn Transport>) {
     .await;
 
     // The agent of host1 stops; its guests stay.
-    let (h1, node1) = cell.hosts.remove(0);
-    h1.shutdown().await;
+    let node1 = cell.stop_host("host1").await;
     cell.hv.set_mode(Mode::Automatic);
     assert_eq!(cell.hv.guests("host1").len(), 7);
 
@@ -115,22 +158,7 @@ pub async fn restart_reconciles(db_url: &str, bus: Arc<dyn Transport>) {
     api_task(&cell, stopping, ts::POWERING_OFF).await;
 
     // The agent starts again over the same hypervisor.
-    let mut cfg = compute::HostConfig::new("host1");
-    cfg.heartbeat_interval = Duration::from_millis(100);
-    cfg.call_timeout = Duration::from_secs(10);
-    cfg.init_timeout = Duration::from_secs(30);
-    let h1 = compute::start_host(
-        cfg,
-        cell.bus.clone(),
-        cell.hv.driver("host1"),
-        Arc::new(cell.inventory.clone()),
-    );
-    let node = tokio::time::timeout(Duration::from_secs(40), h1.ready())
-        .await
-        .expect("ready in time")
-        .expect("ready");
-    assert_eq!(node, node1);
-    cell.hosts.insert(0, (h1, node));
+    restart_host1(&mut cell, node1).await;
 
     // Ready means reconciled: no polling from here.
     let guest = |uuid| cell.hv.guest_power_state("host1", uuid);
@@ -221,6 +249,151 @@ pub async fn restart_reconciles(db_url: &str, bus: Arc<dyn Transport>) {
     })
     .await;
     cell.stop().await;
+}
+
+/// Interrupted server actions end where the guest's power state says (or
+/// are completed), an interrupted rebuild is ERROR, and a build still
+/// queued for the host (`scheduling`) is left to its cast.
+pub async fn restart_settles_actions(db_url: &str, bus: Arc<dyn Transport>) {
+    let mut cell = Cell::start(db_url, bus, FakeHypervisor::automatic(Duration::ZERO), 1).await;
+    let mut booted = Vec::new();
+    for _ in 0..7 {
+        let (uuid, _) = cell.boot("host1", &[]).await;
+        booted.push(uuid);
+    }
+    for &uuid in &booted {
+        cell.wait_for(uuid, "active", |r| {
+            r.vm_state.as_deref() == Some(vs::ACTIVE)
+        })
+        .await;
+    }
+    let [paused, unpausing, suspending, rebooted, starting, rebuilding, no_guest] = booted[..]
+    else {
+        unreachable!()
+    };
+    let node1 = cell.stop_host("host1").await;
+    let drv = cell.hv.driver("host1");
+    // The pause ran, its report did not.
+    api_task(&cell, paused, ts::PAUSING).await;
+    drv.perform(paused, &GuestOp::Pause).await.unwrap();
+    // The unpause never reached the guest.
+    drv.perform(unpausing, &GuestOp::Pause).await.unwrap();
+    set(
+        &cell,
+        unpausing,
+        InstanceChange {
+            vm_state: Some(vs::PAUSED.into()),
+            power_state: Some(ps::PAUSED as i64),
+            ..Default::default()
+        },
+    )
+    .await;
+    api_task(&cell, unpausing, ts::UNPAUSING).await;
+    // The suspend never reached the guest.
+    api_task(&cell, suspending, ts::SUSPENDING).await;
+    // The soft reboot had started; the guest runs.
+    api_task(&cell, rebooted, ts::REBOOTING).await;
+    set(&cell, rebooted, task(ts::REBOOT_STARTED)).await;
+    // The start never reached the stopped guest.
+    drv.perform(starting, &GuestOp::PowerOff).await.unwrap();
+    set(
+        &cell,
+        starting,
+        InstanceChange {
+            vm_state: Some(vs::STOPPED.into()),
+            power_state: Some(ps::SHUTDOWN as i64),
+            ..Default::default()
+        },
+    )
+    .await;
+    api_task(&cell, starting, ts::POWERING_ON).await;
+    api_task(&cell, rebuilding, ts::REBUILDING).await;
+    set(&cell, rebuilding, task(ts::REBUILD_SPAWNING)).await;
+    // A stop whose guest is gone.
+    api_task(&cell, no_guest, ts::POWERING_OFF).await;
+    drv.destroy(no_guest).await.unwrap();
+    // A build cast to host1 while it is down, its row already naming host1.
+    let (queued, _) = cell.boot("host1", &[]).await;
+    api_host(&cell, queued, "host1").await;
+
+    restart_host1(&mut cell, node1).await;
+    let guest = |uuid| cell.hv.guest_power_state("host1", uuid);
+    let state = |row: &cell_conductor::db::instances::InstanceRow| {
+        (
+            row.vm_state.clone().unwrap_or_default(),
+            row.task_state.clone(),
+            row.power_state,
+        )
+    };
+    let expect = |vm: &str, power: i32| (vm.to_owned(), None, Some(power as i64));
+
+    assert_eq!(
+        state(&cell.instance(paused).await),
+        expect(vs::PAUSED, ps::PAUSED)
+    );
+    assert_eq!(guest(paused), Some(ps::PAUSED));
+    assert_eq!(
+        state(&cell.instance(unpausing).await),
+        expect(vs::ACTIVE, ps::RUNNING)
+    );
+    assert_eq!(guest(unpausing), Some(ps::RUNNING));
+    assert_eq!(
+        state(&cell.instance(suspending).await),
+        expect(vs::ACTIVE, ps::RUNNING)
+    );
+    assert_eq!(
+        state(&cell.instance(rebooted).await),
+        expect(vs::ACTIVE, ps::RUNNING)
+    );
+    assert_eq!(
+        state(&cell.instance(starting).await),
+        expect(vs::ACTIVE, ps::RUNNING)
+    );
+    assert_eq!(guest(starting), Some(ps::RUNNING));
+    let row = cell.instance(rebuilding).await;
+    assert_eq!(row.vm_state.as_deref(), Some(vs::ERROR), "{row:?}");
+    assert_eq!(row.task_state, None);
+    let faults = cell.db.faults(rebuilding).await.unwrap();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert!(faults[0]
+        .message
+        .as_deref()
+        .unwrap_or_default()
+        .starts_with("Rebuild of instance"));
+    let row = cell.instance(no_guest).await;
+    assert_eq!(row.task_state, None, "{row:?}");
+    assert_eq!(row.power_state, Some(ps::NOSTATE as i64));
+    assert!(!row.deleted);
+    // The queued build was not touched by the reconciliation, and runs.
+    let row = cell
+        .wait_for(queued, "active", |r| {
+            r.vm_state.as_deref() == Some(vs::ACTIVE)
+        })
+        .await;
+    assert!(cell.db.faults(queued).await.unwrap().is_empty(), "{row:?}");
+    assert_eq!(guest(queued), Some(ps::RUNNING));
+    cell.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_settles_actions_embedded() {
+    let db = testkit::sqlite("init_host_restart_settles_actions");
+    let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
+    restart_settles_actions(&db.url, bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_amqp_restart_settles_actions() {
+    let Some(db) = testkit::postgres("conductor_init_host_actions").await else {
+        return;
+    };
+    let Some(url) = testkit::rabbitmq("conductor_init_host_actions") else {
+        return;
+    };
+    let bus = fabric::bus::connect(&url)
+        .await
+        .expect("connect to RabbitMQ");
+    restart_settles_actions(&db.url, bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
