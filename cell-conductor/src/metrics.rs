@@ -24,7 +24,7 @@ pub const REPEATED_UPDATES: &str = "conductor_repeated_instance_updates_total";
 
 /// A method name as a label: one of the known names, or `unknown`.
 pub fn method_label(m: &str) -> &'static str {
-    const KNOWN: [&str; 9] = [
+    const KNOWN: [&str; 10] = [
         method::SERVICE_REGISTER,
         method::COMPUTE_NODE_UPDATE,
         method::SERVICE_HEARTBEAT,
@@ -34,6 +34,7 @@ pub fn method_label(m: &str) -> &'static str {
         method::INSTANCE_FAULT,
         method::INSTANCE_DESTROYED,
         method::RESCHEDULE,
+        method::INSTANCE_GET_ALL_BY_HOST,
     ];
     KNOWN.into_iter().find(|k| *k == m).unwrap_or("unknown")
 }

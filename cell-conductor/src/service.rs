@@ -112,6 +112,10 @@ impl Conductor {
                 let r: rpc::Reschedule = decode(env, method::RESCHEDULE)?;
                 Ok(encode(&self.reschedule(r, ids(env)).await?))
             }
+            method::INSTANCE_GET_ALL_BY_HOST => {
+                let r: rpc::InstanceListByHost = decode(env, method::INSTANCE_GET_ALL_BY_HOST)?;
+                Ok(encode(&self.instances_by_host(r).await?))
+            }
             other => Err(ConductorError::UnknownMethod(
                 other.chars().take(64).collect(),
             )),
@@ -178,6 +182,30 @@ impl Conductor {
     async fn instance_fault(&self, r: rpc::InstanceFault) -> Result<()> {
         let t: Targeted<Fault> = r.try_into()?;
         self.db.record_fault(t.instance, &t.value).await
+    }
+
+    /// A compute starting up: its live instances, and the guests its
+    /// hypervisor reports wherever their instances are.
+    #[instrument(skip_all, fields(host = %r.host, guests = r.uuids.len()))]
+    async fn instances_by_host(&self, r: rpc::InstanceListByHost) -> Result<rpc::InstanceList> {
+        if r.host.is_empty() {
+            return Err(ConductorError::BadRequest("listing needs a host".into()));
+        }
+        if r.uuids.len() > rpc::MAX_LISTED_UUIDS {
+            return Err(ConductorError::BadRequest(format!(
+                "at most {} uuids per listing",
+                rpc::MAX_LISTED_UUIDS
+            )));
+        }
+        let uuids = r
+            .uuids
+            .iter()
+            .map(|u| instance_uuid(u))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = self.db.instances_for_host(&r.host, &uuids).await?;
+        Ok(rpc::InstanceList {
+            instances: rows.iter().map(|r| r.to_record()).collect(),
+        })
     }
 
     /// The compute destroyed the guest: remove the allocations, then mark

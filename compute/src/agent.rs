@@ -2,7 +2,10 @@
 //!
 //! On start it consumes `compute.<host>`, registers its service and compute
 //! node through the conductor (retrying until the conductor answers), and
-//! reports the node's inventory to placement. Then it heartbeats every
+//! reports the node's inventory to placement. Before it takes any cast it
+//! reconciles the hypervisor's guests with the cell database
+//! ([`crate::init_host`], bounded by [`HostConfig::init_timeout`]); only
+//! then is it [`HostState::Ready`]. Then it heartbeats every
 //! `heartbeat_interval` and runs the casts it receives, each build or
 //! terminate in a task of its own:
 //!
@@ -56,6 +59,7 @@ use tracing::{debug, error, info, instrument, warn, Instrument};
 use crate::conductor::{CallRetry, ConductorClient};
 use crate::driver::{Driver, GuestOp, SpawnSpec};
 use crate::error::{chain, ComputeError};
+use crate::init_host;
 use crate::metrics;
 use crate::placement::{Inventory, Placement};
 
@@ -108,6 +112,9 @@ pub struct HostConfig {
     pub call_retry_deadline: Duration,
     /// Wait before retrying a failed registration.
     pub retry_interval: Duration,
+    /// Bound of the start-up reconciliation ([`crate::init_host`]); the
+    /// host becomes ready when it ends or this has passed.
+    pub init_timeout: Duration,
 }
 
 impl HostConfig {
@@ -121,6 +128,7 @@ impl HostConfig {
             call_timeout: Duration::from_secs(30),
             call_retry_deadline: CallRetry::default().deadline,
             retry_interval: Duration::from_secs(1),
+            init_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -224,6 +232,27 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
         state.send_replace(HostState::Stopped);
         return;
     };
+    // Before any cast is taken (they wait in the subscription): finish or
+    // undo what the last run of this host left (Nova's `init_host`).
+    let reconciled = tokio::select! {
+        r = tokio::time::timeout(h.cfg.init_timeout, init_host::reconcile(
+            &h.cfg.host, h.driver.as_ref(), &h.conductor)) => Some(r),
+        _ = stopped(&mut shutdown) => None,
+    };
+    match reconciled {
+        None => {
+            state.send_replace(HostState::Stopped);
+            return;
+        }
+        Some(Ok(Ok(summary))) => info!(%summary, "start-up reconciliation done"),
+        Some(Ok(Err(e))) => {
+            error!(error = %chain(&e), "start-up reconciliation could not list the instances; skipped")
+        }
+        Some(Err(_)) => error!(
+            timeout = ?h.cfg.init_timeout,
+            "start-up reconciliation timed out; the host starts with what was done"
+        ),
+    }
     state.send_replace(HostState::Ready { node_uuid });
     metrics::host_ready(1.0);
     let mut beat = tokio::time::interval(h.cfg.heartbeat_interval);
@@ -429,7 +458,7 @@ impl ActionPlan {
 
 /// Whether a conductor refusal means "this instance no longer wants it"
 /// (deleted, or its task state moved on): stop quietly.
-fn superseded(e: &ComputeError) -> bool {
+pub(crate) fn superseded(e: &ComputeError) -> bool {
     matches!(
         e.remote_code(),
         Some(code::UNEXPECTED_TASK_STATE) | Some(code::NOT_FOUND)

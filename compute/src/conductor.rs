@@ -21,6 +21,7 @@
 //! | `service_register`, `compute_node_update` | yes | idempotent upserts |
 //! | `instance_update` | yes | carries an `update_id` (one per logical update, the same on every attempt): the conductor answers a repeat of the update it applied last with the current row, without checking the expected task states again or recording the events twice |
 //! | `instance_destroyed` | yes | a repeat finds the instance deleted and answers its row; deleting absent allocations succeeds |
+//! | `instance_get_all_by_host` | yes | a read |
 //! | `service_heartbeat` | no | the next heartbeat is the repeat; waiting would hold up the agent's loop |
 //! | `instance_fault_create` | no | a repeat records a second fault |
 //! | `reschedule_instance` | no | a repeat could move the claim and cast the build twice |
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fabric::bus::Transport;
+use fabric::ids::InstanceUuid;
 use fabric::rpc::{self, method, RequestIds, RpcError, CONDUCTOR_QUEUE};
 use prost::Message;
 use tracing::{info, warn};
@@ -248,5 +250,28 @@ impl ConductorClient {
         ids: &RequestIds,
     ) -> Result<rpc::RescheduleResult, ComputeError> {
         self.call(method::RESCHEDULE, req, ids, Repeat::Never).await
+    }
+
+    /// `instance_get_all_by_host`: the live instances of `host`, and the
+    /// instances among `guests` wherever they are (repeated after a
+    /// connection loss: a read).
+    pub async fn instances_by_host(
+        &self,
+        host: &str,
+        guests: &[InstanceUuid],
+    ) -> Result<Vec<rpc::InstanceRecord>, ComputeError> {
+        let req = rpc::InstanceListByHost {
+            host: host.to_owned(),
+            uuids: guests.iter().map(ToString::to_string).collect(),
+        };
+        let list: rpc::InstanceList = self
+            .call(
+                method::INSTANCE_GET_ALL_BY_HOST,
+                &req,
+                &RequestIds::default(),
+                Repeat::Safe,
+            )
+            .await?;
+        Ok(list.instances)
     }
 }

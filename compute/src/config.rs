@@ -26,6 +26,9 @@ pub struct ComputeSection {
     /// connection is repeated once the bus is back (methods safe to repeat
     /// only; 0: never repeat).
     pub call_retry_secs: u64,
+    /// Seconds the start-up reconciliation of each host may take (see
+    /// [`crate::init_host`]).
+    pub init_timeout_secs: u64,
     /// Milliseconds a fake spawn takes.
     pub fake_spawn_latency_ms: u64,
 }
@@ -39,6 +42,7 @@ impl Default for ComputeSection {
             heartbeat_interval_secs: 10,
             call_timeout_secs: 30,
             call_retry_secs: 60,
+            init_timeout_secs: 120,
             fake_spawn_latency_ms: 100,
         }
     }
@@ -150,6 +154,7 @@ impl ComputeConfig {
                 h.heartbeat_interval = Duration::from_secs(c.heartbeat_interval_secs.max(1));
                 h.call_timeout = Duration::from_secs(c.call_timeout_secs.max(1));
                 h.call_retry_deadline = Duration::from_secs(c.call_retry_secs);
+                h.init_timeout = Duration::from_secs(c.init_timeout_secs.max(1));
                 h
             })
             .collect()

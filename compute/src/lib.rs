@@ -8,6 +8,8 @@
 //! - [`agent`]: one task per host: registration, heartbeats, inventory
 //!   reporting, `build_and_run_instance` and `terminate_instance`
 //!   ([`agent::start_host`]).
+//! - [`init_host`]: the start-up reconciliation of a host's guests with
+//!   the cell database (Nova's `init_host`), run before the host is ready.
 //! - [`conductor`]: typed calls to the cell conductor, the only writer of
 //!   the cell database: compute never opens a database.
 //! - [`placement`]: inventory reporting ([`placement::Placement`] trait, HTTP
@@ -22,6 +24,7 @@ pub mod conductor;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod init_host;
 pub mod metrics;
 pub mod placement;
 

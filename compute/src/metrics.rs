@@ -20,6 +20,10 @@ pub const HOSTS_READY: &str = "compute_hosts_ready";
 /// Conductor calls repeated after losing the broker connection, by method.
 pub const CONDUCTOR_CALL_RETRIES: &str = "compute_conductor_call_retries_total";
 
+/// Instances and guests handled by the start-up reconciliation, by action
+/// (`deleted`, `build_error`, `reaped`, `power_synced`, …).
+pub const INIT_HOST_ACTIONS: &str = "compute_init_host_actions_total";
+
 /// Records one phase of a build.
 pub fn phase(phase: &'static str, d: Duration) {
     metrics::histogram!(BUILD_PHASE_SECONDS, "phase" => phase).record(d.as_secs_f64());
@@ -54,4 +58,9 @@ pub fn host_ready(delta: f64) {
 /// (`method` is one of the wire's method names).
 pub fn call_retried(method: &'static str) {
     metrics::counter!(CONDUCTOR_CALL_RETRIES, "method" => method).increment(1);
+}
+
+/// Counts one action of the start-up reconciliation.
+pub fn init_host_action(action: &'static str) {
+    metrics::counter!(INIT_HOST_ACTIONS, "action" => action).increment(1);
 }

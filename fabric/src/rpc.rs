@@ -78,6 +78,9 @@ pub mod method {
     pub const INSTANCE_DESTROYED: &str = "instance_destroyed";
     /// A build failed on a host: try an alternate, or set ERROR.
     pub const RESCHEDULE: &str = "reschedule_instance";
+    /// The instances of a host, and any of the named ones wherever they
+    /// are (deleted too): what a compute reconciles at start-up.
+    pub const INSTANCE_GET_ALL_BY_HOST: &str = "instance_get_all_by_host";
     /// Build and start an instance on this host (cast to `compute.<host>`).
     pub const BUILD_AND_RUN_INSTANCE: &str = "build_and_run_instance";
     /// Destroy an instance on this host (cast to `compute.<host>`).
@@ -569,6 +572,32 @@ pub struct InstanceDestroyed {
     /// Request id of the delete action.
     #[prost(string, tag = "3")]
     pub request_id: String,
+}
+
+/// `instance_get_all_by_host`: the live instances whose `host` is `host`,
+/// and every instance among `uuids` (the guests the hypervisor reports),
+/// deleted or on another host included. Nova's `_init_instance` list and
+/// its look-up of the driver's guests, in one call.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct InstanceListByHost {
+    /// The host.
+    #[prost(string, tag = "1")]
+    pub host: String,
+    /// Instances to answer wherever they are (at most
+    /// [`MAX_LISTED_UUIDS`]).
+    #[prost(string, repeated, tag = "2")]
+    pub uuids: Vec<String>,
+}
+
+/// The most uuids one [`InstanceListByHost`] may name.
+pub const MAX_LISTED_UUIDS: usize = 10_000;
+
+/// Instances (the answer to [`InstanceListByHost`]).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct InstanceList {
+    /// The instances, each once.
+    #[prost(message, repeated, tag = "1")]
+    pub instances: Vec<InstanceRecord>,
 }
 
 // -------------------------------------------------------------- build flow

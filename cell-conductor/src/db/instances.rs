@@ -135,6 +135,43 @@ impl CellDb {
             .map_err(db("instance_get"))?))
     }
 
+    /// The live instances on `host`, and every instance among `uuids`
+    /// (deleted, or on another host, included), each once, ordered by
+    /// uuid. The uuids are looked up 500 at a time.
+    pub async fn instances_for_host(
+        &self,
+        host: &str,
+        uuids: &[InstanceUuid],
+    ) -> Result<Vec<InstanceRow>> {
+        let on_host =
+            format!("SELECT {COLUMNS} FROM instances WHERE host = $1 AND deleted IS FALSE");
+        let mut rows: Vec<InstanceRow> = on_db!(self, p => measured("instance_list_by_host",
+            sqlx::query_as(&on_host).bind(host).fetch_all(p)).await
+            .map_err(db("instance_list_by_host"))?);
+        let mut keys: Vec<String> = uuids.iter().map(ToString::to_string).collect();
+        keys.sort();
+        keys.dedup();
+        for chunk in keys.chunks(500) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT {COLUMNS} FROM instances WHERE uuid IN ({})",
+                marks.join(", ")
+            );
+            let found: Vec<InstanceRow> = on_db!(self, p => {
+                let mut q = sqlx::query_as(&sql);
+                for k in chunk {
+                    q = q.bind(k);
+                }
+                measured("instance_list_by_uuid", q.fetch_all(p)).await
+                    .map_err(db("instance_list_by_uuid"))?
+            });
+            rows.extend(found);
+        }
+        rows.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        rows.dedup_by(|a, b| a.uuid == b.uuid);
+        Ok(rows)
+    }
+
     /// Applies `change` to a live instance, checking the expected task
     /// states and the task-state machine; records its events in the same
     /// transaction.

@@ -22,6 +22,8 @@ pub struct Cell {
     pub inventory: ComputePlacement,
     pub hv: FakeHypervisor,
     pub hosts: Vec<(HostHandle, ProviderUuid)>,
+    /// Hosts whose agent was stopped ([`Cell::stop_host`]), with their node.
+    pub stopped: Vec<(String, ProviderUuid)>,
 }
 
 pub fn flavor() -> FlavorResources {
@@ -87,15 +89,32 @@ impl Cell {
             inventory,
             hv,
             hosts,
+            stopped: Vec::new(),
         }
     }
 
     pub fn provider(&self, host: &str) -> ProviderUuid {
         self.hosts
             .iter()
-            .find(|(h, _)| h.host() == host)
-            .map(|(_, p)| *p)
+            .map(|(h, p)| (h.host(), *p))
+            .chain(self.stopped.iter().map(|(h, p)| (h.as_str(), *p)))
+            .find(|(h, _)| *h == host)
+            .map(|(_, p)| p)
             .expect("known host")
+    }
+
+    /// Stops the agent of `host` (its guests stay in the fake hypervisor);
+    /// returns its node.
+    pub async fn stop_host(&mut self, host: &str) -> ProviderUuid {
+        let i = self
+            .hosts
+            .iter()
+            .position(|(h, _)| h.host() == host)
+            .expect("running host");
+        let (h, node) = self.hosts.remove(i);
+        h.shutdown().await;
+        self.stopped.push((host.to_owned(), node));
+        node
     }
 
     /// What the API layer does: instance row + claim + cast to `host`.

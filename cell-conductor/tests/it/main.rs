@@ -5,6 +5,7 @@
 
 mod common;
 mod embedded;
+mod init_host;
 mod outage;
 mod real;
 mod scenarios;
