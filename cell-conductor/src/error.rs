@@ -43,6 +43,17 @@ pub enum ConductorError {
         /// What the database holds.
         actual: Option<String>,
     },
+    /// The instance is not on the host the caller expected (it was moved,
+    /// e.g. rescheduled to an alternate).
+    #[error("instance {instance}: expected on host {expected}, it is on {actual:?}")]
+    UnexpectedHost {
+        /// The instance.
+        instance: String,
+        /// The host the caller expected.
+        expected: String,
+        /// The host the database holds.
+        actual: Option<String>,
+    },
     /// The change breaks the task-state machine.
     #[error("instance {instance}: task state {from:?} cannot become {to:?}")]
     InvalidTransition {
@@ -86,7 +97,9 @@ impl ConductorError {
             Self::Decode { .. } | Self::BadRequest(_) => code::BAD_REQUEST,
             Self::UnknownMethod(_) => code::UNKNOWN_METHOD,
             Self::InstanceNotFound(_) | Self::ServiceNotFound { .. } => code::NOT_FOUND,
-            Self::UnexpectedTaskState { .. } => code::UNEXPECTED_TASK_STATE,
+            Self::UnexpectedTaskState { .. } | Self::UnexpectedHost { .. } => {
+                code::UNEXPECTED_TASK_STATE
+            }
             Self::InvalidTransition { .. } => code::INVALID_TRANSITION,
             Self::NotBuilt(_) => code::NOT_IMPLEMENTED,
             Self::Database { .. } | Self::Open(_) | Self::Placement(_) | Self::Bus(_) => {

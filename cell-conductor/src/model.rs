@@ -188,6 +188,8 @@ pub struct InstanceChange {
     pub task_state: Option<Option<String>>,
     /// Expected current task states (`None` entries = NULL); empty = no check.
     pub expected: Vec<Option<String>>,
+    /// Expected current host; `None` = no check.
+    pub expected_host: Option<String>,
     /// New power_state.
     pub power_state: Option<i64>,
     /// New host.
@@ -254,6 +256,7 @@ impl TryFrom<rpc::InstanceUpdate> for Targeted<InstanceChange> {
                 vm_state: u.vm_state,
                 task_state: task,
                 expected,
+                expected_host: u.expected_host,
                 power_state: u.power_state.map(i64::from),
                 host: u.host.map(|h| h.value),
                 node: u.node.map(|n| n.value),

@@ -880,27 +880,43 @@ impl Host {
             }
             Err(e) if superseded(&e) => self.abandon(&e, false, instance, ids).await,
             Err(re) => {
-                // The conductor could not decide: put the instance in ERROR
-                // ourselves, with a fault naming this host and the error.
+                // No answer: the conductor may have failed, or rescheduled
+                // and lost its reply with the broker connection. Put the
+                // instance in ERROR ourselves only while it is still on this
+                // host (a rescheduled one is on its alternate's), then the
+                // fault naming this host and the error.
                 error!(error = %chain(&re), "reschedule failed; setting ERROR");
-                let fault = rpc::InstanceFault {
-                    instance_uuid: b.instance_uuid.clone(),
-                    code: 500,
-                    message: format!("Build of instance {instance} failed on host {host}: {why}"),
-                    details: format!("{why}\nreschedule failed: {}", chain(&re)),
-                    host: host.clone(),
-                };
-                let _ = self.conductor.fault(&fault, ids).await;
                 let u = InstanceUpdate {
                     instance_uuid: b.instance_uuid.clone(),
                     vm_state: Some(vs::ERROR.to_owned()),
                     task_state: NullableString::null(),
+                    expected_host: Some(host.clone()),
                     ..Default::default()
                 };
-                if let Err(e) = self.conductor.update_instance(&u, ids).await {
-                    error!(error = %chain(&e), "could not set ERROR");
+                match self.conductor.update_instance(&u, ids).await {
+                    Ok(_) => {
+                        let fault = rpc::InstanceFault {
+                            instance_uuid: b.instance_uuid.clone(),
+                            code: 500,
+                            message: format!(
+                                "Build of instance {instance} failed on host {host}: {why}"
+                            ),
+                            details: format!("{why}\nreschedule failed: {}", chain(&re)),
+                            host: host.clone(),
+                        };
+                        let _ = self.conductor.fault(&fault, ids).await;
+                        metrics::build("failed");
+                    }
+                    Err(e) if superseded(&e) => {
+                        info!(error = %chain(&e),
+                            "the reschedule went through after all (the instance left this host): not setting ERROR");
+                        metrics::build("rescheduled");
+                    }
+                    Err(e) => {
+                        error!(error = %chain(&e), "could not set ERROR");
+                        metrics::build("failed");
+                    }
                 }
-                metrics::build("failed");
             }
         }
     }

@@ -458,6 +458,12 @@ pub struct InstanceUpdate {
     /// whose reply was lost with the broker connection succeeds once.
     #[prost(string, tag = "12")]
     pub update_id: String,
+    /// The host the sender expects the instance on (`None` = no check):
+    /// otherwise the update fails with [`code::UNEXPECTED_TASK_STATE`]. A
+    /// compute that gives up on a build sets ERROR only while the instance
+    /// is still its own, not after the conductor moved it to an alternate.
+    #[prost(string, optional, tag = "13")]
+    pub expected_host: Option<String>,
 }
 
 /// An instance as the conductor sees it after a change.

@@ -336,6 +336,15 @@ fn check(key: &str, cur: &InstanceRow, c: &InstanceChange) -> Result<()> {
             actual: cur.task_state.clone(),
         });
     }
+    if let Some(want) = &c.expected_host {
+        if cur.host.as_deref() != Some(want.as_str()) {
+            return Err(ConductorError::UnexpectedHost {
+                instance: key.to_owned(),
+                expected: want.clone(),
+                actual: cur.host.clone(),
+            });
+        }
+    }
     if let Some(to) = &c.task_state {
         if !transition_allowed(from, to.as_deref()) {
             if from == Some(ts::DELETING) {

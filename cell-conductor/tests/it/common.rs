@@ -53,6 +53,18 @@ impl Cell {
         hv: FakeHypervisor,
         hosts: usize,
     ) -> Cell {
+        Self::start_with(db_url, bus.clone(), bus, hv, hosts).await
+    }
+
+    /// As [`Cell::start`], the computes talking over `host_bus` (e.g. a
+    /// wrapper of `bus` that loses some replies).
+    pub async fn start_with(
+        db_url: &str,
+        bus: Arc<dyn Transport>,
+        host_bus: Arc<dyn Transport>,
+        hv: FakeHypervisor,
+        hosts: usize,
+    ) -> Cell {
         let placement = InMemoryPlacement::new();
         let mut o = ConductorOptions::new(db_url, bus.clone());
         o.placement = Arc::new(placement.clone());
@@ -67,7 +79,7 @@ impl Cell {
             cfg.call_timeout = Duration::from_secs(10);
             let h = compute::start_host(
                 cfg,
-                bus.clone(),
+                host_bus.clone(),
                 hv.driver(&format!("host{i}")),
                 Arc::new(inventory.clone()),
             );

@@ -6,6 +6,7 @@
 mod common;
 mod embedded;
 mod init_host;
+mod lost_reply;
 mod outage;
 mod real;
 mod scenarios;
