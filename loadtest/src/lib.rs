@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod boot;
+pub mod compare;
 pub mod embed;
 pub mod fleet;
 pub mod inspect;

@@ -27,6 +27,41 @@ enum Command {
     /// Run a scenario file: fleet, target, phases and faults; write the
     /// JSON report and plots; exit non-zero when an invariant breaks.
     Run(RunArgs),
+    /// Two runs of a scenario side by side (e.g. this region and a Nova
+    /// deployment by URL): a table of every figure per phase with B / A,
+    /// compare.json and plots.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// Run A: its report.json or its report directory.
+    a: PathBuf,
+    /// Run B: its report.json or its report directory.
+    b: PathBuf,
+    /// Names of the two runs in the table and plots (default `A`, `B`).
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    labels: Option<Vec<String>>,
+    /// Where to write compare.json and the plots (default `loadtest-compare`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn compare(args: CompareArgs) -> Result<()> {
+    use loadtest::compare;
+    let a = compare::load(&args.a)?;
+    let b = compare::load(&args.b)?;
+    let labels = args
+        .labels
+        .unwrap_or_else(|| vec!["A".to_owned(), "B".to_owned()]);
+    let c = compare::compare(&a, &b, &labels[0], &labels[1]);
+    print!("{}", compare::table(&c));
+    let dir = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("loadtest-compare"));
+    let files = compare::write(&c, &dir)?;
+    println!("wrote {} files to {}", files.len(), dir.display());
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -510,5 +545,6 @@ async fn main() -> Result<()> {
         Command::Placement(a) => placement(a).await,
         Command::Boot(a) => boot(a).await,
         Command::Run(a) => run(a).await,
+        Command::Compare(a) => compare(a),
     }
 }

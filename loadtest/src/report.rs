@@ -18,16 +18,36 @@ pub const PLOTS: [&str; 5] = [
     "errors_by_fault.svg",
 ];
 
+/// A directory being filled with report files.
+pub(crate) struct Files<'a> {
+    dir: &'a Path,
+    /// The files written so far.
+    pub written: Vec<PathBuf>,
+}
+
+impl<'a> Files<'a> {
+    /// Creates `dir` if needed.
+    pub fn create(dir: &'a Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        Ok(Self {
+            dir,
+            written: Vec::new(),
+        })
+    }
+
+    /// Writes `name` with `body`.
+    pub fn put(&mut self, name: &str, body: String) -> Result<()> {
+        let p = self.dir.join(name);
+        std::fs::write(&p, body).with_context(|| format!("write {}", p.display()))?;
+        self.written.push(p);
+        Ok(())
+    }
+}
+
 /// Writes `report.json` and the plots into `dir`; returns the files.
 pub fn write(r: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let mut files = Vec::new();
-    let mut put = |name: &str, body: String| -> Result<()> {
-        let p = dir.join(name);
-        std::fs::write(&p, body).with_context(|| format!("write {}", p.display()))?;
-        files.push(p);
-        Ok(())
-    };
+    let mut out = Files::create(dir)?;
+    let mut put = |name: &str, body: String| out.put(name, body);
     put("report.json", serde_json::to_string_pretty(r)?)?;
 
     let t = &r.throughput;
@@ -153,7 +173,7 @@ pub fn write(r: &RunReport, dir: &Path) -> Result<Vec<PathBuf>> {
             &rows,
         ),
     )?;
-    Ok(files)
+    Ok(out.written)
 }
 
 /// The terminal summary table.
