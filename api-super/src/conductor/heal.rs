@@ -101,6 +101,14 @@ impl BuildHealer {
     /// again by the next pass (of this or another process).
     #[tracing::instrument(skip_all, fields(scheduler = %self.me))]
     pub async fn heal_once(&self) -> Vec<String> {
+        if let Some(age) = self.conductor.lease().stale() {
+            // Builds taken over now would be given up again at landing.
+            tracing::warn!(
+                heartbeat_age_secs = age.as_secs_f64(),
+                "this scheduler's heartbeat is stale: not healing"
+            );
+            return Vec::new();
+        }
         let db = self.conductor.db();
         let cutoff = Utc::now() - self.grace;
         let orphans = match db.orphan_builds(&self.me, cutoff, self.batch).await {
@@ -249,6 +257,43 @@ impl BuildHealer {
     }
 }
 
+/// This process's lease on the builds it owns: fresh while its heartbeat
+/// was written within `limit` (half the healing grace), so no healer can
+/// have counted it dead yet (heartbeats older than the grace are). Without
+/// a limit (healing not started in this process) it never goes stale.
+#[derive(Debug, Default)]
+pub struct Lease {
+    state: std::sync::Mutex<Option<(std::time::Instant, Duration)>>,
+}
+
+impl Lease {
+    /// Starts the lease: a heartbeat was just written, stale after `limit`.
+    pub fn start(&self, limit: Duration) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((std::time::Instant::now(), limit));
+    }
+
+    /// A heartbeat was written now.
+    pub fn renew(&self) {
+        if let Some((at, _)) = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            *at = std::time::Instant::now();
+        }
+    }
+
+    /// How long since the last heartbeat, when that is past the limit.
+    pub fn stale(&self) -> Option<Duration> {
+        let state = *self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, limit) = state?;
+        let age = at.elapsed();
+        (age > limit).then_some(age)
+    }
+}
+
 /// Starts this process's heartbeat and, unless `interval_secs` is 0, its
 /// healer (a pass at once, then every interval). Nothing when the
 /// conductor's API-database handle has no owner. The tasks run until
@@ -265,6 +310,11 @@ pub fn start(conductor: Arc<SuperConductor>, cfg: &BuildHealConfig) -> Vec<JoinH
             "build healing grace shorter than two heartbeats: live builds may be taken over"
         );
     }
+    // The first heartbeat was written before the service started.
+    healer
+        .conductor
+        .lease()
+        .start(Duration::from_secs(cfg.grace_secs.max(1)) / 2);
     let mut tasks = Vec::new();
     let h = healer.clone();
     tasks.push(tokio::spawn(async move {
@@ -274,7 +324,7 @@ pub fn start(conductor: Arc<SuperConductor>, cfg: &BuildHealConfig) -> Vec<JoinH
             tick.tick().await;
             let db = h.conductor.db();
             match tokio::time::timeout(beat, db.scheduler_heartbeat(&h.me, Utc::now())).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => h.conductor.lease().renew(),
                 Ok(Err(e)) => tracing::warn!(error = %chain(&e), "scheduler heartbeat failed"),
                 Err(_) => tracing::warn!("scheduler heartbeat timed out"),
             }
@@ -298,4 +348,24 @@ pub fn start(conductor: Arc<SuperConductor>, cfg: &BuildHealConfig) -> Vec<JoinH
         }));
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_goes_stale_without_heartbeats_and_renews() {
+        let lease = Lease::default();
+        assert_eq!(lease.stale(), None, "no lease: never stale");
+        lease.renew();
+        assert_eq!(lease.stale(), None);
+        lease.start(Duration::from_millis(30));
+        assert_eq!(lease.stale(), None, "fresh after start");
+        std::thread::sleep(Duration::from_millis(50));
+        let age = lease.stale().expect("stale past its limit");
+        assert!(age >= Duration::from_millis(50), "{age:?}");
+        lease.renew();
+        assert_eq!(lease.stale(), None, "a heartbeat renews it");
+    }
 }

@@ -36,6 +36,7 @@ pub struct SuperConductor {
     db: ComputeDb,
     cells: Cells,
     scheduler: Arc<Scheduler>,
+    lease: heal::Lease,
 }
 
 /// The resources one instance of `spec` needs, as placement names them.
@@ -58,7 +59,13 @@ impl SuperConductor {
             db,
             cells,
             scheduler,
+            lease: heal::Lease::default(),
         }
+    }
+
+    /// This process's build lease (kept by its heartbeat, see [`heal`]).
+    pub fn lease(&self) -> &heal::Lease {
+        &self.lease
     }
 
     /// The API database (as this process's builds are written).
@@ -166,6 +173,22 @@ impl SuperConductor {
         started: DateTime<Utc>,
     ) -> Result<(), String> {
         let cell = &sel.host.cell;
+        // A process whose heartbeat has not been written for half the
+        // healing grace may already count as dead to another healer: it
+        // writes nothing into a cell, gives the build up (owner cleared)
+        // and leaves it to a healer, which releases the claim made for it
+        // and schedules it again.
+        if let Some(age) = self.lease.stale() {
+            if let Some(me) = self.db.owner() {
+                tracing::warn!(instance = %b.uuid, heartbeat_age_secs = age.as_secs_f64(),
+                    "this scheduler's heartbeat is stale: leaving the build to the healer");
+                self.db
+                    .release_builds(std::slice::from_ref(&b.uuid), me)
+                    .await
+                    .map_err(|e| chain(&e))?;
+                return Ok(());
+            }
+        }
         let cdb = self.cells.db(cell).await.map_err(|e| chain(&e))?;
         cdb.create_api_instance(&new_instance(
             b,

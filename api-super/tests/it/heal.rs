@@ -412,3 +412,41 @@ async fn healer_sql_postgres() {
     };
     healer_sql(&pg.url).await;
 }
+
+/// A process whose own heartbeat has not been written for half the grace
+/// (here: heartbeats once an hour, grace 2 s) may count as dead to another
+/// healer: it writes nothing into a cell and gives the build up (owner
+/// cleared) for a healer to take; its own healer does not heal meanwhile.
+#[tokio::test]
+async fn a_scheduler_with_a_stale_heartbeat_gives_its_builds_up() {
+    let region = Region::start_with("heal_stale_lease", 1, 2, |cfg| {
+        cfg.build_heal = BuildHealConfig {
+            interval_secs: 1,
+            grace_secs: 2,
+            heartbeat_secs: 3600,
+            ..Default::default()
+        };
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let id = region.boot(&region.admin, "stale", "1").await;
+    let db = ComputeDb::new(region.api.clone());
+    let cells = cell_dbs(&region).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.build_owner(&id).await.unwrap() != Some(None) {
+        assert!(Instant::now() < deadline, "the build was not given up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Passes of its own healer run meanwhile and take nothing.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(db.build_owner(&id).await.unwrap(), Some(None));
+    assert_eq!(db.rows_for(&id).await.unwrap(), (1, 1, 1));
+    assert_eq!(db.mapping(&id).await.unwrap().unwrap().0, None);
+    assert_eq!(rows_across_cells(&cells, &id).await, (0, 0));
+    let s = crate::common::json(&region.show(&region.admin, &id).await);
+    assert_eq!(s["server"]["status"], "BUILD", "{s}");
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
