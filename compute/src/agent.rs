@@ -246,7 +246,7 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
         }
         Some(Ok(Ok(summary))) => info!(%summary, "start-up reconciliation done"),
         Some(Ok(Err(e))) => {
-            error!(error = %chain(&e), "start-up reconciliation could not list the instances; skipped")
+            error!(error = %chain(&e), "start-up reconciliation could not list the guests or the instances; skipped")
         }
         Some(Err(_)) => error!(
             timeout = ?h.cfg.init_timeout,
@@ -481,7 +481,7 @@ impl Host {
             })
             .await?;
         let r = &self.cfg.resources;
-        let running = self.driver.list().len() as i64;
+        let running = self.driver.list().map_or(0, |g| g.len()) as i64;
         let node = self
             .conductor
             .update_compute_node(&rpc::ComputeNodeUpdate {

@@ -86,13 +86,14 @@ impl fmt::Display for Summary {
 }
 
 /// Reconciles `host`'s hypervisor with the cell database (see the module
-/// docs). Fails only when the instances cannot be listed.
+/// docs). Fails only when the guests (driver) or the instances (conductor)
+/// cannot be listed: then nothing is changed.
 pub async fn reconcile(
     host: &str,
     driver: &dyn Driver,
     conductor: &ConductorClient,
 ) -> Result<Summary, ComputeError> {
-    let mut guests = driver.list();
+    let mut guests = driver.list()?;
     if guests.len() > rpc::MAX_LISTED_UUIDS {
         warn!(
             guests = guests.len(),

@@ -416,3 +416,34 @@ async fn pg_amqp_restart_reconciles() {
         .expect("connect to RabbitMQ");
     restart_reconciles(&db.url, bus).await;
 }
+
+/// A hypervisor that cannot list its guests at start-up is not taken for
+/// an empty one: the reconciliation is skipped and changes nothing (here
+/// an instance whose guest really vanished keeps its power state, and one
+/// left in `deleting` stays so), and the host still starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlistable_hypervisor_changes_nothing_embedded() {
+    let db = testkit::sqlite("init_host_unlistable");
+    let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
+    let mut cell = Cell::start(&db.url, bus, FakeHypervisor::automatic(Duration::ZERO), 1).await;
+    let (vanished, _) = cell.boot("host1", &[]).await;
+    let (deleting, _) = cell.boot("host1", &[]).await;
+    for uuid in [vanished, deleting] {
+        cell.wait_for(uuid, "active", |r| {
+            r.vm_state.as_deref() == Some(vs::ACTIVE)
+        })
+        .await;
+    }
+    let node1 = cell.stop_host("host1").await;
+    cell.hv.driver("host1").destroy(vanished).await.unwrap();
+    api_task(&cell, deleting, ts::DELETING).await;
+    cell.hv.fail_listing("host1", "hypervisor unreachable");
+    restart_host1(&mut cell, node1).await;
+    let row = cell.instance(vanished).await;
+    assert_eq!(row.power_state, Some(ps::RUNNING as i64), "{row:?}");
+    assert_eq!(row.vm_state.as_deref(), Some(vs::ACTIVE), "{row:?}");
+    let row = cell.instance(deleting).await;
+    assert_eq!(row.task_state.as_deref(), Some(ts::DELETING), "{row:?}");
+    assert!(!row.deleted, "{row:?}");
+    cell.stop().await;
+}

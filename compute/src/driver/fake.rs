@@ -41,6 +41,7 @@ pub enum Mode {
 struct Knobs {
     fail: Option<String>,
     delay: Option<Duration>,
+    list_error: Option<String>,
 }
 
 /// The architecture a fake host reports unless told otherwise.
@@ -118,6 +119,16 @@ impl FakeHypervisor {
     /// Makes every later spawn on `host` fail with `message`.
     pub fn fail_spawns(&self, host: &str, message: &str) {
         self.lock().knobs.entry(host.to_owned()).or_default().fail = Some(message.to_owned());
+    }
+
+    /// Makes listing `host`'s guests fail with `message` (a hypervisor that
+    /// cannot be reached).
+    pub fn fail_listing(&self, host: &str, message: &str) {
+        self.lock()
+            .knobs
+            .entry(host.to_owned())
+            .or_default()
+            .list_error = Some(message.to_owned());
     }
 
     /// Makes every later spawn on `host` take `delay` longer.
@@ -307,8 +318,17 @@ impl Driver for FakeDriver {
             .unwrap_or(power_state::NOSTATE)
     }
 
-    fn list(&self) -> Vec<InstanceUuid> {
-        self.hv.guests(&self.host)
+    fn list(&self) -> Result<Vec<InstanceUuid>, DriverError> {
+        let failure = self
+            .hv
+            .lock()
+            .knobs
+            .get(&self.host)
+            .and_then(|k| k.list_error.clone());
+        match failure {
+            Some(message) => Err(DriverError::Unavailable(message)),
+            None => Ok(self.hv.guests(&self.host)),
+        }
     }
 
     fn perform<'a>(

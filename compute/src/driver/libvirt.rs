@@ -31,7 +31,7 @@ impl Driver for LibvirtDriver {
     fn power_state(&self, _: InstanceUuid) -> i32 {
         power_state::NOSTATE
     }
-    fn list(&self) -> Vec<InstanceUuid> {
-        Vec::new()
+    fn list(&self) -> Result<Vec<InstanceUuid>, DriverError> {
+        Err(DriverError::Unavailable(NOT_BUILT.into()))
     }
 }

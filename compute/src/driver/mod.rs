@@ -116,8 +116,11 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// The guest's power state ([`fabric::rpc::power_state`]).
     fn power_state(&self, instance: InstanceUuid) -> i32;
 
-    /// The guests on this host.
-    fn list(&self) -> Vec<InstanceUuid>;
+    /// The guests on this host. An error when the hypervisor cannot say
+    /// (unreachable, not built): never an empty list in its place, since
+    /// the start-up reconciliation would take every instance's guest for
+    /// gone.
+    fn list(&self) -> Result<Vec<InstanceUuid>, DriverError>;
 
     /// Runs `op` on an existing guest; returns once it is done. Drivers
     /// that do not implement an operation answer [`DriverError::Unavailable`].

@@ -22,10 +22,10 @@ async fn automatic_spawns_succeed_and_destroy_removes() {
     let s = spec();
     d.spawn(&s).await.unwrap();
     assert_eq!(d.power_state(s.instance), power_state::RUNNING);
-    assert_eq!(d.list(), vec![s.instance]);
+    assert_eq!(d.list().unwrap(), vec![s.instance]);
     assert!(hv.guests("h2").is_empty());
     d.destroy(s.instance).await.unwrap();
-    assert!(d.list().is_empty());
+    assert!(d.list().unwrap().is_empty());
     assert_eq!(d.power_state(s.instance), power_state::NOSTATE);
 }
 
