@@ -218,7 +218,19 @@ impl Cell {
         what: &str,
         done: impl Fn(&InstanceRow) -> bool,
     ) -> InstanceRow {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.wait_for_up_to(uuid, what, Duration::from_secs(20), done)
+            .await
+    }
+
+    /// Polls the instance until `done`, at most `limit`.
+    pub async fn wait_for_up_to(
+        &self,
+        uuid: InstanceUuid,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&InstanceRow) -> bool,
+    ) -> InstanceRow {
+        let deadline = Instant::now() + limit;
         loop {
             let row = self.instance(uuid).await;
             if done(&row) {
