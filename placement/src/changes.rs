@@ -326,6 +326,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_batch_merges_announcements() {
+        let v = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut b = Batch::default();
+        b.add((Change::Usages, v(&["a", "b"])));
+        b.add((Change::Providers, v(&["b"])));
+        b.add((Change::Usages, v(&["c", "a"])));
+        b.add((Change::Classes, Vec::new()));
+        assert_eq!(
+            b.into_announcements(),
+            [
+                (Change::Classes, Vec::new()),
+                (Change::Providers, v(&["b"])),
+                (Change::Usages, v(&["a", "c"])),
+            ],
+            "a provider re-read covers its usage re-read"
+        );
+        let mut b = Batch::default();
+        b.add((Change::Providers, v(&["a"])));
+        b.add((Change::All, Vec::new()));
+        assert_eq!(b.into_announcements(), [(Change::All, Vec::new())]);
+    }
+
+    #[test]
     fn payloads_round_trip_and_stay_small() {
         let uuids: Vec<String> = (0..400)
             .map(|i| format!("00000000-0000-0000-0000-{i:012}"))

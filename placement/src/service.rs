@@ -72,7 +72,7 @@ impl Placement {
     /// are told to do the same.
     pub async fn refresh(&self, uuids: &[String]) -> Result<()> {
         self.refresh_local(uuids).await?;
-        self.announce(Change::Providers, uuids).await;
+        self.announce(Change::Providers, uuids);
         Ok(())
     }
 
@@ -100,7 +100,7 @@ impl Placement {
     /// Other processes are told to do the same.
     pub async fn refresh_usages(&self, uuids: &[String]) -> Result<()> {
         self.refresh_usages_local(uuids).await?;
-        self.announce(Change::Usages, uuids).await;
+        self.announce(Change::Usages, uuids);
         Ok(())
     }
 
@@ -125,7 +125,7 @@ impl Placement {
         if !rest.is_empty() {
             self.refresh_usages_local(&rest).await?;
         }
-        self.announce(Change::Usages, &written.touched).await;
+        self.announce(Change::Usages, &written.touched);
         Ok(())
     }
 
@@ -167,7 +167,7 @@ impl Placement {
     /// Rebuilds the whole index from the database; other processes too.
     pub async fn refresh_all(&self) -> Result<()> {
         self.refresh_all_local().await?;
-        self.announce(Change::All, &[]).await;
+        self.announce(Change::All, &[]);
         Ok(())
     }
 
@@ -221,7 +221,7 @@ impl Placement {
     /// deleted); other processes too.
     pub async fn reload_classes(&self) -> Result<()> {
         self.reload_classes_local().await?;
-        self.announce(Change::Classes, &[]).await;
+        self.announce(Change::Classes, &[]);
         Ok(())
     }
 
@@ -234,10 +234,10 @@ impl Placement {
 
     /// Tells the other processes on this database (PostgreSQL only) what
     /// changed, through the background announcer (which merges what comes
-    /// within a few milliseconds). A lost announcement costs staleness until the next
-    /// reconcile, never correctness: writes re-check generations and
-    /// capacity in the database.
-    async fn announce(&self, change: Change, uuids: &[String]) {
+    /// within a few milliseconds). A lost announcement costs staleness until
+    /// the next reconcile, never correctness: writes re-check generations
+    /// and capacity in the database.
+    fn announce(&self, change: Change, uuids: &[String]) {
         if let Some(tx) = &self.announcer {
             // The announcer lives as long as the runtime; a send fails only
             // while it shuts down.

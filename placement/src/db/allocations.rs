@@ -155,18 +155,16 @@ pub struct Written {
 /// reshaper): consumer generations compared, capacity of every provider
 /// that receives resources checked, its generation compared-and-bumped.
 ///
-/// A claim of a new consumer on one provider is four statements on
-/// PostgreSQL: one read of the providers and consumers, one insert of the
-/// consumer and its allocations, one compare-and-bump of the generation that
-/// also returns inventory and usage for the capacity check, and the commit.
-/// SQLite (no data-modifying `WITH`) splits the last two statements in two
-/// each.
+/// The providers and the consumers are read in one query; the new claim of
+/// a consumer on one provider is then a consumer insert, one allocation
+/// insert, the generation's compare-and-bump and the capacity read. On
+/// PostgreSQL the common case of that (a new consumer, one provider) takes
+/// a single statement instead: see [`claim_new_consumer_pg`].
 pub(crate) async fn write_allocations_in(
     tx: &mut Tx,
     writes: &[ConsumerWrite],
     class_ids: &HashMap<String, i64>,
 ) -> std::result::Result<Written, WriteError> {
-    let pg = matches!(tx, Tx::Pg(_));
     // Every provider named in the new allocations, sorted (lock order).
     let mut wanted: BTreeSet<&str> = BTreeSet::new();
     for w in writes {
@@ -283,49 +281,6 @@ pub(crate) async fn write_allocations_in(
                 })
                 .collect();
             match current {
-                None if pg => {
-                    let values = (0..rows.len())
-                        .map(|i| format!("(${}, ${}, ${})", 3 * i + 6, 3 * i + 7, 3 * i + 8))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    // The consumer and its allocations in one statement.
-                    // Usually the project and user rows exist already; when
-                    // the consumer insert finds none (no allocation row
-                    // written), create them and run it again.
-                    let sql = format!(
-                        "WITH c AS (INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
-                         SELECT $1, p.id, u.id, 1, $2, $3 FROM projects p, users u WHERE p.external_id = $4 AND u.external_id = $5 \
-                         RETURNING uuid) \
-                         INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
-                         SELECT v.rp, c.uuid, v.rc, v.used, $3 FROM c, (VALUES {values}) AS v (rp, rc, used)"
-                    );
-                    let mut written = false;
-                    for attempt in 0..2 {
-                        let mut q = sqlx::query(&sql)
-                            .bind(&w.consumer)
-                            .bind(type_id)
-                            .bind(ts)
-                            .bind(&w.project_id)
-                            .bind(&w.user_id);
-                        for (rp_id, class_id, amount) in &rows {
-                            q = q.bind(*rp_id).bind(*class_id).bind(*amount);
-                        }
-                        if q.execute(&mut *tx).await?.rows_affected() > 0 {
-                            written = true;
-                            break;
-                        }
-                        if attempt == 0 {
-                            ensure_owners(tx, &w.project_id, &w.user_id, ts).await?;
-                        }
-                    }
-                    if !written {
-                        return Err(PlacementError::Db(sqlx::Error::Protocol(format!(
-                            "consumer {} could not be created for project {} and user {}",
-                            w.consumer, w.project_id, w.user_id
-                        ))).into());
-                    }
-                    continue;
-                }
                 None => {
                     for attempt in 0..2 {
                         let res = sqlx::query(
@@ -379,41 +334,28 @@ pub(crate) async fn write_allocations_in(
             }
             q.execute(&mut *tx).await?;
         }
-        // Capacity of every provider that receives resources and the
-        // compare-and-bump of its generation (in UUID order). The capacity
-        // read sees this transaction's allocations; other writers' cannot
-        // slip in unseen, because each of them bumps the generation too and
-        // then this bump finds no row (retry).
+        // The compare-and-bump of the generation of every provider that
+        // receives resources (in UUID order), then its capacity with this
+        // transaction's allocations. Other writers' cannot slip in unseen:
+        // each of them bumps the generation too, so this bump finds no row
+        // (retry) or waits for their commit and then finds none.
         let mut states = Vec::with_capacity(providers.len());
         for (uuid, (rp_id, seen)) in &providers {
             const INVENTORY: &str = "SELECT c.name, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, \
                  (SELECT CAST(COALESCE(SUM(a.used), 0) AS BIGINT) FROM allocations a WHERE a.resource_provider_id = i.resource_provider_id \
                   AND a.resource_class_id = i.resource_class_id) AS used";
             const BUMP: &str = "UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2 AND generation = $3";
-            // PostgreSQL: bump and read in one statement (a data-modifying
-            // WITH always runs; `bumped` is NULL when the generation was
-            // stale). SQLite: bump, then read.
-            let rows = if pg {
-                let sql = format!(
-                    "WITH b AS ({BUMP} RETURNING generation) {INVENTORY}, (SELECT generation FROM b) AS bumped \
-                     FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id WHERE i.resource_provider_id = $2"
-                );
-                sqlx::query(&sql).bind(ts).bind(*rp_id).bind(*seen).fetch_all(&mut *tx).await?
-            } else {
-                let res = sqlx::query(BUMP).bind(ts).bind(*rp_id).bind(*seen).execute(&mut *tx).await?;
-                if res.rows_affected() != 1 {
-                    return Err(WriteError::Retry);
-                }
-                let sql = format!(
-                    "{INVENTORY}, $2 AS bumped FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id \
-                     WHERE i.resource_provider_id = $1"
-                );
-                sqlx::query(&sql).bind(*rp_id).bind(*seen + 1).fetch_all(&mut *tx).await?
-            };
+            let res = sqlx::query(BUMP).bind(ts).bind(*rp_id).bind(*seen).execute(&mut *tx).await?;
+            if res.rows_affected() != 1 {
+                return Err(WriteError::Retry);
+            }
+            let sql = format!(
+                "{INVENTORY} FROM inventories i JOIN resource_classes c ON c.id = i.resource_class_id \
+                 WHERE i.resource_provider_id = $1"
+            );
+            let rows = sqlx::query(&sql).bind(*rp_id).fetch_all(&mut *tx).await?;
             let mut inv: HashMap<String, (Inventory, i64)> = HashMap::new();
-            let mut bumped = None;
             for r in &rows {
-                bumped = r.try_get::<Option<i64>, _>("bumped")?;
                 inv.insert(
                     r.try_get("name")?,
                     (
@@ -451,14 +393,9 @@ pub(crate) async fn write_allocations_in(
                     }
                 }
             }
-            // Every allocated class has inventory (checked above), so a
-            // provider receiving resources has rows and `bumped` was read.
-            let Some(generation) = bumped else {
-                return Err(WriteError::Retry);
-            };
             states.push(UsageState {
                 uuid: uuid.clone(),
-                generation,
+                generation: seen + 1,
                 usages: inv
                     .into_iter()
                     .filter(|(_, (_, used))| *used > 0)
@@ -472,7 +409,7 @@ pub(crate) async fn write_allocations_in(
 
 /// The claim of a new consumer on one provider — what the scheduler sends
 /// for every boot — as one PostgreSQL statement in its own implicit
-/// transaction (the general path takes four statements plus `BEGIN`): the
+/// transaction (the general path takes six statements and a `BEGIN`): the
 /// capacity check against the inventories and usage read in the statement's
 /// snapshot, the compare-and-bump of the provider generation read in that
 /// same snapshot, then the consumer and its allocations, each step only if
