@@ -806,8 +806,7 @@ impl Host {
             ..Default::default()
         };
         for attempt in 1..=5u64 {
-            let _ = self.conductor.fault(&fault, ids).await;
-            match self.conductor.update_instance(&u, ids).await {
+            match self.conductor.fail_instance(&u, &fault, ids).await {
                 Ok(_) => return,
                 Err(err) if superseded(&err) => return,
                 Err(err) => {
@@ -893,20 +892,15 @@ impl Host {
                     expected_host: Some(host.clone()),
                     ..Default::default()
                 };
-                match self.conductor.update_instance(&u, ids).await {
-                    Ok(_) => {
-                        let fault = rpc::InstanceFault {
-                            instance_uuid: b.instance_uuid.clone(),
-                            code: 500,
-                            message: format!(
-                                "Build of instance {instance} failed on host {host}: {why}"
-                            ),
-                            details: format!("{why}\nreschedule failed: {}", chain(&re)),
-                            host: host.clone(),
-                        };
-                        let _ = self.conductor.fault(&fault, ids).await;
-                        metrics::build("failed");
-                    }
+                let fault = rpc::InstanceFault {
+                    instance_uuid: b.instance_uuid.clone(),
+                    code: 500,
+                    message: format!("Build of instance {instance} failed on host {host}: {why}"),
+                    details: format!("{why}\nreschedule failed: {}", chain(&re)),
+                    host: host.clone(),
+                };
+                match self.conductor.fail_instance(&u, &fault, ids).await {
+                    Ok(_) => metrics::build("failed"),
                     Err(e) if superseded(&e) => {
                         info!(error = %chain(&e),
                             "the reschedule went through after all (the instance left this host): not setting ERROR");
@@ -1012,10 +1006,7 @@ impl Host {
                     details: why.clone(),
                     host: host.clone(),
                 };
-                if let Err(fe) = self.conductor.fault(&fault, &ids).await {
-                    warn!(error = %chain(&fe), "could not record the fault");
-                }
-                if let Err(ue) = self.conductor.update_instance(&u, &ids).await {
+                if let Err(ue) = self.conductor.fail_instance(&u, &fault, &ids).await {
                     warn!(error = %chain(&ue), "could not report the failed action");
                 }
                 metrics::action(plan.action, "failed");

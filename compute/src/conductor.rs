@@ -233,6 +233,24 @@ impl ConductorClient {
             .map(|_| ())
     }
 
+    /// Puts an instance in ERROR (`update`, with its own preconditions),
+    /// then records `fault`, only once the update applied: a refused update
+    /// (superseded, or another host's instance) leaves no fault behind. A
+    /// fault that cannot be recorded is logged, not returned.
+    pub async fn fail_instance(
+        &self,
+        update: &rpc::InstanceUpdate,
+        fault: &rpc::InstanceFault,
+        ids: &RequestIds,
+    ) -> Result<rpc::InstanceRecord, ComputeError> {
+        let row = self.update_instance(update, ids).await?;
+        if let Err(e) = self.fault(fault, ids).await {
+            tracing::warn!(instance = %fault.instance_uuid, error = %crate::error::chain(&e),
+                "could not record the fault");
+        }
+        Ok(row)
+    }
+
     /// `instance_destroyed` (repeated after a connection loss).
     pub async fn destroyed(
         &self,

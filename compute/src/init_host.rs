@@ -310,7 +310,6 @@ async fn set_error(
         expected_task_states: vec![task.unwrap_or_default().to_owned()],
         ..Default::default()
     };
-    conductor.update_instance(&u, &ids).await?;
     let fault = rpc::InstanceFault {
         instance_uuid: r.instance_uuid.clone(),
         code: 500,
@@ -324,9 +323,7 @@ async fn set_error(
         ),
         host: host.to_owned(),
     };
-    if let Err(e) = conductor.fault(&fault, &ids).await {
-        warn!(instance = %uuid, error = %chain(&e), "could not record the fault");
-    }
+    conductor.fail_instance(&u, &fault, &ids).await?;
     warn!(instance = %uuid, task_state = ?task, "{what} interrupted by the restart: set to ERROR");
     Ok(())
 }
@@ -367,7 +364,6 @@ async fn complete_action(
             if error_on_failure {
                 u.vm_state = Some(vs::ERROR.to_owned());
             }
-            conductor.update_instance(&u, &ids).await?;
             let fault = rpc::InstanceFault {
                 instance_uuid: r.instance_uuid.clone(),
                 code: 500,
@@ -375,9 +371,7 @@ async fn complete_action(
                 details: chain(&e),
                 host: host.to_owned(),
             };
-            if let Err(fe) = conductor.fault(&fault, &ids).await {
-                warn!(instance = %uuid, error = %chain(&fe), "could not record the fault");
-            }
+            conductor.fail_instance(&u, &fault, &ids).await?;
             Ok("failed")
         }
     }

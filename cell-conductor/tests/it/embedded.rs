@@ -6,7 +6,8 @@ use fabric::bus::Transport;
 
 use crate::scenarios;
 
-fn backends(test: &str) -> (testkit::SqliteDb, Arc<dyn Transport>) {
+/// A fresh SQLite file and an in-process bus (also used by other modules).
+pub(crate) fn backends(test: &str) -> (testkit::SqliteDb, Arc<dyn Transport>) {
     let db = testkit::sqlite(test);
     let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
     (db, bus)

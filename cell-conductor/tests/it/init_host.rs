@@ -377,43 +377,29 @@ pub async fn restart_settles_actions(db_url: &str, bus: Arc<dyn Transport>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_settles_actions_embedded() {
-    let db = testkit::sqlite("init_host_restart_settles_actions");
-    let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
+    let (db, bus) = crate::embedded::backends("init_host_restart_settles_actions");
     restart_settles_actions(&db.url, bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_amqp_restart_settles_actions() {
-    let Some(db) = testkit::postgres("conductor_init_host_actions").await else {
+    let Some((db, bus)) = crate::real::backends("init_host_actions").await else {
         return;
     };
-    let Some(url) = testkit::rabbitmq("conductor_init_host_actions") else {
-        return;
-    };
-    let bus = fabric::bus::connect(&url)
-        .await
-        .expect("connect to RabbitMQ");
     restart_settles_actions(&db.url, bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_reconciles_embedded() {
-    let db = testkit::sqlite("init_host_restart_reconciles");
-    let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
+    let (db, bus) = crate::embedded::backends("init_host_restart_reconciles");
     restart_reconciles(&db.url, bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_amqp_restart_reconciles() {
-    let Some(db) = testkit::postgres("conductor_init_host").await else {
+    let Some((db, bus)) = crate::real::backends("init_host").await else {
         return;
     };
-    let Some(url) = testkit::rabbitmq("conductor_init_host") else {
-        return;
-    };
-    let bus = fabric::bus::connect(&url)
-        .await
-        .expect("connect to RabbitMQ");
     restart_reconciles(&db.url, bus).await;
 }
 
@@ -423,8 +409,7 @@ async fn pg_amqp_restart_reconciles() {
 /// left in `deleting` stays so), and the host still starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlistable_hypervisor_changes_nothing_embedded() {
-    let db = testkit::sqlite("init_host_unlistable");
-    let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
+    let (db, bus) = crate::embedded::backends("init_host_unlistable");
     let mut cell = Cell::start(&db.url, bus, FakeHypervisor::automatic(Duration::ZERO), 1).await;
     let (vanished, _) = cell.boot("host1", &[]).await;
     let (deleting, _) = cell.boot("host1", &[]).await;

@@ -70,8 +70,7 @@ impl Transport for LosesRescheduleReplies {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_reschedule_reply_keeps_the_rescheduled_build() {
-    let db = testkit::sqlite("lost_reschedule_reply");
-    let bus: Arc<dyn Transport> = Arc::new(fabric::bus::InprocTransport::new());
+    let (db, bus) = crate::embedded::backends("lost_reschedule_reply");
     let lossy: Arc<dyn Transport> = Arc::new(LosesRescheduleReplies(bus.clone()));
     let hv = compute::driver::fake::FakeHypervisor::automatic(Duration::ZERO);
     hv.fail_spawns("host1", "injected spawn failure");

@@ -7,7 +7,9 @@ use fabric::bus::Transport;
 
 use crate::scenarios;
 
-async fn backends(test: &str) -> Option<(testkit::PgDb, Arc<dyn Transport>)> {
+/// A fresh PostgreSQL database and RabbitMQ vhost `conductor_<test>`
+/// (also used by other modules); `None` when one is missing and not required.
+pub(crate) async fn backends(test: &str) -> Option<(testkit::PgDb, Arc<dyn Transport>)> {
     let db = testkit::postgres(&format!("conductor_{test}")).await?;
     let url = testkit::rabbitmq(&format!("conductor_{test}"))?;
     let bus = fabric::bus::connect(&url)
