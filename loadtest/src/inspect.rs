@@ -190,7 +190,7 @@ impl Databases {
             "SELECT instance_uuid FROM build_requests"
         )
         .context("read build requests")?;
-        Ok(check(&live, &allocs, &mappings, &build_requests))
+        Ok(check(&live, &allocs, Some(&mappings), &build_requests))
     }
 
     /// Build timestamps of the instances of `ids` (those found).
@@ -288,21 +288,16 @@ pub async fn api_invariants(admin: &Compute, placement: &Placement) -> Result<Ve
             vm_state: s.vm_state.clone(),
         });
     }
-    let mappings: Vec<(String, Option<String>)> = live
-        .iter()
-        .map(|i| (i.uuid.clone(), Some(i.cell.clone())))
-        .collect();
-    Ok(check(&live, &allocs, &mappings, &build_requests)
-        .into_iter()
-        .filter(|i| i.name != NO_INSTANCE_WITHOUT_MAPPING)
-        .collect())
+    Ok(check(&live, &allocs, None, &build_requests))
 }
 
-/// The invariants over what was read (pure, for tests).
+/// The invariants over what was read (pure, for tests). Without
+/// `mappings` (not readable through the APIs) "no instance without a
+/// mapping" is not among them.
 pub fn check(
     live: &[LiveInstance],
     allocs: &[(String, Vec<String>)],
-    mappings: &[(String, Option<String>)],
+    mappings: Option<&[(String, Option<String>)]>,
     build_requests: &[(String,)],
 ) -> Vec<Invariant> {
     let verdict = |name: &'static str, bad: Vec<String>| Invariant {
@@ -339,18 +334,19 @@ pub fn check(
             )
         })
         .collect();
-    let mapped: HashMap<&str, Option<&str>> = mappings
-        .iter()
-        .map(|(u, c)| (u.as_str(), c.as_deref()))
-        .collect();
-    let unmapped: Vec<String> = live
-        .iter()
-        .filter(|i| mapped.get(i.uuid.as_str()).copied().flatten() != Some(i.cell.as_str()))
-        .map(|i| match mapped.get(i.uuid.as_str()) {
-            None => format!("instance {} in {} has no mapping", i.uuid, i.cell),
-            Some(c) => format!("instance {} is in {} but mapped to {:?}", i.uuid, i.cell, c),
-        })
-        .collect();
+    let unmapped: Option<Vec<String>> = mappings.map(|mappings| {
+        let mapped: HashMap<&str, Option<&str>> = mappings
+            .iter()
+            .map(|(u, c)| (u.as_str(), c.as_deref()))
+            .collect();
+        live.iter()
+            .filter(|i| mapped.get(i.uuid.as_str()).copied().flatten() != Some(i.cell.as_str()))
+            .map(|i| match mapped.get(i.uuid.as_str()) {
+                None => format!("instance {} in {} has no mapping", i.uuid, i.cell),
+                Some(c) => format!("instance {} is in {} but mapped to {:?}", i.uuid, i.cell, c),
+            })
+            .collect()
+    });
     let mut on_node: HashMap<&str, usize> = HashMap::new();
     for i in live.iter().filter(placed) {
         *on_node
@@ -375,13 +371,14 @@ pub fn check(
         .iter()
         .map(|(u,)| format!("build request of {u}"))
         .collect();
-    vec![
+    let mut out = vec![
         verdict(NO_ALLOCATION_WITHOUT_INSTANCE, orphans),
         verdict(NO_INSTANCE_WITHOUT_ALLOCATIONS, unallocated),
-        verdict(NO_INSTANCE_WITHOUT_MAPPING, unmapped),
-        verdict(ALLOCATIONS_PER_HOST, per_host),
-        verdict(NO_BUILD_REQUEST_LEFT, left),
-    ]
+    ];
+    out.extend(unmapped.map(|u| verdict(NO_INSTANCE_WITHOUT_MAPPING, u)));
+    out.push(verdict(ALLOCATIONS_PER_HOST, per_host));
+    out.push(verdict(NO_BUILD_REQUEST_LEFT, left));
+    out
 }
 
 #[cfg(test)]
@@ -415,10 +412,12 @@ mod tests {
             ("h1".to_owned(), vec!["a".to_owned(), "b".to_owned()]),
             ("h2".to_owned(), vec![]),
         ];
-        assert!(check(&live, &good, &maps, &[]).iter().all(|i| i.holds));
+        assert!(check(&live, &good, Some(&maps), &[])
+            .iter()
+            .all(|i| i.holds));
 
         let bad_allocs = vec![("h1".to_owned(), vec!["a".to_owned(), "ghost".to_owned()])];
-        let v = check(&live, &bad_allocs, &maps[..3], &[("q".to_owned(),)]);
+        let v = check(&live, &bad_allocs, Some(&maps[..3]), &[("q".to_owned(),)]);
         let broken: Vec<&str> = v.iter().filter(|i| !i.holds).map(|i| i.name).collect();
         assert_eq!(
             broken,
@@ -432,7 +431,7 @@ mod tests {
         let v = check(
             &live,
             &[("h1".to_owned(), vec!["a".to_owned()])],
-            &maps,
+            Some(&maps),
             &[],
         );
         assert!(

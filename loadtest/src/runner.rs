@@ -1336,16 +1336,8 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
 /// the list stops showing the server, or while a database cannot be read
 /// (a cell recovering from an outage).
 async fn settled_invariants(e: &Embedded) -> Result<Vec<Invariant>> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        // A read can fail while a cell recovers from an outage: retried.
-        match e.dbs.invariants(&e.placement).await {
-            Ok(v) if v.iter().all(|i| i.holds) || Instant::now() > deadline => return Ok(v),
-            Err(err) if Instant::now() > deadline => return Err(err.context("read the invariants")),
-            _ => {}
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // A read can fail while a cell recovers from an outage: retried.
+    settle(|| e.dbs.invariants(&e.placement), true).await
 }
 
 /// [`settled_invariants`] for a target by URL, through the APIs
@@ -1355,11 +1347,24 @@ async fn settled_api_invariants(
     compute: &Compute,
     placement: &api::Placement,
 ) -> Result<Vec<Invariant>> {
+    settle(|| crate::inspect::api_invariants(compute, placement), false).await
+}
+
+/// Reads the invariants with `read` until they all hold or 30 s have
+/// passed; a failed read is retried within that time when `retry_errors`.
+async fn settle<F, Fut>(mut read: F, retry_errors: bool) -> Result<Vec<Invariant>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Invariant>>>,
+{
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let v = crate::inspect::api_invariants(compute, placement).await?;
-        if v.iter().all(|i| i.holds) || Instant::now() > deadline {
-            return Ok(v);
+        match read().await {
+            Ok(v) if v.iter().all(|i| i.holds) || Instant::now() > deadline => return Ok(v),
+            Err(err) if !retry_errors || Instant::now() > deadline => {
+                return Err(err.context("read the invariants"))
+            }
+            _ => {}
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

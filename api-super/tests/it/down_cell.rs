@@ -260,21 +260,21 @@ impl Fixture {
             let insert = "INSERT INTO services (uuid, host, \"binary\", topic, last_seen_up) \
                           VALUES ($1, $2, 'nova-compute', 'compute', $3)";
             let uuid = uuid::Uuid::new_v4().to_string();
+            // The same statement on either backend's pool.
+            macro_rules! insert_on {
+                ($p:expr) => {
+                    sqlx::query(insert)
+                        .bind(&uuid)
+                        .bind(&host)
+                        .bind(Utc::now())
+                        .execute($p)
+                        .await
+                        .map(drop)
+                };
+            }
             match d.pool() {
-                cell_mapping::db::Pool::Postgres(p) => sqlx::query(insert)
-                    .bind(&uuid)
-                    .bind(&host)
-                    .bind(Utc::now())
-                    .execute(p)
-                    .await
-                    .map(drop),
-                cell_mapping::db::Pool::Sqlite(p) => sqlx::query(insert)
-                    .bind(&uuid)
-                    .bind(&host)
-                    .bind(Utc::now())
-                    .execute(p)
-                    .await
-                    .map(drop),
+                cell_mapping::db::Pool::Postgres(p) => insert_on!(p),
+                cell_mapping::db::Pool::Sqlite(p) => insert_on!(p),
             }
             .unwrap();
         }
