@@ -22,6 +22,10 @@ pub const IN_FLIGHT: &str = "conductor_requests_in_flight";
 /// `update_id`: a compute retried after losing the broker connection).
 pub const REPEATED_UPDATES: &str = "conductor_repeated_instance_updates_total";
 
+/// Applied instance updates, by how they were written (`path`:
+/// `single_statement`, `transaction`).
+pub const INSTANCE_UPDATES: &str = "conductor_instance_updates_total";
+
 /// A method name as a label: one of the known names, or `unknown`.
 pub fn method_label(m: &str) -> &'static str {
     const KNOWN: [&str; 10] = [
@@ -48,6 +52,11 @@ pub fn request(method: &'static str, outcome: &'static str, elapsed: Duration) {
 /// Counts one instance update answered as an already applied repeat.
 pub fn repeated_update() {
     metrics::counter!(REPEATED_UPDATES).increment(1);
+}
+
+/// Counts one applied instance update.
+pub fn instance_update_path(path: crate::db::instances::UpdatePath) {
+    metrics::counter!(INSTANCE_UPDATES, "path" => path.label()).increment(1);
 }
 
 /// Counts one reschedule decision.

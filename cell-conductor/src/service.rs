@@ -159,8 +159,11 @@ impl Conductor {
     #[instrument(skip_all, fields(instance = %r.instance_uuid))]
     async fn instance_update(&self, r: rpc::InstanceUpdate) -> Result<rpc::InstanceRecord> {
         let t: Targeted<InstanceChange> = r.try_into()?;
-        let row = self.db.update_instance(t.instance, &t.value).await?;
-        if is_build_success(&t.value) {
+        let success = is_build_success(&t.value);
+        let done = self.db.apply_update(t.instance, &t.value, success).await?;
+        let row = done.row;
+        // Nothing to reset when the update's own statement read a count of 0.
+        if success && done.node_failed_builds != Some(0) {
             if let (Some(host), Some(node)) = (&row.host, &row.node) {
                 // Nova's compute resets its `failed_builds` on a successful
                 // build; the count lives in the node's stats.

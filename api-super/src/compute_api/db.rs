@@ -299,6 +299,53 @@ impl ComputeDb {
     ) -> Result<(), ApiError> {
         let t = Utc::now();
         let pg = self.is_postgres();
+        let limits = limits.filter(|l| !l.unlimited());
+        let rows = builds
+            .iter()
+            .map(|(b, spec)| {
+                Ok((
+                    b,
+                    serde_json::to_string(b).map_err(ApiError::internal)?,
+                    serde_json::to_string(spec).map_err(ApiError::internal)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        // The three rows of each build: one statement on PostgreSQL (and,
+        // with nothing to count or lock, no transaction around it: one
+        // round trip for the usual boot of one server), three on SQLite.
+        macro_rules! insert_build {
+            ($exec:expr, $b:expr, $inst:expr, $spec:expr) => {{
+                let (b, inst, spec): (&BuildInstance, &String, &String) = ($b, $inst, $spec);
+                if pg {
+                    sqlx::query(INSERT_BUILD_PG)
+                        .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(inst)
+                        .bind(b.created_at).bind(self.owner()).bind(spec).bind(t)
+                        .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
+                        .execute(&mut *$exec).await.map_err(db("build_insert"))?;
+                } else {
+                    sqlx::query("INSERT INTO build_requests (instance_uuid, project_id, user_id, instance, \
+                         created_at, owner) VALUES ($1, $2, $3, $4, $5, $6)")
+                        .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(inst).bind(b.created_at)
+                        .bind(self.owner())
+                        .execute(&mut *$exec).await.map_err(db("build_request_insert"))?;
+                    sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at) VALUES ($1, $2, $3)")
+                        .bind(&b.uuid).bind(spec).bind(t)
+                        .execute(&mut *$exec).await.map_err(db("request_spec_insert"))?;
+                    sqlx::query("INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, \
+                         created_at, vcpus, memory_mb) VALUES ($1, NULL, $2, $3, $4, $5, $6)")
+                        .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(b.created_at)
+                        .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
+                        .execute(&mut *$exec).await.map_err(db("instance_mapping_insert"))?;
+                }
+            }};
+        }
+        if let (Pool::Postgres(p), [(b, inst, spec)], None, None) =
+            (self.pool(), rows.as_slice(), limits, group)
+        {
+            let mut c = p.acquire().await.map_err(db("acquire"))?;
+            insert_build!(&mut *c, b, inst, spec);
+            return Ok(());
+        }
         on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             // The rows first, the project's lock last: the lock is held
@@ -307,24 +354,10 @@ impl ComputeDb {
             // count runs after the lock is granted and sees every create
             // committed before it (READ COMMITTED takes a snapshot per
             // statement) plus its own rows.
-            for (b, spec) in builds {
-                let inst = serde_json::to_string(b).map_err(ApiError::internal)?;
-                let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
-                sqlx::query("INSERT INTO build_requests (instance_uuid, project_id, user_id, instance, \
-                     created_at, owner) VALUES ($1, $2, $3, $4, $5, $6)")
-                    .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(&inst).bind(b.created_at)
-                    .bind(self.owner())
-                    .execute(&mut *tx).await.map_err(db("build_request_insert"))?;
-                sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at) VALUES ($1, $2, $3)")
-                    .bind(&b.uuid).bind(&spec_json).bind(t)
-                    .execute(&mut *tx).await.map_err(db("request_spec_insert"))?;
-                sqlx::query("INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, \
-                     created_at, vcpus, memory_mb) VALUES ($1, NULL, $2, $3, $4, $5, $6)")
-                    .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(b.created_at)
-                    .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
-                    .execute(&mut *tx).await.map_err(db("instance_mapping_insert"))?;
+            for (b, inst, spec) in &rows {
+                insert_build!(&mut *tx, b, inst, spec);
             }
-            if let (Some(l), Some((first, _))) = (limits.filter(|l| !l.unlimited()), builds.first()) {
+            if let (Some(l), Some((first, _))) = (limits, builds.first()) {
                 let scope = format!("project:{}", first.project_id);
                 sqlx::query(QUOTA_LOCK_INSERT)
                     .bind(&scope).execute(&mut *tx).await.map_err(db("quota_lock_insert"))?;
@@ -445,6 +478,25 @@ impl ComputeDb {
     /// lands it, never both ([`build_taken_over`](Self::build_taken_over)
     /// tells the two cases apart).
     pub async fn finish_build(&self, uuid: &str, cell_id: i64) -> Result<bool, ApiError> {
+        if let Pool::Postgres(p) = self.pool() {
+            // One statement: the mapping moves only if the delete found the
+            // build request.
+            let n: i64 = sqlx::query_scalar(
+                "WITH d AS (DELETE FROM build_requests WHERE instance_uuid = $1 \
+                 AND ($2 = '' OR owner = $2) RETURNING instance_uuid), \
+                 m AS (UPDATE instance_mappings SET cell_id = $3, updated_at = $4 \
+                 WHERE instance_uuid IN (SELECT instance_uuid FROM d)) \
+                 SELECT COUNT(*) FROM d",
+            )
+            .bind(uuid)
+            .bind(self.owner().unwrap_or(""))
+            .bind(cell_id)
+            .bind(Utc::now())
+            .fetch_one(p)
+            .await
+            .map_err(db("build_finish"))?;
+            return Ok(n > 0);
+        }
         Ok(on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let n = sqlx::query("DELETE FROM build_requests WHERE instance_uuid = $1 \
@@ -639,6 +691,13 @@ pub struct ComputeDb {
 
 // ------------------------------------------------------------ user APIs
 // Key pairs, flavor management (extra specs, access), quotas.
+
+/// A build's three rows on PostgreSQL, in one statement.
+const INSERT_BUILD_PG: &str = "WITH b AS (INSERT INTO build_requests (instance_uuid, project_id, \
+     user_id, instance, created_at, owner) VALUES ($1, $2, $3, $4, $5, $6)), \
+     s AS (INSERT INTO request_specs (instance_uuid, spec, created_at) VALUES ($1, $7, $8)) \
+     INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, created_at, vcpus, \
+     memory_mb) VALUES ($1, NULL, $2, $3, $5, $9, $10)";
 
 /// A project's instance usage counted from the API database: mappings not
 /// queued for delete (whatever cell they are in, reachable or not) and the

@@ -11,7 +11,7 @@ use super::actions::{insert_fault, record_event};
 use super::{now, on_db, CellDb};
 use crate::error::{db, ConductorError, Result};
 use crate::metrics::measured;
-use crate::model::{transition_allowed, Event, Fault, InstanceChange};
+use crate::model::{transition_allowed, Event, Fault, InstanceChange, Phase};
 
 /// An instance row (the columns the boot flow touches).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -180,6 +180,49 @@ impl CellDb {
         uuid: InstanceUuid,
         change: &InstanceChange,
     ) -> Result<InstanceRow> {
+        Ok(self.apply_update(uuid, change, false).await?.row)
+    }
+
+    /// [`Self::update_instance`], saying which way it was written and,
+    /// when `node_failures` is asked on the single-statement way, the
+    /// failed-build count of the instance's compute node read in the same
+    /// statement (so a successful build needs no second read to know there
+    /// is nothing to reset).
+    ///
+    /// On PostgreSQL an update that names the task states it expects, whose
+    /// every expected state may go to the new one, and whose events belong
+    /// to one action without an error among them (every step of a build)
+    /// is one statement: the compare-and-set on the task state (and host,
+    /// and "not this `update_id` again"), the action's find-or-create, the
+    /// events' finish-or-insert. When that statement matches no live row
+    /// nothing was written, and the transaction way below runs, which gives
+    /// the precise refusal or recognises the repeat.
+    pub async fn apply_update(
+        &self,
+        uuid: InstanceUuid,
+        change: &InstanceChange,
+        node_failures: bool,
+    ) -> Result<Updated> {
+        if let (CellDb::Pg(p), Some(plan)) = (self, SinglePlan::of(change)) {
+            if let Some(u) = single_statement_update(p, uuid, change, &plan, node_failures).await? {
+                crate::metrics::instance_update_path(UpdatePath::SingleStatement);
+                return Ok(u);
+            }
+        }
+        let row = self.update_in_transaction(uuid, change).await?;
+        crate::metrics::instance_update_path(UpdatePath::Transaction);
+        Ok(Updated {
+            row,
+            path: UpdatePath::Transaction,
+            node_failed_builds: None,
+        })
+    }
+
+    async fn update_in_transaction(
+        &self,
+        uuid: InstanceUuid,
+        change: &InstanceChange,
+    ) -> Result<InstanceRow> {
         let select = format!("SELECT {COLUMNS}, last_update_id FROM instances WHERE uuid = $1");
         let update = format!(
             "UPDATE instances SET \
@@ -323,6 +366,205 @@ impl CellDb {
 }
 
 /// The expected-state and state-machine checks of an update.
+/// How an instance update was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdatePath {
+    /// One PostgreSQL statement (see [`CellDb::apply_update`]).
+    SingleStatement,
+    /// Read, check, write and events in one transaction.
+    Transaction,
+}
+
+impl UpdatePath {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            UpdatePath::SingleStatement => "single_statement",
+            UpdatePath::Transaction => "transaction",
+        }
+    }
+}
+
+/// An applied instance update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Updated {
+    /// The row after the update.
+    pub row: InstanceRow,
+    /// Which way it was written.
+    pub path: UpdatePath,
+    /// The failed-build count of the instance's compute node, read in the
+    /// update's statement when asked (`None`: not read).
+    pub node_failed_builds: Option<i64>,
+}
+
+/// What the single statement needs beyond the change itself.
+#[derive(Debug)]
+struct SinglePlan<'a> {
+    /// The expected task states the new one may follow (`''` for NULL).
+    from: Vec<String>,
+    /// The events' common action, when there are events.
+    action: Option<&'a Event>,
+}
+
+impl<'a> SinglePlan<'a> {
+    /// `None` when the change needs the transaction way: no expected task
+    /// states, none of them allowed to go to the new state, events of
+    /// several actions, an event named twice, or a failed event (which
+    /// marks its action failed).
+    fn of(c: &'a InstanceChange) -> Option<Self> {
+        let from: Vec<String> = c
+            .expected
+            .iter()
+            .filter(|e| match &c.task_state {
+                Some(to) => transition_allowed(e.as_deref(), to.as_deref()),
+                None => true,
+            })
+            .map(|e| e.clone().unwrap_or_default())
+            .collect();
+        if from.is_empty() {
+            return None;
+        }
+        let first = c.events.first();
+        for (i, ev) in c.events.iter().enumerate() {
+            let f = first?;
+            if ev.action != f.action
+                || ev.request_id != f.request_id
+                || ev.global_request_id != f.global_request_id
+                || ev.result.as_deref() == Some(rpc::action::ERROR)
+                || c.events[..i].iter().any(|o| o.event == ev.event)
+            {
+                return None;
+            }
+        }
+        Some(Self {
+            from,
+            action: first,
+        })
+    }
+}
+
+/// The row a single-statement update answers.
+#[derive(Debug, sqlx::FromRow)]
+struct WithNodeStats {
+    #[sqlx(flatten)]
+    row: InstanceRow,
+    node_stats: Option<String>,
+}
+
+/// The single-statement update (see [`CellDb::apply_update`]): `None` when
+/// it matched no row and wrote nothing.
+async fn single_statement_update(
+    p: &sqlx::PgPool,
+    uuid: InstanceUuid,
+    c: &InstanceChange,
+    plan: &SinglePlan<'_>,
+    node_failures: bool,
+) -> Result<Option<Updated>> {
+    // Data-modifying CTEs see one snapshot: `fin` finishes the events open
+    // before the statement, `ins` inserts the starts and the finishes that
+    // found nothing open (event names are distinct, so no event is both).
+    let sql = format!(
+        "WITH upd AS (UPDATE instances SET \
+         vm_state = CASE WHEN $1 THEN $2 ELSE vm_state END, \
+         task_state = CASE WHEN $3 THEN $4 ELSE task_state END, \
+         power_state = CASE WHEN $5 THEN $6 ELSE power_state END, \
+         host = CASE WHEN $7 THEN $8 ELSE host END, \
+         node = CASE WHEN $9 THEN $10 ELSE node END, \
+         launched_at = CASE WHEN $11 THEN $12 ELSE launched_at END, \
+         launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
+         progress = CASE WHEN $15 THEN $16 ELSE progress END, \
+         updated_at = $17, last_update_id = $20 \
+         WHERE uuid = $18 AND deleted IS FALSE AND COALESCE(task_state, '') = ANY($19) \
+         AND ($21::VARCHAR IS NULL OR host = $21) \
+         AND ($20::VARCHAR IS NULL OR last_update_id IS DISTINCT FROM $20) \
+         RETURNING {COLUMNS}), \
+         act AS (INSERT INTO instance_actions (instance_uuid, action, request_id, \
+         global_request_id, start_time, created_at, updated_at) \
+         SELECT uuid, $22, $23, $24, $25, $25, $26 FROM upd WHERE $27 \
+         ON CONFLICT (instance_uuid, request_id) DO UPDATE SET updated_at = excluded.updated_at \
+         RETURNING id), \
+         ev AS (SELECT * FROM unnest($28::VARCHAR[], $29::BOOLEAN[], $30::TIMESTAMPTZ[], \
+         $31::VARCHAR[], $32::VARCHAR[], $33::TEXT[], $34::TEXT[]) WITH ORDINALITY \
+         AS e(event, finish, at, host, result, traceback, details, ord)), \
+         fin AS (UPDATE instance_actions_events x SET finish_time = ev.at, result = ev.result, \
+         traceback = ev.traceback, details = ev.details, updated_at = ev.at \
+         FROM act, ev WHERE ev.finish AND x.action_id = act.id AND x.event = ev.event \
+         AND x.finish_time IS NULL RETURNING x.event), \
+         ins AS (INSERT INTO instance_actions_events (action_id, event, host, result, traceback, \
+         request_id, global_request_id, start_time, finish_time, created_at, details) \
+         SELECT act.id, ev.event, ev.host, ev.result, ev.traceback, $23, $24, ev.at, \
+         CASE WHEN ev.finish THEN ev.at END, ev.at, ev.details FROM act, ev \
+         WHERE NOT ev.finish OR NOT EXISTS (SELECT 1 FROM fin WHERE fin.event = ev.event) \
+         ORDER BY ev.ord) \
+         SELECT upd.*, (SELECT n.stats FROM compute_nodes n WHERE $35 AND n.host = upd.host \
+         AND n.hypervisor_hostname = upd.node AND NOT n.deleted) AS node_stats FROM upd"
+    );
+    let evs = &c.events;
+    let col = |f: &dyn Fn(&Event) -> Option<String>| evs.iter().map(f).collect::<Vec<_>>();
+    let (action, request_id, global_request_id) = match plan.action {
+        Some(a) => (
+            a.action.as_str(),
+            a.request_id.as_str(),
+            a.global_request_id.clone(),
+        ),
+        None => ("", "", None),
+    };
+    let first_at = evs.first().map(|e| e.at);
+    let last_at = evs.last().map(|e| e.at);
+    let got: Option<WithNodeStats> = measured(
+        "instance_update_single",
+        sqlx::query_as(&sql)
+            .bind(c.vm_state.is_some())
+            .bind(&c.vm_state)
+            .bind(c.task_state.is_some())
+            .bind(c.task_state.clone().flatten())
+            .bind(c.power_state.is_some())
+            .bind(c.power_state)
+            .bind(c.host.is_some())
+            .bind(c.host.clone().flatten())
+            .bind(c.node.is_some())
+            .bind(c.node.clone().flatten())
+            .bind(c.launched_at.is_some())
+            .bind(c.launched_at)
+            .bind(c.launched_on.is_some())
+            .bind(&c.launched_on)
+            .bind(c.progress.is_some())
+            .bind(c.progress)
+            .bind(now())
+            .bind(uuid.to_string())
+            .bind(&plan.from)
+            .bind(&c.update_id)
+            .bind(&c.expected_host)
+            .bind(action)
+            .bind(request_id)
+            .bind(global_request_id)
+            .bind(first_at)
+            .bind(last_at)
+            .bind(!evs.is_empty())
+            .bind(evs.iter().map(|e| e.event.clone()).collect::<Vec<_>>())
+            .bind(
+                evs.iter()
+                    .map(|e| e.phase == Phase::Finish)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(evs.iter().map(|e| e.at).collect::<Vec<_>>())
+            .bind(col(&|e| e.host.clone()))
+            .bind(col(&|e| e.result.clone()))
+            .bind(col(&|e| e.traceback.clone()))
+            .bind(col(&|e| e.details.clone()))
+            .bind(node_failures)
+            .fetch_optional(p),
+    )
+    .await
+    .map_err(db("instance_update_single"))?;
+    Ok(got.map(|g| Updated {
+        node_failed_builds: node_failures
+            .then(|| super::compute_nodes::failed_builds(g.node_stats.as_deref())),
+        row: g.row,
+        path: UpdatePath::SingleStatement,
+    }))
+}
+
 fn check(key: &str, cur: &InstanceRow, c: &InstanceChange) -> Result<()> {
     let from = cur.task_state.as_deref();
     if !c.expected.is_empty() && !c.expected.iter().any(|e| e.as_deref() == from) {

@@ -10,3 +10,4 @@ mod lost_reply;
 mod outage;
 mod real;
 mod scenarios;
+mod single_update;

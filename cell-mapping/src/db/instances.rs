@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 use migrations::BeginWrite;
 
-use super::{placeholders, with_pool, CellDb, CHUNK};
+use super::{placeholders, with_pool, CellDb, Pool, CHUNK};
 use crate::metrics::measured;
 use crate::Error;
 
@@ -412,6 +412,12 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
 // scan of `instance_extra`, 1,000 × 1,000 comparisons for one page).
 const FROM: &str = "instances i";
 
+/// A new instance row (binds `$1` to `$19`).
+const INSERT_INSTANCE: &str = "INSERT INTO instances (uuid, project_id, user_id, display_name, \
+    hostname, vm_state, task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, \
+    host, node, launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at) \
+    VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, $17, $18, $19)";
+
 /// The event of a delete the API did itself ([`CellDb::api_local_delete`]).
 pub const EV_API_LOCAL_DELETE: &str = "api_local_delete";
 
@@ -433,20 +439,64 @@ impl CellDb {
         };
         let flavor = serde_json::to_string(&n.flavor).unwrap_or_default();
         let t = Utc::now();
+        // The instance row's binds, $1 to $19, in both statements below.
+        macro_rules! bind_instance {
+            ($q:expr) => {
+                $q.bind(&n.uuid)
+                    .bind(&n.project_id)
+                    .bind(&n.user_id)
+                    .bind(&n.display_name)
+                    .bind(vm_state)
+                    .bind(task_state)
+                    .bind(fabric::rpc::power_state::NOSTATE as i64)
+                    .bind(n.flavor.vcpus)
+                    .bind(n.flavor.memory_mb)
+                    .bind(n.flavor.root_gb)
+                    .bind(n.flavor.ephemeral_gb)
+                    .bind(&n.image_ref)
+                    .bind(&n.host)
+                    .bind(&n.node)
+                    .bind(&n.availability_zone)
+                    .bind(&n.reservation_id)
+                    .bind(n.launch_index)
+                    .bind(n.created_at)
+                    .bind(t)
+            };
+        }
+        if let (Pool::Postgres(p), None) = (self.pool(), &n.error) {
+            // A building instance on PostgreSQL: row, flavor, action and
+            // its scheduling event in one statement (one round trip, no
+            // BEGIN/COMMIT; the foreign keys are checked at its end).
+            let sql = format!(
+                "WITH i AS ({INSERT_INSTANCE} RETURNING uuid), \
+                 x AS (INSERT INTO instance_extra (instance_uuid, flavor, created_at) \
+                 SELECT uuid, $20, $19 FROM i), \
+                 a AS (INSERT INTO instance_actions (instance_uuid, action, request_id, \
+                 global_request_id, user_id, project_id, start_time, created_at) \
+                 SELECT uuid, $21, $22, $23, $2, $3, $24, $24 FROM i RETURNING id) \
+                 INSERT INTO instance_actions_events (action_id, event, result, request_id, \
+                 global_request_id, start_time, finish_time, created_at) \
+                 SELECT id, $25, $26, $22, $23, $27, $19, $19 FROM a WHERE $27::TIMESTAMPTZ IS NOT NULL"
+            );
+            measured(
+                "api_instance_create",
+                bind_instance!(sqlx::query(&sql))
+                    .bind(&flavor)
+                    .bind(fabric::rpc::action::CREATE)
+                    .bind(&n.request_id)
+                    .bind(&n.global_request_id)
+                    .bind(n.scheduled_from.unwrap_or(t))
+                    .bind(EV_SCHEDULE_AND_BUILD)
+                    .bind(fabric::rpc::action::SUCCESS)
+                    .bind(n.scheduled_from)
+                    .execute(p),
+            )
+            .await?;
+            return Ok(());
+        }
         with_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
-            measured("api_instance_insert", sqlx::query(
-                "INSERT INTO instances (uuid, project_id, user_id, display_name, hostname, vm_state, \
-                 task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, host, node, \
-                 launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, \
-                 $17, $18, $19)")
-                .bind(&n.uuid).bind(&n.project_id).bind(&n.user_id).bind(&n.display_name)
-                .bind(vm_state).bind(task_state).bind(fabric::rpc::power_state::NOSTATE as i64)
-                .bind(n.flavor.vcpus).bind(n.flavor.memory_mb).bind(n.flavor.root_gb)
-                .bind(n.flavor.ephemeral_gb).bind(&n.image_ref).bind(&n.host).bind(&n.node)
-                .bind(&n.availability_zone).bind(&n.reservation_id).bind(n.launch_index)
-                .bind(n.created_at).bind(t)
+            measured("api_instance_insert", bind_instance!(sqlx::query(INSERT_INSTANCE))
                 .execute(&mut *tx)).await?;
             measured("api_instance_extra_insert", sqlx::query(
                 "INSERT INTO instance_extra (instance_uuid, flavor, created_at) VALUES ($1, $2, $3)")
