@@ -9,4 +9,5 @@ mod init_host;
 mod lost_reply;
 mod outage;
 mod real;
+mod repeat;
 mod scenarios;
