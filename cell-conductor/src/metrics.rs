@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use fabric::rpc::method;
 
-/// Requests handled, by method and outcome (`ok`, `client_error`, `error`).
+/// Requests handled, by method and outcome (`ok`, `client_error`, `error`,
+/// or `expired`: dropped unhandled, its deadline passed while it waited for
+/// a worker).
 pub const REQUESTS: &str = "conductor_requests_total";
 /// Request handling time, seconds, by method.
 pub const REQUEST_SECONDS: &str = "conductor_request_seconds";
@@ -19,7 +21,8 @@ pub const RESCHEDULES: &str = "conductor_reschedules_total";
 /// Requests being handled right now.
 pub const IN_FLIGHT: &str = "conductor_requests_in_flight";
 /// Instance updates recognised as repeats of the last applied one (same
-/// `update_id`: a compute retried after losing the broker connection).
+/// `update_id`: a compute called again after losing the broker connection
+/// or after its call timed out).
 pub const REPEATED_UPDATES: &str = "conductor_repeated_instance_updates_total";
 
 /// Applied instance updates, by how they were written (`path`:

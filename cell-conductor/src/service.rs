@@ -53,6 +53,19 @@ impl Conductor {
         let started = Instant::now();
         let env = d.envelope().clone();
         let label = metrics::method_label(&env.method);
+        // The subscription drops requests that expired in the queue; one
+        // can also expire while it waits for a worker. Its caller stopped
+        // waiting: a method safe to repeat has been (or will be) called
+        // again, and running this copy late would only race with that
+        // repeat, or apply after the caller's next update.
+        if env.is_expired() {
+            info!("dropping a request that expired before it was handled");
+            metrics::request(label, "expired", started.elapsed());
+            if let Err(e) = d.reject().await {
+                warn!(error = %chain(&e), "could not drop the expired request");
+            }
+            return;
+        }
         let (reply, outcome) = match self.dispatch(&env).await {
             Ok(payload) => (env.reply(payload), "ok"),
             Err(e) => {

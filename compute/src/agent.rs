@@ -34,13 +34,14 @@
 //! every step states the task state it expects (a build starts only from
 //! `scheduling`).
 //!
-//! Conductor calls that lose the broker connection (a broker restart, a
-//! network blip) are repeated once the bus has reconnected, for the methods
-//! that are safe to repeat and for at most `call_retry_deadline`
-//! ([`crate::conductor`]); every `instance_update` carries an idempotency
-//! key so that a repeat of an update that was applied (its reply lost) is
-//! answered as done: a short broker outage delays a build, it does not
-//! fail it.
+//! Conductor calls without an answer (the broker connection lost by a
+//! broker restart or a network blip, or no reply within the call timeout
+//! from a loaded conductor) are called again, once the bus has reconnected
+//! if it had to, for the methods that are safe to repeat and for at most
+//! `call_retry_deadline` ([`crate::conductor`]); every `instance_update`
+//! carries an idempotency key so that a repeat of an update that was
+//! applied (its reply lost or late) is answered as done: a short broker
+//! outage or a slow conductor delays a build, it does not fail it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,9 +107,9 @@ pub struct HostConfig {
     pub heartbeat_interval: Duration,
     /// Timeout of each conductor call.
     pub call_timeout: Duration,
-    /// How long a conductor call that lost the broker connection is
-    /// repeated (the methods safe to repeat; zero: never). See
-    /// [`crate::conductor`].
+    /// How long a conductor call without an answer (connection lost, or no
+    /// reply within `call_timeout`) is repeated (the methods safe to
+    /// repeat; zero: never). See [`crate::conductor`].
     pub call_retry_deadline: Duration,
     /// Wait before retrying a failed registration.
     pub retry_interval: Duration,

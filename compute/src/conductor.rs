@@ -1,18 +1,28 @@
 //! Typed calls to the cell conductor (every database write goes there).
 //!
-//! # Calls that lose the broker connection
+//! # Calls without an answer
 //!
 //! A call whose broker connection drops while it is in flight fails at once
-//! with [`BusError::Disconnected`](fabric::bus::BusError::Disconnected), and
-//! one that finds the connection down for its whole timeout with
-//! [`BusError::Unavailable`](fabric::bus::BusError::Unavailable): the
-//! conductor may or may not have executed it. Methods that are safe to
-//! repeat are then called again (each attempt with the call timeout, after
-//! a backoff from 200 ms doubling to 5 s) while the bus reconnects, until
-//! [`CallRetry::deadline`] has passed since the first attempt; the bus
-//! itself waits for the connection to come back. A refusal (an error answer
-//! from the conductor), a timeout on a live connection or an undecodable
-//! reply is never repeated.
+//! with [`BusError::Disconnected`]; one that finds the connection down for
+//! its whole timeout fails with [`BusError::Unavailable`]; one sent on a
+//! live connection whose reply does not come within the timeout fails with
+//! [`BusError::Timeout`]. After the first and the last the conductor may
+//! or may not have executed it (a loaded conductor may apply an update and
+//! answer after the caller gave up); after the second nothing was sent.
+//! Methods that are safe to repeat are then called again (each attempt
+//! with the call timeout, after a backoff from 200 ms doubling to 5 s;
+//! after a connection loss the bus itself waits for the connection to come
+//! back), as long as the next attempt would start before
+//! [`CallRetry::deadline`] has passed since the first one. Each repeat is
+//! logged at `warn` with its reason and counted
+//! (`compute_conductor_call_retries_total`). A refusal (an error answer
+//! from the conductor) or an undecodable reply is never repeated, and
+//! methods that are not safe to repeat are never repeated at all.
+//!
+//! Before, only a lost connection was repeated and a timeout on a live
+//! connection was final: under load the conductor could apply a build's
+//! ACTIVE update and answer after the timeout, and the agent then gave up
+//! a build that had succeeded (destroyed the guest, set ERROR).
 //!
 //! Which methods are repeated, and why it is safe:
 //!
@@ -25,11 +35,48 @@
 //! | `service_heartbeat` | no | the next heartbeat is the repeat; waiting would hold up the agent's loop |
 //! | `instance_fault_create` | no | a repeat records a second fault |
 //! | `reschedule_instance` | no | a repeat could move the claim and cast the build twice |
+//!
+//! # Two copies of one update
+//!
+//! After a timeout the first copy of the request may still exist: call
+//! requests carry an AMQP expiration equal to the call timeout and an
+//! envelope deadline, so the broker never delivers an expired copy and the
+//! conductor drops one that expired before it got a worker; but a copy the
+//! conductor started before its deadline may still be applied, before the
+//! repeat or concurrently with it. The conductor applies an update with
+//! `update_id` K at most once because its applying `UPDATE` is a
+//! compare-and-set on the task state it read *and* on `last_update_id`
+//! being something other than K, and sets `last_update_id` = K in the same
+//! transaction (`cell_conductor`'s `update_instance`):
+//!
+//! - On SQLite every write transaction is `BEGIN IMMEDIATE` on the one
+//!   connection, so the copies run one after the other and the second
+//!   one's read sees K: it is answered as a repeat.
+//! - On PostgreSQL (read committed) both copies may read the row before
+//!   either writes. The second copy's `UPDATE` then waits on the row lock
+//!   the first one holds; once the first commits, PostgreSQL evaluates the
+//!   second copy's `WHERE` again on the new row version, where
+//!   `last_update_id` is K, so it matches nothing (whether or not the
+//!   update changed the task state), and the next pass of the loop reads
+//!   the row again, sees K and answers the row as a repeat. If the first
+//!   copy rolls back instead, the second applies: once either way.
+//!
+//! The conductor remembers only the *last* applied key. A copy that reaches
+//! the database only after a later update of the same instance was applied
+//! is not recognised: it is checked like a new update against the current
+//! row. Its expected task states normally refuse it (its answer goes to a
+//! caller that is no longer waiting); an update that expects nothing (the
+//! events of a failed spawn) would record its events a second time. An
+//! agent task sends an instance's next update only after the previous one
+//! was answered, and the conductor drops copies that expired before they
+//! started, so this takes a copy that started before its deadline yet
+//! reached the database only after its repeat and a later update had both
+//! been applied.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fabric::bus::Transport;
+use fabric::bus::{BusError, Transport};
 use fabric::ids::InstanceUuid;
 use fabric::rpc::{self, method, RequestIds, RpcError, CONDUCTOR_QUEUE};
 use prost::Message;
@@ -38,7 +85,8 @@ use tracing::{info, warn};
 use crate::error::{chain, ComputeError};
 use crate::metrics;
 
-/// How long calls that lost the broker connection are repeated.
+/// How long calls without an answer (connection lost, or no reply within
+/// the timeout) are repeated, for the methods safe to repeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallRetry {
     /// No attempt starts later than this after the first one (zero: never
@@ -70,7 +118,7 @@ impl Default for CallRetry {
     }
 }
 
-/// Whether a method may be called again after losing its connection.
+/// Whether a method may be called again after a call without an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Repeat {
     /// Safe to repeat (see the module docs).
@@ -88,8 +136,8 @@ pub struct ConductorClient {
 }
 
 impl ConductorClient {
-    /// Calls go over `bus` and wait at most `timeout`; calls that lose the
-    /// broker connection are repeated as [`CallRetry::default`] says.
+    /// Calls go over `bus` and wait at most `timeout`; calls without an
+    /// answer are repeated as [`CallRetry::default`] says.
     pub fn new(bus: Arc<dyn Transport>, timeout: Duration) -> Self {
         Self {
             bus,
@@ -98,7 +146,7 @@ impl ConductorClient {
         }
     }
 
-    /// Repeats calls that lost the broker connection as `retry` says.
+    /// Repeats calls without an answer as `retry` says.
     pub fn with_retry(mut self, retry: CallRetry) -> Self {
         self.retry = retry;
         self
@@ -136,33 +184,41 @@ impl ConductorClient {
                             method,
                             attempt,
                             after = ?started.elapsed(),
-                            "conductor call went through once the broker connection was back"
+                            "conductor call went through after a repeat"
                         );
                     }
                     return Ok(resp);
                 }
                 Err(source) => source,
             };
-            let lost = matches!(&source, RpcError::Bus(e) if e.is_connection_loss());
-            if repeat == Repeat::Safe && lost && started.elapsed() + delay < self.retry.deadline {
-                warn!(
-                    method,
-                    attempt,
-                    error = %chain(&source),
-                    retry_in = ?delay,
-                    "conductor call lost with the broker connection; calling again"
-                );
-                metrics::call_retried(method);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(self.retry.max_delay);
-                attempt += 1;
-                continue;
+            // Repeated: no answer, the conductor may or may not have
+            // executed it. Anything else (a refusal, an undecodable reply, a
+            // closed transport) is final.
+            let reason = match &source {
+                RpcError::Bus(e) if e.is_connection_loss() => "broker connection lost",
+                RpcError::Bus(BusError::Timeout(_)) => "no reply within the call timeout",
+                _ => return Err(ComputeError::Conductor { method, source }),
+            };
+            // No attempt starts after the deadline.
+            if repeat == Repeat::Never || started.elapsed() + delay >= self.retry.deadline {
+                return Err(ComputeError::Conductor { method, source });
             }
-            return Err(ComputeError::Conductor { method, source });
+            warn!(
+                method,
+                attempt,
+                reason,
+                error = %chain(&source),
+                retry_in = ?delay,
+                "conductor call without an answer; calling again"
+            );
+            metrics::call_retried(method);
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(self.retry.max_delay);
+            attempt += 1;
         }
     }
 
-    /// `service_register` (repeated after a connection loss).
+    /// `service_register` (repeated when unanswered).
     pub async fn register_service(
         &self,
         req: &rpc::ServiceRegister,
@@ -176,7 +232,7 @@ impl ConductorClient {
         .await
     }
 
-    /// `compute_node_update` (repeated after a connection loss).
+    /// `compute_node_update` (repeated when unanswered).
     pub async fn update_compute_node(
         &self,
         req: &rpc::ComputeNodeUpdate,
@@ -204,8 +260,8 @@ impl ConductorClient {
         .await
     }
 
-    /// `instance_update`, repeated after a connection loss under one
-    /// `update_id` (a fresh one unless `req` has one).
+    /// `instance_update`, repeated when unanswered under one `update_id` (a
+    /// fresh one unless `req` has one).
     pub async fn update_instance(
         &self,
         req: &rpc::InstanceUpdate,
@@ -251,7 +307,7 @@ impl ConductorClient {
         Ok(row)
     }
 
-    /// `instance_destroyed` (repeated after a connection loss).
+    /// `instance_destroyed` (repeated when unanswered).
     pub async fn destroyed(
         &self,
         req: &rpc::InstanceDestroyed,
@@ -271,8 +327,8 @@ impl ConductorClient {
     }
 
     /// `instance_get_all_by_host`: the live instances of `host`, and the
-    /// instances among `guests` wherever they are (repeated after a
-    /// connection loss: a read).
+    /// instances among `guests` wherever they are (repeated when
+    /// unanswered: a read).
     pub async fn instances_by_host(
         &self,
         host: &str,

@@ -22,9 +22,9 @@ pub struct ComputeSection {
     pub heartbeat_interval_secs: u64,
     /// Seconds a conductor call may take.
     pub call_timeout_secs: u64,
-    /// Seconds during which a conductor call that lost the broker
-    /// connection is repeated once the bus is back (methods safe to repeat
-    /// only; 0: never repeat).
+    /// Seconds during which a conductor call without an answer (broker
+    /// connection lost, or no reply within the call timeout) is repeated
+    /// (methods safe to repeat only; 0: never repeat).
     pub call_retry_secs: u64,
     /// Seconds the start-up reconciliation of each host may take (see
     /// [`crate::init_host`]).

@@ -17,7 +17,8 @@ pub const ACTIONS: &str = "compute_actions_total";
 pub const HEARTBEATS: &str = "compute_heartbeats_total";
 /// Hosts whose agent runs in this process and is registered.
 pub const HOSTS_READY: &str = "compute_hosts_ready";
-/// Conductor calls repeated after losing the broker connection, by method.
+/// Conductor calls repeated after losing the broker connection or timing
+/// out, by method.
 pub const CONDUCTOR_CALL_RETRIES: &str = "compute_conductor_call_retries_total";
 
 /// Instances and guests handled by the start-up reconciliation, by action
@@ -54,8 +55,8 @@ pub fn host_ready(delta: f64) {
     metrics::gauge!(HOSTS_READY).increment(delta);
 }
 
-/// Counts one conductor call repeated after a lost broker connection
-/// (`method` is one of the wire's method names).
+/// Counts one conductor call repeated after a lost broker connection or a
+/// timeout (`method` is one of the wire's method names).
 pub fn call_retried(method: &'static str) {
     metrics::counter!(CONDUCTOR_CALL_RETRIES, "method" => method).increment(1);
 }

@@ -236,12 +236,21 @@ impl CellDb {
              progress = CASE WHEN $15 THEN $16 ELSE progress END, \
              updated_at = $17, last_update_id = $20 \
              WHERE uuid = $18 AND deleted IS FALSE AND COALESCE(task_state, '') = $19 \
+             AND ($20 IS NULL OR last_update_id IS NULL OR last_update_id <> $20) \
              RETURNING {COLUMNS}"
         );
         let key = uuid.to_string();
         let c = change;
-        // Compare-and-set on the task state read; a concurrent change makes
-        // the UPDATE match nothing and the whole check runs again.
+        // Compare-and-set on the task state read and on the update not being
+        // the last applied one; a concurrent change makes the UPDATE match
+        // nothing and the whole check runs again. Two copies of one update
+        // (a caller repeating a call whose reply did not come in time) may
+        // both read the row before either writes: on PostgreSQL the second
+        // copy's UPDATE waits on the first one's row lock, is evaluated
+        // again on the committed row, where `last_update_id` is its own key,
+        // matches nothing (even when the update leaves the task state as it
+        // was), and the next read answers it as a repeat. On SQLite write
+        // transactions run one at a time, so the second read sees the key.
         for _ in 0..5 {
             let done: Option<InstanceRow> = on_db!(self, p => {
                 let mut tx = p.begin_write().await.map_err(db("begin"))?;

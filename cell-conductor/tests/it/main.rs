@@ -9,5 +9,6 @@ mod init_host;
 mod lost_reply;
 mod outage;
 mod real;
+mod repeat;
 mod scenarios;
 mod single_update;

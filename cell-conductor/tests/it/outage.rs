@@ -195,6 +195,10 @@ async fn pg_amqp_update_in_flight_when_the_broker_drops_lands_once() {
 /// The broker is away for longer than a call's timeout when the build's
 /// last step is sent: the call waits for the connection, fails
 /// `Unavailable` at its timeout, and is repeated until the broker is back.
+/// On a loaded machine the attempt that gets through may be applied but
+/// answered after its (2 s) timeout; it is repeated too, and the repeat is
+/// answered as already applied (before, the agent then abandoned the build:
+/// ACTIVE, then ERROR).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_amqp_update_during_an_outage_longer_than_the_call_timeout_lands() {
     let Some((cell, _db, vhost)) = cell("outage_long", Duration::from_secs(2)).await else {

@@ -35,9 +35,12 @@
 //!   down waits for it until its timeout and then fails with
 //!   [`BusError::Unavailable`] (nothing was sent); otherwise a call without
 //!   a reply fails with [`BusError::Timeout`]. Calls never hang past their
-//!   timeout. [`BusError::is_connection_loss`] tells the first two apart:
-//!   a caller whose method is safe to repeat may call again once the
-//!   connection is back (the compute agent does, see its conductor client).
+//!   timeout. [`BusError::is_connection_loss`] tells the first two apart.
+//!   After `Disconnected` or `Timeout` the remote side may have executed
+//!   the call (a timed-out request may even still be executed, if it was
+//!   taken before its deadline); a caller whose method is safe to repeat
+//!   may call again after any of the three (the compute agent does, see
+//!   its conductor client).
 //! - **Fan-out is best-effort**: not durable, not confirmed; subscribers that
 //!   are disconnected (or lag too far behind in-process) miss messages.
 //! - No ordering guarantee across redeliveries or reconnections.
