@@ -11,6 +11,24 @@ fn quiet() -> RunOptions {
     RunOptions { quiet: true }
 }
 
+/// Every plot of a report directory is there and is a whole SVG document.
+fn assert_plots_are_svg(out: &Path) {
+    for plot in report::PLOTS {
+        let body =
+            std::fs::read_to_string(out.join(plot)).unwrap_or_else(|e| panic!("{plot}: {e}"));
+        assert!(
+            body.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            "{plot}"
+        );
+        assert!(body.trim_end().ends_with("</svg>"), "{plot}");
+        assert_eq!(
+            body.matches("<svg").count(),
+            body.matches("</svg>").count(),
+            "{plot}"
+        );
+    }
+}
+
 /// The CI scenario (every phase kind) runs end to end: the JSON report
 /// holds every figure, the plots are SVG with data, the invariants hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,19 +142,7 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
     assert!(inv.iter().all(|i| i["holds"] == true), "{inv:#?}");
     assert!(r.broken().is_empty());
 
-    for plot in report::PLOTS {
-        let body = std::fs::read_to_string(out.join(plot)).unwrap();
-        assert!(
-            body.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
-            "{plot}"
-        );
-        assert!(body.trim_end().ends_with("</svg>"), "{plot}");
-        assert_eq!(
-            body.matches("<svg").count(),
-            body.matches("</svg>").count(),
-            "{plot}"
-        );
-    }
+    assert_plots_are_svg(&out);
     let tp = std::fs::read_to_string(out.join("throughput.svg")).unwrap();
     assert!(tp.contains("<polyline") && tp.contains("ACTIVE"));
     let ph = std::fs::read_to_string(out.join("time_to_active_phases.svg")).unwrap();
@@ -417,7 +423,8 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     s.target.data_dir = Some(data.clone());
     let r = runner::run(&s, &quiet()).await.expect("run");
     let out = testkit::temp_dir("loadtest_pg_report");
-    report::write(&r, &out).expect("write report");
+    let files = report::write(&r, &out).expect("write report");
+    assert_eq!(files.len(), 1 + report::PLOTS.len());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let p = &v["phases"][0];
@@ -425,7 +432,20 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     assert_eq!(p["active"], 12, "{p:#}");
     assert_eq!(p["error"], 0, "{p:#}");
     assert_eq!(p["deletes"]["left"], 0, "{p:#}");
-    assert_eq!(p["invariants"].as_array().unwrap().len(), 5, "{p:#}");
+    // The five invariants were read from the PostgreSQL databases, after
+    // the phase and at the end, and every one holds.
+    let summary = report::summary(&r);
+    for inv in [&p["invariants"], &v["invariants"]] {
+        let inv = inv.as_array().unwrap();
+        assert_eq!(inv.len(), 5, "{p:#}");
+        assert!(inv.iter().all(|i| i["holds"] == true), "{inv:#?}");
+    }
+    assert_eq!(v["invariants_checked"], true);
+    assert!(r.broken().is_empty(), "{summary}");
+    assert!(summary.contains("invariants: all hold"), "{summary}");
+    assert_plots_are_svg(&out);
+    let tp = std::fs::read_to_string(out.join("throughput.svg")).unwrap();
+    assert!(tp.contains("<polyline") && tp.contains("ACTIVE"), "{tp}");
     assert_eq!(
         v["target"]["config"]["database_url"],
         db_template.as_str(),
