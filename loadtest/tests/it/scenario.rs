@@ -5,7 +5,7 @@ use std::path::Path;
 
 use loadtest::report;
 use loadtest::runner::{self, RunOptions};
-use loadtest::scenario::Scenario;
+use loadtest::scenario::{FaultKind, Scenario};
 
 fn quiet() -> RunOptions {
     RunOptions { quiet: true }
@@ -336,20 +336,24 @@ async fn broker_and_database_faults_are_refused_clearly() {
     assert!(e.contains("fault[0].duration_secs only applies"), "{e}");
 }
 
-/// A stop-host fault fires, is recorded with its time and host, and the
-/// servers that landed on the stopped host are reported under it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_host_fault_shows_in_the_report() {
-    let data = testkit::temp_dir("loadtest_fault_data");
-    let mut s = Scenario::parse(
+/// A burst of 6 on one cell of 2 hosts, `cell1-host01` stopped as it
+/// starts, nothing deleted; `region` is the scenario's `[region]` table.
+pub(crate) fn stop_host_scenario(region: &str) -> Scenario {
+    Scenario::parse(&format!(
         "name = \"fault\"\n[fleet]\ncells = 1\nhosts_per_cell = 2\n\
          [target]\npoll_interval_ms = 50\n\
+         [region]\n{region}\n\
          [[phase]]\nkind = \"burst\"\nservers = 6\nconcurrency = 6\ntimeout_secs = 8\ndelete = false\n\
-         [[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nhost = \"cell1-host01\"\nat_secs = 0.0\n",
-    )
-    .unwrap();
-    s.target.data_dir = Some(data.clone());
-    let r = runner::run(&s, &quiet()).await.expect("run");
+         [[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nhost = \"cell1-host01\"\nat_secs = 0.0\n"
+    ))
+    .expect("scenario parses")
+}
+
+/// What a stop-host run must show: the fault recorded with its time and
+/// host, whatever went to the stopped host counted under it (not under
+/// "no fault"), the invariants holding.
+pub(crate) fn check_stop_host(r: &runner::RunReport) {
+    let summary = report::summary(r);
     assert_eq!(r.faults.len(), 1, "{:#?}", r.faults);
     let f = &r.faults[0];
     assert_eq!(f.target, "cell1-host01");
@@ -373,8 +377,118 @@ async fn stop_host_fault_shows_in_the_report() {
         "{:#?}",
         r.errors_by_fault
     );
-    let summary = report::summary(&r);
     assert!(summary.contains("fault StopHost cell1-host01"), "{summary}");
+    // The servers left on the stopped host keep their claims: the
+    // invariants hold after the phase and at the end.
+    for inv in [&p.invariants, &r.invariants] {
+        assert_eq!(inv.len(), 5, "{summary}");
+        assert!(inv.iter().all(|i| i.holds), "{inv:#?}");
+    }
+    assert!(r.broken().is_empty(), "{summary}");
+}
+
+/// A stop-host fault on the embedded default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_host_fault_shows_in_the_report() {
+    let data = testkit::temp_dir("loadtest_fault_data");
+    let mut s = stop_host_scenario("");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    check_stop_host(&r);
+    std::fs::remove_dir_all(&data).ok();
+}
+
+/// A stop-conductor fault: cell1's conductor stops as the phase starts
+/// and stays stopped. The builds sent to cell1 cannot report to it and
+/// stay BUILD until the phase's timeout; the report counts them in cell1
+/// and puts every one under the fault; cell2's servers become ACTIVE. The
+/// invariants are still read (the API writes the instance rows and the
+/// placement claims, so they hold) after the phase and at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_conductor_fault_leaves_its_cell_in_build_under_the_fault() {
+    let data = testkit::temp_dir("loadtest_conductor_fault_data");
+    // A 200 ms spawn: a build sent before the conductor is gone still
+    // needs it to report ACTIVE. No heartbeat after the start: a host
+    // whose heartbeat waits on the stopped conductor (30 s) holds up its
+    // shutdown at the end of the run.
+    let mut s = Scenario::parse(
+        "name = \"conductor\"\n[fleet]\ncells = 2\nhosts_per_cell = 2\n\
+         spawn_latency = { kind = \"fixed\", ms = 200 }\n\
+         [target]\npoll_interval_ms = 50\n\
+         [region]\nheartbeat_interval_secs = 3600\n\
+         [[phase]]\nkind = \"burst\"\nservers = 12\nconcurrency = 12\ntimeout_secs = 5\ndelete = false\n\
+         [[fault]]\nkind = \"stop-conductor\"\ncell = \"cell1\"\nat_secs = 0.0\n",
+    )
+    .unwrap();
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    let summary = report::summary(&r);
+    eprintln!("{summary}");
+    assert_eq!(r.faults.len(), 1, "{summary}");
+    let f = &r.faults[0];
+    assert_eq!(
+        (
+            f.kind,
+            f.cell.as_str(),
+            f.target.as_str(),
+            f.result.as_str()
+        ),
+        (
+            FaultKind::StopConductor,
+            "cell1",
+            "cell1-conductor",
+            "applied"
+        ),
+        "{summary}"
+    );
+    assert!(f.at_secs < 1.0 && f.until_secs.is_none(), "{f:?}");
+    let p = &r.phases[0];
+    assert_eq!(p.requested, 12, "{summary}");
+    assert_eq!((p.error, p.refused.len()), (0, 0), "{summary}");
+    assert_eq!(p.active + p.stuck_in_build, 12, "{summary}");
+    // The scheduler spreads 12 servers over the 4 hosts of both cells.
+    assert!(p.active > 0 && p.stuck_in_build > 0, "{summary}");
+    // Every server of cell1 is stuck, every server of cell2 ACTIVE.
+    assert_eq!(
+        p.servers_per_cell.get("cell1"),
+        Some(&p.stuck_in_build),
+        "{summary}\n{:?}",
+        p.servers_per_cell
+    );
+    assert_eq!(
+        p.servers_per_cell.get("cell2"),
+        Some(&p.active),
+        "{:?}",
+        p.servers_per_cell
+    );
+    // All of them under the stopped conductor, none under "no fault".
+    let label = format!("stop-conductor cell1-conductor at {:.1}s", f.at_secs);
+    assert_eq!(
+        r.errors_by_fault.keys().collect::<Vec<_>>(),
+        [&label],
+        "{:#?}",
+        r.errors_by_fault
+    );
+    assert_eq!(
+        r.errors_by_fault[&label]["still BUILD at the phase's timeout"], p.stuck_in_build,
+        "{:#?}",
+        r.errors_by_fault
+    );
+    assert!(
+        summary.contains(&format!(
+            "errors [{label}] x{}: still BUILD at the phase's timeout",
+            p.stuck_in_build
+        )),
+        "{summary}"
+    );
+    // The invariants: read after the phase and at the end, all holding.
+    for inv in [&p.invariants, &r.invariants] {
+        assert_eq!(inv.len(), 5, "{inv:#?}");
+        assert!(inv.iter().all(|i| i.holds), "{inv:#?}");
+    }
+    assert!(r.invariants_checked, "{summary}");
+    assert!(r.broken().is_empty(), "{summary}");
+    assert!(summary.contains("invariants: all hold"), "{summary}");
     std::fs::remove_dir_all(&data).ok();
 }
 
