@@ -507,6 +507,25 @@ pub struct Throughput {
 /// requested a zone is on a host of that zone.
 pub const SERVERS_IN_REQUESTED_ZONE: &str = "servers in their requested zone";
 
+/// The many-tenants check's name among the broken invariants: each
+/// project lists exactly its own servers.
+pub const TENANT_ISOLATION: &str = "each project lists exactly its own servers";
+
+/// What the run's invariant checks came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InvariantsOutcome {
+    /// Checked, and every one holds.
+    Hold,
+    /// At least one is broken (see [`RunReport::broken`]).
+    Broken,
+    /// The no-leak invariants could not be checked (a URL target whose
+    /// credentials are not an administrator's, or without a placement
+    /// endpoint); the reason is in `invariants_not_checked`. The run
+    /// fails unless the user accepted that (`--allow-unchecked`).
+    NotChecked,
+}
+
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -536,6 +555,11 @@ pub struct RunReport {
     /// Whether they were checked (on a URL target: through the APIs, when
     /// the credentials are an administrator's).
     pub invariants_checked: bool,
+    /// Why they were not checked, when they were not.
+    pub invariants_not_checked: Option<String>,
+    /// What the checks came to: hold, broken or not checked
+    /// ([`RunReport::outcome`]).
+    pub invariants_outcome: InvariantsOutcome,
     /// Seconds, first phase start → end.
     pub seconds: f64,
 }
@@ -558,7 +582,47 @@ impl RunReport {
         if self.phases.iter().any(|p| p.outside_requested_zone > 0) {
             out.push(SERVERS_IN_REQUESTED_ZONE.to_owned());
         }
+        if self
+            .phases
+            .iter()
+            .any(|p| p.isolation.as_ref().is_some_and(|i| !i.holds))
+        {
+            out.push(TENANT_ISOLATION.to_owned());
+        }
         out
+    }
+
+    /// Broken when any check broke (those of the phases included), else
+    /// not checked when the no-leak invariants could not be read, else
+    /// hold.
+    pub fn outcome(&self) -> InvariantsOutcome {
+        if !self.broken().is_empty() {
+            InvariantsOutcome::Broken
+        } else if !self.invariants_checked {
+            InvariantsOutcome::NotChecked
+        } else {
+            InvariantsOutcome::Hold
+        }
+    }
+
+    /// Why the run fails (the binary's exit status), if it does: a broken
+    /// invariant always; invariants not checked unless `allow_unchecked`
+    /// (the user's explicit `--allow-unchecked`).
+    pub fn failure(&self, allow_unchecked: bool) -> Option<String> {
+        match self.outcome() {
+            InvariantsOutcome::Hold => None,
+            InvariantsOutcome::Broken => {
+                Some(format!("invariant broken: {}", self.broken().join("; ")))
+            }
+            InvariantsOutcome::NotChecked if allow_unchecked => None,
+            InvariantsOutcome::NotChecked => Some(format!(
+                "invariants not checked ({}); pass --allow-unchecked to accept a run whose \
+                 invariants could not be checked",
+                self.invariants_not_checked
+                    .as_deref()
+                    .unwrap_or("no reason recorded")
+            )),
+        }
     }
 }
 
@@ -1269,23 +1333,20 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         return Err(e);
     }
     let seconds = ctx.now();
-    let (invariants, invariants_checked) = match (&embedded, &url_checks) {
-        (Some(e), _) => (settled_invariants(e).await?, true),
+    let (invariants, not_checked) = match (&embedded, &url_checks) {
+        (Some(e), _) => (settled_invariants(e).await?, None),
         (None, Some(Ok((compute, placement)))) => {
             match settled_api_invariants(compute, placement).await {
-                Ok(v) => (v, true),
-                Err(e) => {
-                    eprintln!("invariants not checked: {e:#}");
-                    (Vec::new(), false)
-                }
+                Ok(v) => (v, None),
+                Err(e) => (Vec::new(), Some(format!("{e:#}"))),
             }
         }
-        (None, Some(Err(why))) => {
-            eprintln!("invariants not checked: {why}");
-            (Vec::new(), false)
-        }
-        (None, None) => (Vec::new(), false),
+        (None, Some(Err(why))) => (Vec::new(), Some(why.clone())),
+        (None, None) => (Vec::new(), Some("no way to read them".to_owned())),
     };
+    if let Some(why) = &not_checked {
+        eprintln!("invariants not checked: {why}");
+    }
     for t in &ctx.tenants {
         t.watcher.stop.store(true, Ordering::Release);
     }
@@ -1298,7 +1359,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         f.recovered_after_secs = recovered_after(f, &records);
     }
     let deleted = std::mem::take(&mut *ctx.deleted_at.lock().expect("deleted"));
-    let report = RunReport {
+    let mut report = RunReport {
         scenario: s.name.clone(),
         spec: s.clone(),
         started_at,
@@ -1313,10 +1374,13 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         throughput: throughput(&records, &deleted, seconds),
         errors_by_fault: errors_by_fault(&records, &faults),
         faults,
-        invariants_checked,
+        invariants_checked: not_checked.is_none(),
+        invariants_not_checked: not_checked,
+        invariants_outcome: InvariantsOutcome::Hold,
         invariants,
         seconds,
     };
+    report.invariants_outcome = report.outcome();
     if let Some(e) = embedded {
         e.dbs.close().await;
         let cells = std::mem::take(&mut *e.cells.lock().await);
@@ -1934,6 +1998,147 @@ mod tests {
             t_done: Some(t),
             tta: None,
         }
+    }
+
+    fn phase_report(name: &str) -> PhaseReport {
+        PhaseReport {
+            name: name.to_owned(),
+            kind: PhaseKind::ManyTenants,
+            concurrency: 1,
+            tenants: 2,
+            started_secs: 0.0,
+            seconds: 1.0,
+            requested: 2,
+            accepted: 2,
+            refused: BTreeMap::new(),
+            active: 2,
+            error: 0,
+            stuck_in_build: 0,
+            flavors: BTreeMap::new(),
+            requested_zones: BTreeMap::new(),
+            accept_latency: summarize(&mut []),
+            time_to_active: summarize(&mut []),
+            build_phases: BTreeMap::new(),
+            accepts_per_second: 0.0,
+            boots_per_second: 0.0,
+            skipped_at_cap: 0,
+            replaced: 0,
+            list: None,
+            list_page_size: None,
+            isolation: None,
+            deletes: None,
+            servers_per_cell: BTreeMap::new(),
+            servers_per_host_histogram: Vec::new(),
+            servers_per_zone: BTreeMap::new(),
+            outside_requested_zone: 0,
+            outside_requested_zone_examples: Vec::new(),
+            invariants: Vec::new(),
+        }
+    }
+
+    fn run_report(phases: Vec<PhaseReport>, invariants: Vec<Invariant>) -> RunReport {
+        let spec = Scenario::parse(
+            "name = \"t\"\n[[phase]]\nkind = \"many-tenants\"\nservers = 2\ntenants = 2\n",
+        )
+        .unwrap();
+        RunReport {
+            scenario: "t".into(),
+            spec,
+            started_at: Utc::now(),
+            machine: serde_json::Value::Null,
+            target: TargetReport {
+                embedded: true,
+                cells: 1,
+                hypervisors: 1,
+                start_seconds: 0.0,
+                config: serde_json::Value::Null,
+                failing_hosts: Vec::new(),
+                host_spawn_latency_ms: summarize(&mut []),
+                layout: crate::fleet::Layout::default(),
+            },
+            memory: MemoryReport::default(),
+            phases,
+            throughput: Throughput::default(),
+            faults: Vec::new(),
+            errors_by_fault: BTreeMap::new(),
+            invariants,
+            invariants_checked: true,
+            invariants_not_checked: None,
+            invariants_outcome: InvariantsOutcome::Hold,
+            seconds: 1.0,
+        }
+    }
+
+    fn holding(name: &'static str, holds: bool) -> Invariant {
+        Invariant {
+            name,
+            holds,
+            violations: usize::from(!holds),
+            examples: Vec::new(),
+        }
+    }
+
+    /// A broken invariant, a many-tenants isolation violation and
+    /// invariants that could not be checked each fail the run (the
+    /// binary's exit status); only the last can be accepted, explicitly.
+    #[test]
+    fn broken_isolation_and_unchecked_invariants_fail_the_run() {
+        let ok = run_report(
+            vec![phase_report("p")],
+            vec![holding(crate::inspect::NO_BUILD_REQUEST_LEFT, true)],
+        );
+        assert_eq!(ok.outcome(), InvariantsOutcome::Hold);
+        assert_eq!(ok.failure(false), None);
+
+        let broken = run_report(
+            vec![phase_report("p")],
+            vec![holding(crate::inspect::NO_BUILD_REQUEST_LEFT, false)],
+        );
+        assert_eq!(broken.outcome(), InvariantsOutcome::Broken);
+        let why = broken.failure(true).expect("a broken invariant fails");
+        assert!(why.contains(crate::inspect::NO_BUILD_REQUEST_LEFT), "{why}");
+
+        let mut leaky = phase_report("tenants");
+        leaky.isolation = Some(Isolation {
+            tenants: 2,
+            holds: false,
+            violations: vec!["t1: lists 1 servers of other projects".into()],
+        });
+        let isolation = run_report(vec![leaky], Vec::new());
+        assert_eq!(isolation.broken(), [TENANT_ISOLATION]);
+        assert_eq!(isolation.outcome(), InvariantsOutcome::Broken);
+        let why = isolation.failure(true).expect("isolation broken fails");
+        assert!(why.contains(TENANT_ISOLATION), "{why}");
+        assert!(report_summary_says(
+            &isolation,
+            "invariants: BROKEN: each project"
+        ));
+
+        let mut unchecked = run_report(vec![phase_report("p")], Vec::new());
+        unchecked.invariants_checked = false;
+        unchecked.invariants_not_checked = Some("not an administrator".into());
+        assert_eq!(unchecked.outcome(), InvariantsOutcome::NotChecked);
+        let why = unchecked
+            .failure(false)
+            .expect("unchecked fails by default");
+        assert!(
+            why.contains("not an administrator") && why.contains("--allow-unchecked"),
+            "{why}"
+        );
+        assert_eq!(unchecked.failure(true), None);
+        assert!(report_summary_says(
+            &unchecked,
+            "invariants: NOT CHECKED: not an administrator"
+        ));
+        assert_eq!(
+            serde_json::to_value(InvariantsOutcome::NotChecked).unwrap(),
+            "not-checked"
+        );
+    }
+
+    fn report_summary_says(r: &RunReport, what: &str) -> bool {
+        let s = crate::report::summary(r);
+        s.contains(what) || panic!("{what:?} not in {s}")
     }
 
     #[test]

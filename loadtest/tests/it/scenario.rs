@@ -694,3 +694,101 @@ list_runs = 1
     region.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `loadtest run` exits non-zero when the no-leak invariants could not be
+/// checked (a URL target whose user is no administrator), naming why and
+/// the opt-out; with `--allow-unchecked` the same run exits 0, and its
+/// report says they were not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchecked_invariants_fail_the_binary_unless_allowed() {
+    use loadtest::embed::{self, RegionSpec};
+
+    let dir = testkit::temp_dir("loadtest_bin_unchecked");
+    let region = embed::start(
+        &RegionSpec {
+            cells: 1,
+            hosts_per_cell: 1,
+            fake_spawn_latency_ms: 0,
+            data_dir: dir.join("region"),
+        },
+        None,
+    )
+    .await
+    .expect("region");
+    let scenario = dir.join("unchecked.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            r#"
+name = "unchecked"
+[target]
+kind = "url"
+compute_url = "http://{}"
+identity_url = "http://{}"
+username = "{}"
+project = "{}"
+password_env = "LOADTEST_IT_MEMBER_PASSWORD"
+poll_interval_ms = 50
+
+[[phase]]
+kind = "boot-and-delete"
+servers = 1
+concurrency = 1
+"#,
+            region.compute.addr,
+            region.identity.addr,
+            region.member.username,
+            region.member.project
+        ),
+    )
+    .unwrap();
+    let run = |extra: Option<&'static str>, report: std::path::PathBuf| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loadtest"));
+        cmd.arg("run")
+            .arg(&scenario)
+            .arg("--report-dir")
+            .arg(&report)
+            .arg("--quiet")
+            .args(extra)
+            .env("LOADTEST_IT_MEMBER_PASSWORD", &region.member.password);
+        // The region answers on this runtime: wait for the child elsewhere.
+        tokio::task::spawn_blocking(move || cmd.output().expect("run the loadtest binary"))
+    };
+
+    let out = run(None, dir.join("refused")).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exit 0 with unchecked invariants: {stderr}"
+    );
+    assert!(
+        stderr.contains("invariants not checked") && stderr.contains("--allow-unchecked"),
+        "{stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("refused/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["invariants_outcome"], "not-checked", "{v:#}");
+    assert_eq!(v["invariants_checked"], false);
+    assert!(
+        v["invariants_not_checked"]
+            .as_str()
+            .is_some_and(|w| w.contains("administrator")),
+        "{:#}",
+        v["invariants_not_checked"]
+    );
+    assert_eq!(v["phases"][0]["active"], 1, "the run itself went through");
+
+    let out = run(Some("--allow-unchecked"), dir.join("allowed"))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("invariants: NOT CHECKED"), "{stdout}");
+    region.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
