@@ -1002,7 +1002,7 @@ async fn start_embedded(
     let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
     let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
     // Zones and aggregates, through the Compute API as an operator would.
-    let admin = Compute::new(&format!("http://{}", r.compute.addr), &admin_token)?;
+    let admin = compute_client(s, &format!("http://{}", r.compute.addr), &admin_token)?;
     let by_cell: Vec<(String, Vec<String>)> = cells
         .iter()
         .map(|c| {
@@ -1066,6 +1066,15 @@ async fn start_embedded(
     ))
 }
 
+/// A Compute API client asking for the scenario's microversion.
+fn compute_client(s: &Scenario, url: &str, token: &str) -> Result<Compute> {
+    let c = Compute::new(url, token)?;
+    Ok(match &s.target.compute_microversion {
+        Some(v) => c.with_microversion(v),
+        None => c,
+    })
+}
+
 fn new_tenant(name: &str, compute: Compute, poll: Duration) -> Tenant {
     let watcher = Arc::new(Watcher {
         compute: compute.clone(),
@@ -1098,11 +1107,11 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             let compute_url = format!("http://{}", r.compute.addr);
             let (token, _) = region::password_token(&identity_url, &r.member).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
-            let admin_compute = Compute::new(&compute_url, &admin_token)?;
+            let admin_compute = compute_client(s, &compute_url, &admin_token)?;
             api::lift_quotas_for(&admin_compute, &identity_url, &token).await?;
             let mut tenants = vec![new_tenant(
                 &r.member.project,
-                Compute::new(&compute_url, &token)?,
+                compute_client(s, &compute_url, &token)?,
                 poll,
             )];
             if max_tenants > 1 {
@@ -1118,7 +1127,11 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     };
                     let (tok, _) = region::password_token(&identity_url, &creds).await?;
                     api::lift_quotas_for(&admin_compute, &identity_url, &tok).await?;
-                    tenants.push(new_tenant(&name, Compute::new(&compute_url, &tok)?, poll));
+                    tenants.push(new_tenant(
+                        &name,
+                        compute_client(s, &compute_url, &tok)?,
+                        poll,
+                    ));
                 }
             }
             let image = match &s.target.image {
@@ -1154,7 +1167,24 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     .or_else(|| env("OS_PROJECT_NAME"))
                     .context("target.project (or OS_PROJECT_NAME)")?,
             };
-            let (token, _) = region::password_token(&identity_url, &creds).await?;
+            // Domains by name: the scenario's, the environment's, else
+            // identity's default domain.
+            let login = fabric::login::ServiceCredentials {
+                user_domain_name: t
+                    .user_domain_name
+                    .clone()
+                    .or_else(|| env("OS_USER_DOMAIN_NAME"))
+                    .unwrap_or_default(),
+                project_domain_name: t
+                    .project_domain_name
+                    .clone()
+                    .or_else(|| env("OS_PROJECT_DOMAIN_NAME"))
+                    .unwrap_or_default(),
+                ..creds.service(&identity_url)
+            };
+            let (token, _) = fabric::login::password_token(&login)
+                .await
+                .with_context(|| format!("log in to {identity_url} as {}", creds.username))?;
             let compute_url = t.compute_url.clone().unwrap_or_default();
             let image_name = t
                 .image
@@ -1171,12 +1201,18 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 cells: 0,
                 hypervisors: 0,
                 start_seconds: 0.0,
-                config: serde_json::json!({"compute_url": compute_url}),
+                config: serde_json::json!({
+                    "compute_url": compute_url,
+                    "compute_microversion": t
+                        .compute_microversion
+                        .as_deref()
+                        .unwrap_or(api::COMPUTE_MICROVERSION),
+                }),
                 failing_hosts: Vec::new(),
                 host_spawn_latency_ms: summarize(&mut []),
                 layout: crate::fleet::Layout::default(),
             };
-            let compute = Compute::new(&compute_url, &token)?;
+            let compute = compute_client(s, &compute_url, &token)?;
             api::lift_quotas_for(&compute, &identity_url, &token).await?;
             // The invariants through the APIs, with these credentials
             // (an administrator's, or they are skipped with the reason).

@@ -251,6 +251,88 @@ fn bad_scenarios_name_the_field() {
     assert!(e.contains("fault[0].host"), "{e}");
 }
 
+/// The `[target]` knobs for a real Nova: the microversion (2.37 or later),
+/// the user's and project's domains (URL targets), and http:// endpoints
+/// only, https refused with a message saying it is not supported yet.
+#[test]
+fn target_microversion_domains_and_urls_are_checked() {
+    let phase = "[[phase]]\nkind = \"burst\"\nservers = 1\n";
+    let url = "[target]\nkind = \"url\"\ncompute_url = \"http://10.0.0.5:8774\"\n\
+               identity_url = \"http://10.0.0.5/identity\"\n";
+    let s = Scenario::parse(&format!(
+        "name = \"t\"\n{url}compute_microversion = \"2.37\"\n\
+         user_domain_name = \"corp\"\nproject_domain_name = \"lab\"\n{phase}"
+    ))
+    .unwrap();
+    assert_eq!(s.target.compute_microversion.as_deref(), Some("2.37"));
+    assert_eq!(s.target.user_domain_name.as_deref(), Some("corp"));
+    assert_eq!(s.target.project_domain_name.as_deref(), Some("lab"));
+    for bad in ["2.36", "2.", "2.x", "3.1", "latest", "2.90 "] {
+        let e = parse_err(&format!(
+            "{HEAD}[target]\ncompute_microversion = \"{bad}\"\n{phase}"
+        ));
+        assert!(
+            e.contains("target.compute_microversion") && e.contains("2.37 or later"),
+            "{bad}: {e}"
+        );
+    }
+    let e = parse_err(&format!(
+        "{HEAD}[target]\nuser_domain_name = \"corp\"\n{phase}"
+    ));
+    assert!(
+        e.contains("target.user_domain_name needs target.kind = \"url\""),
+        "{e}"
+    );
+    for (k, v) in [
+        ("identity_url", "https://keystone.example/identity"),
+        ("compute_url", "HTTPS://nova.example:8774"),
+        ("placement_url", "https://placement.example"),
+    ] {
+        let mut urls = vec![
+            ("compute_url", "http://a:1"),
+            ("identity_url", "http://b:2"),
+        ];
+        urls.retain(|(n, _)| *n != k);
+        urls.push((k, v));
+        let fields: String = urls
+            .iter()
+            .map(|(n, u)| format!("{n} = \"{u}\"\n"))
+            .collect();
+        let text = format!("name = \"t\"\n[target]\nkind = \"url\"\n{fields}{phase}");
+        let e = parse_err(&text);
+        assert!(
+            e.contains(&format!("target.{k}: https is not supported yet")),
+            "{k}: {e}"
+        );
+    }
+    let e = parse_err(&format!(
+        "name = \"t\"\n[target]\nkind = \"url\"\ncompute_url = \"10.0.0.5:8774\"\n\
+         identity_url = \"http://b:2\"\n{phase}"
+    ));
+    assert!(
+        e.contains("target.compute_url: \"10.0.0.5:8774\" is not an http:// URL"),
+        "{e}"
+    );
+}
+
+/// The scenario's microversion is the one every Compute API request asks
+/// for: the region refuses one beyond its maximum (2.104) by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenarios_microversion_is_sent() {
+    let data = testkit::temp_dir("loadtest_microversion_data");
+    let mut s = Scenario::parse(&format!(
+        "{HEAD}[target]\ncompute_microversion = \"2.999\"\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    s.target.data_dir = Some(data.clone());
+    let e = format!(
+        "{:#}",
+        runner::run(&s, &quiet()).await.expect_err("refused")
+    );
+    assert!(e.contains("Version 2.999 is not supported"), "{e}");
+    std::fs::remove_dir_all(&data).ok();
+}
+
 /// The scenario's `[region]` table reaches region::RegionConfig, checked by
 /// it: a key the region does not know is refused by name.
 #[test]
@@ -614,6 +696,9 @@ compute_url = "{compute_url}"
 identity_url = "{identity}"
 username = "{}"
 project = "{}"
+user_domain_name = "Default"
+project_domain_name = "Default"
+compute_microversion = "2.60"
 password_env = "LOADTEST_IT_ADMIN_PASSWORD"
 poll_interval_ms = 50
 
@@ -628,7 +713,23 @@ list_runs = 1
     let s = Scenario::parse(&text).expect("scenario");
     let r = runner::run(&s, &quiet()).await.expect("run");
     assert_eq!(r.phases[0].active, 3);
+    assert_eq!(r.target.config["compute_microversion"], "2.60");
     assert!(r.invariants_checked, "an administrator can check them");
+    assert_eq!(r.outcome(), runner::InvariantsOutcome::Hold);
+    // The domains are the scenario's: the admin is not in a domain
+    // "elsewhere", so identity refuses the login.
+    let elsewhere = Scenario::parse(&text.replace(
+        "user_domain_name = \"Default\"",
+        "user_domain_name = \"elsewhere\"",
+    ))
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        runner::run(&elsewhere, &quiet())
+            .await
+            .expect_err("refused")
+    );
+    assert!(e.contains("refused the service login (HTTP 401)"), "{e}");
     let names: Vec<&str> = r.invariants.iter().map(|i| i.name).collect();
     assert_eq!(
         names,
