@@ -1839,14 +1839,16 @@ impl Embedded {
 
 /// Time-to-ACTIVE split at the timestamps the region records:
 /// `api_accept` POST → 202 (client clock); `scheduling` POST → the
-/// instance row in its cell (the API answers 202 once the build request is
-/// written and schedules in the background: scheduler, placement claim,
-/// super-conductor; so it overlaps `api_accept`);
-/// `cell_to_host` row → the host starts `compute__do_build_and_run_instance`
-/// (conductor cast, queue); `host_prepare` → `compute_spawn` starts
-/// (block devices, networking); `spawn` the `compute_spawn` event;
-/// `report_lag` spawn finished → seen ACTIVE by the poller (the poll
-/// interval's share).
+/// super-conductor starts writing the instance into its cell, the
+/// scheduler's choice and the placement claim made (the API answers 202
+/// once the build request is written and schedules in the background, so
+/// it overlaps `api_accept`); `cell_create` → the instance landed in its
+/// cell (the row written, the build request replaced by the mapping to
+/// the cell); `cell_to_host` → the host starts
+/// `compute__do_build_and_run_instance` (the cast, the host's queue);
+/// `host_prepare` → `compute_spawn` starts (block devices, networking);
+/// `spawn` the `compute_spawn` event; `report_lag` spawn finished → seen
+/// ACTIVE by the poller (the poll interval's share).
 fn split_phases(
     recs: &[ServerRec],
     times: &HashMap<String, crate::inspect::BuildTimes>,
@@ -1871,11 +1873,12 @@ fn split_phases(
             .zip(r.tta)
             .and_then(|(p, d)| chrono::Duration::from_std(d).ok().map(|d| p + d));
         for (k, v) in [
-            ("2_scheduling", ms(posted_wall, t.created)),
-            ("3_cell_to_host", ms(t.created, t.build_start)),
-            ("4_host_prepare", ms(t.build_start, t.spawn_start)),
-            ("5_spawn", ms(t.spawn_start, t.spawn_finish)),
-            ("6_report_lag", ms(t.spawn_finish, seen_wall)),
+            ("2_scheduling", ms(posted_wall, t.scheduled)),
+            ("3_cell_create", ms(t.scheduled, t.mapped)),
+            ("4_cell_to_host", ms(t.mapped, t.build_start)),
+            ("5_host_prepare", ms(t.build_start, t.spawn_start)),
+            ("6_spawn", ms(t.spawn_start, t.spawn_finish)),
+            ("7_report_lag", ms(t.spawn_finish, seen_wall)),
         ] {
             if let Some(v) = v {
                 cols.entry(k).or_default().push(v);
@@ -2175,6 +2178,47 @@ mod tests {
     fn report_summary_says(r: &RunReport, what: &str) -> bool {
         let s = crate::report::summary(r);
         s.contains(what) || panic!("{what:?} not in {s}")
+    }
+
+    /// Each build phase runs from one recorded timestamp to the next:
+    /// scheduling ends when the instance is written into its cell, cell
+    /// create when its mapping names the cell.
+    #[test]
+    fn time_to_active_splits_at_the_recorded_timestamps() {
+        let posted = Utc::now();
+        let at = |ms: i64| Some(posted + chrono::Duration::milliseconds(ms));
+        let mut r = rec(Outcome::Active, 0.0);
+        r.id = Some("i1".into());
+        r.accept = Some(Duration::from_millis(30));
+        r.accepted_wall = at(30);
+        r.tta = Some(Duration::from_millis(1000));
+        let times = HashMap::from([(
+            "i1".to_owned(),
+            crate::inspect::BuildTimes {
+                scheduled: at(100),
+                mapped: at(140),
+                build_start: at(300),
+                spawn_start: at(450),
+                spawn_finish: at(850),
+            },
+        )]);
+        let split = split_phases(&[r], &times);
+        let got: Vec<(&str, f64)> = split
+            .iter()
+            .map(|(k, s)| (k.as_str(), s.p50_ms.round()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("1_api_accept", 30.0),
+                ("2_scheduling", 100.0),
+                ("3_cell_create", 40.0),
+                ("4_cell_to_host", 160.0),
+                ("5_host_prepare", 150.0),
+                ("6_spawn", 400.0),
+                ("7_report_lag", 150.0),
+            ]
+        );
     }
 
     #[test]

@@ -78,15 +78,16 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
         );
         // A host's extra spawn time is 5..=30 ms: the spawn phase shows it.
         assert!(
-            p["build_phases"]["5_spawn"]["p50_ms"].as_f64().unwrap() >= 5.0,
+            p["build_phases"]["6_spawn"]["p50_ms"].as_f64().unwrap() >= 5.0,
             "{name}: {p:#}"
         );
         for k in [
             "1_api_accept",
             "2_scheduling",
-            "3_cell_to_host",
-            "4_host_prepare",
-            "6_report_lag",
+            "3_cell_create",
+            "4_cell_to_host",
+            "5_host_prepare",
+            "7_report_lag",
         ] {
             assert_eq!(p["build_phases"][k]["count"], p["active"], "{name} {k}");
         }
@@ -628,6 +629,16 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     assert_eq!(p["active"], 12, "{p:#}");
     assert_eq!(p["error"], 0, "{p:#}");
     assert_eq!(p["deletes"]["left"], 0, "{p:#}");
+    // Every build phase was read from the PostgreSQL databases.
+    for k in [
+        "2_scheduling",
+        "3_cell_create",
+        "4_cell_to_host",
+        "5_host_prepare",
+        "6_spawn",
+    ] {
+        assert_eq!(p["build_phases"][k]["count"], 12, "{k}: {p:#}");
+    }
     // The five invariants were read from the PostgreSQL databases, after
     // the phase and at the end, and every one holds.
     let summary = report::summary(&r);
