@@ -715,6 +715,45 @@ pub(crate) async fn http_request(
     http_request_with(method, url, &[], body).await
 }
 
+/// Where an `http://` URL sends its request.
+#[derive(Debug, PartialEq, Eq)]
+struct HttpTarget<'a> {
+    /// `host:port` to connect to (port 80 when the URL names none).
+    connect_to: String,
+    /// The `Host` header: the URL's authority as written.
+    host: &'a str,
+    /// The path and query, the URL's path prefix kept (`/` when empty).
+    path: &'a str,
+}
+
+/// Splits an `http://host[:port][/path]` URL; anything else (https
+/// included: there is no TLS client here) is refused.
+fn http_target(url: &str) -> Result<HttpTarget<'_>, RefreshError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| RefreshError::Protocol(format!("only http:// URLs are supported: {url}")))?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if host.is_empty() {
+        return Err(RefreshError::Protocol(format!("no host in {url}")));
+    }
+    // A port follows the last ':', unless that ':' is inside an IPv6
+    // literal's brackets.
+    let has_port = host.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
+    let connect_to = if has_port {
+        host.to_owned()
+    } else {
+        format!("{host}:80")
+    };
+    Ok(HttpTarget {
+        connect_to,
+        host,
+        path,
+    })
+}
+
 /// [`http_request`] with extra request headers.
 pub(crate) async fn http_request_with(
     method: &str,
@@ -723,15 +762,13 @@ pub(crate) async fn http_request_with(
     body: Option<&[u8]>,
 ) -> Result<HttpAnswer, RefreshError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| RefreshError::Protocol(format!("only http:// URLs are supported: {url}")))?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
+    let HttpTarget {
+        connect_to,
+        host,
+        path,
+    } = http_target(url)?;
     let timeout = |what| RefreshError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, what));
-    let connect = tokio::net::TcpStream::connect(host);
+    let connect = tokio::net::TcpStream::connect(connect_to);
     let mut stream = tokio::time::timeout(Duration::from_secs(5), connect)
         .await
         .map_err(|_| timeout("connect"))?
@@ -821,6 +858,47 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An identity URL without a port (`http://10.0.0.5/identity`, as
+    /// devstack serves it) connects to port 80 and keeps its path prefix;
+    /// a port given is kept, IPv6 literals too; https is refused.
+    #[test]
+    fn http_urls_without_a_port_use_port_80_and_keep_the_path() {
+        let t = http_target("http://10.0.0.5/identity/v3/auth/tokens").unwrap();
+        assert_eq!(
+            t,
+            HttpTarget {
+                connect_to: "10.0.0.5:80".into(),
+                host: "10.0.0.5",
+                path: "/identity/v3/auth/tokens",
+            }
+        );
+        let t = http_target("http://keystone.example:5000/v3/auth/keys").unwrap();
+        assert_eq!(
+            (t.connect_to.as_str(), t.host, t.path),
+            (
+                "keystone.example:5000",
+                "keystone.example:5000",
+                "/v3/auth/keys"
+            )
+        );
+        let t = http_target("http://keystone.example").unwrap();
+        assert_eq!(
+            (t.connect_to.as_str(), t.path),
+            ("keystone.example:80", "/")
+        );
+        assert_eq!(
+            http_target("http://[::1]/v3").unwrap().connect_to,
+            "[::1]:80"
+        );
+        assert_eq!(
+            http_target("http://[::1]:5000/v3").unwrap().connect_to,
+            "[::1]:5000"
+        );
+        let e = http_target("https://keystone.example/v3").unwrap_err();
+        assert!(e.to_string().contains("only http://"), "{e}");
+        assert!(http_target("http:///v3").is_err());
+    }
 
     fn claims(exp_in_ms: i64) -> Claims {
         let now = now_ms();

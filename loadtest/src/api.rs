@@ -31,6 +31,7 @@ pub struct ListedServer {
 pub struct Compute {
     base: String,
     token: String,
+    microversion: String,
     http: reqwest::Client,
 }
 
@@ -55,8 +56,16 @@ impl Compute {
         Ok(Self {
             base,
             token: token.to_owned(),
+            microversion: COMPUTE_MICROVERSION.to_owned(),
             http,
         })
+    }
+
+    /// The same client asking for microversion `version` (`2.N`) instead
+    /// of [`COMPUTE_MICROVERSION`].
+    pub fn with_microversion(mut self, version: &str) -> Self {
+        version.clone_into(&mut self.microversion);
+        self
     }
 
     fn req(&self, method: reqwest::Method, path_and_query: &str) -> reqwest::RequestBuilder {
@@ -65,7 +74,7 @@ impl Compute {
             .header("x-auth-token", &self.token)
             .header(
                 "openstack-api-version",
-                format!("compute {COMPUTE_MICROVERSION}"),
+                format!("compute {}", self.microversion),
             )
     }
 
@@ -268,6 +277,10 @@ pub async fn catalog_url(identity_url: &str, token: &str, service_type: &str) ->
         .find(|e| e["interface"] == "public")
         .and_then(|e| e["url"].as_str().map(str::to_owned))
         .with_context(|| format!("no public {service_type} endpoint in the catalog"))
+        .and_then(|u| {
+            crate::scenario::check_http_url(&format!("the catalog's {service_type} endpoint"), &u)?;
+            Ok(u)
+        })
 }
 
 /// Placement, for the scenario's invariants.

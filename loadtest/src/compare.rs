@@ -84,6 +84,14 @@ fn phases(r: &Value) -> Vec<&Value> {
 }
 
 fn invariants_hold(r: &Value) -> Option<bool> {
+    // A report that records its outcome says it outright (the zone and
+    // isolation checks of the phases included).
+    match r["invariants_outcome"].as_str() {
+        Some("hold") => return Some(true),
+        Some("broken") => return Some(false),
+        Some(_) => return None,
+        None => {}
+    }
     if r["invariants_checked"] != Value::Bool(true) {
         return None;
     }
@@ -320,6 +328,26 @@ mod tests {
         assert_eq!(c.rows[0].ratio(), Some(0.0));
         assert_eq!(c.unmatched, ["B: q2"]);
         assert_eq!(c.invariants_hold, (Some(true), None));
+    }
+
+    /// The recorded outcome wins over the list of invariants: a run whose
+    /// many-tenants isolation broke did not hold, one not checked has no
+    /// verdict.
+    #[test]
+    fn the_recorded_outcome_is_the_verdict() {
+        let mut a = report("a", json!([{"name": "p"}]), true);
+        a["invariants_outcome"] = json!("broken");
+        let mut b = report("b", json!([{"name": "p"}]), true);
+        b["invariants_outcome"] = json!("not-checked");
+        assert_eq!(
+            compare(&a, &b, "A", "B").invariants_hold,
+            (Some(false), None)
+        );
+        b["invariants_outcome"] = json!("hold");
+        assert_eq!(
+            compare(&b, &b, "A", "B").invariants_hold,
+            (Some(true), Some(true))
+        );
     }
 
     #[test]

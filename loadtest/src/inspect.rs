@@ -117,8 +117,15 @@ pub const NO_BUILD_REQUEST_LEFT: &str = "no build request left behind";
 /// Build timestamps of one instance.
 #[derive(Debug, Clone, Default)]
 pub struct BuildTimes {
-    /// The row in its cell was written (end of scheduling).
-    pub created: Option<DateTime<Utc>>,
+    /// The super-conductor starts writing the instance into its cell, the
+    /// scheduler's choice and the placement claim made: the end of the
+    /// `conductor_schedule_and_build_instances` event of its `create`
+    /// action.
+    pub scheduled: Option<DateTime<Utc>>,
+    /// The instance landed in its cell: the row written, then the build
+    /// request replaced by the instance mapping naming the cell
+    /// (`instance_mappings.updated_at`, API database).
+    pub mapped: Option<DateTime<Utc>>,
     /// `compute__do_build_and_run_instance` started on the host.
     pub build_start: Option<DateTime<Utc>>,
     /// `compute_spawn` started.
@@ -197,7 +204,6 @@ impl Databases {
     pub async fn build_times(&self, ids: &HashSet<String>) -> Result<HashMap<String, BuildTimes>> {
         type Row = (
             String,
-            DateTime<Utc>,
             Option<String>,
             Option<DateTime<Utc>>,
             Option<DateTime<Utc>>,
@@ -207,19 +213,21 @@ impl Databases {
             let rows: Vec<Row> = fetch!(
                 db,
                 Row,
-                "SELECT i.uuid, i.created_at, e.event, e.start_time, e.finish_time \
+                "SELECT i.uuid, e.event, e.start_time, e.finish_time \
                  FROM instances i \
                  LEFT JOIN instance_actions a ON a.instance_uuid = i.uuid AND a.action = 'create' \
                  LEFT JOIN instance_actions_events e ON e.action_id = a.id"
             )
             .with_context(|| format!("read {cell}'s build events"))?;
-            for (uuid, created, event, start, finish) in rows {
+            for (uuid, event, start, finish) in rows {
                 if !ids.contains(&uuid) {
                     continue;
                 }
                 let t = out.entry(uuid).or_default();
-                t.created = Some(created);
                 match event.as_deref() {
+                    Some(cell_mapping::db::instances::EV_SCHEDULE_AND_BUILD) => {
+                        t.scheduled = finish;
+                    }
                     Some(fabric::rpc::action::EV_BUILD) => t.build_start = start,
                     Some(fabric::rpc::action::EV_SPAWN) => {
                         t.spawn_start = start;
@@ -227,6 +235,17 @@ impl Databases {
                     }
                     _ => {}
                 }
+            }
+        }
+        let mapped: Vec<(String, Option<DateTime<Utc>>)> = fetch!(
+            &self.api,
+            (String, Option<DateTime<Utc>>),
+            "SELECT instance_uuid, updated_at FROM instance_mappings WHERE cell_id IS NOT NULL"
+        )
+        .context("read the instance mappings' landing times")?;
+        for (uuid, at) in mapped {
+            if let Some(t) = out.get_mut(&uuid) {
+                t.mapped = at;
             }
         }
         Ok(out)

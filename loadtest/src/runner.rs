@@ -507,6 +507,25 @@ pub struct Throughput {
 /// requested a zone is on a host of that zone.
 pub const SERVERS_IN_REQUESTED_ZONE: &str = "servers in their requested zone";
 
+/// The many-tenants check's name among the broken invariants: each
+/// project lists exactly its own servers.
+pub const TENANT_ISOLATION: &str = "each project lists exactly its own servers";
+
+/// What the run's invariant checks came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InvariantsOutcome {
+    /// Checked, and every one holds.
+    Hold,
+    /// At least one is broken (see [`RunReport::broken`]).
+    Broken,
+    /// The no-leak invariants could not be checked (a URL target whose
+    /// credentials are not an administrator's, or without a placement
+    /// endpoint); the reason is in `invariants_not_checked`. The run
+    /// fails unless the user accepted that (`--allow-unchecked`).
+    NotChecked,
+}
+
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -536,6 +555,11 @@ pub struct RunReport {
     /// Whether they were checked (on a URL target: through the APIs, when
     /// the credentials are an administrator's).
     pub invariants_checked: bool,
+    /// Why they were not checked, when they were not.
+    pub invariants_not_checked: Option<String>,
+    /// What the checks came to: hold, broken or not checked
+    /// ([`RunReport::outcome`]).
+    pub invariants_outcome: InvariantsOutcome,
     /// Seconds, first phase start → end.
     pub seconds: f64,
 }
@@ -558,7 +582,47 @@ impl RunReport {
         if self.phases.iter().any(|p| p.outside_requested_zone > 0) {
             out.push(SERVERS_IN_REQUESTED_ZONE.to_owned());
         }
+        if self
+            .phases
+            .iter()
+            .any(|p| p.isolation.as_ref().is_some_and(|i| !i.holds))
+        {
+            out.push(TENANT_ISOLATION.to_owned());
+        }
         out
+    }
+
+    /// Broken when any check broke (those of the phases included), else
+    /// not checked when the no-leak invariants could not be read, else
+    /// hold.
+    pub fn outcome(&self) -> InvariantsOutcome {
+        if !self.broken().is_empty() {
+            InvariantsOutcome::Broken
+        } else if !self.invariants_checked {
+            InvariantsOutcome::NotChecked
+        } else {
+            InvariantsOutcome::Hold
+        }
+    }
+
+    /// Why the run fails (the binary's exit status), if it does: a broken
+    /// invariant always; invariants not checked unless `allow_unchecked`
+    /// (the user's explicit `--allow-unchecked`).
+    pub fn failure(&self, allow_unchecked: bool) -> Option<String> {
+        match self.outcome() {
+            InvariantsOutcome::Hold => None,
+            InvariantsOutcome::Broken => {
+                Some(format!("invariant broken: {}", self.broken().join("; ")))
+            }
+            InvariantsOutcome::NotChecked if allow_unchecked => None,
+            InvariantsOutcome::NotChecked => Some(format!(
+                "invariants not checked ({}); pass --allow-unchecked to accept a run whose \
+                 invariants could not be checked",
+                self.invariants_not_checked
+                    .as_deref()
+                    .unwrap_or("no reason recorded")
+            )),
+        }
     }
 }
 
@@ -938,7 +1002,7 @@ async fn start_embedded(
     let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
     let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
     // Zones and aggregates, through the Compute API as an operator would.
-    let admin = Compute::new(&format!("http://{}", r.compute.addr), &admin_token)?;
+    let admin = compute_client(s, &format!("http://{}", r.compute.addr), &admin_token)?;
     let by_cell: Vec<(String, Vec<String>)> = cells
         .iter()
         .map(|c| {
@@ -1002,6 +1066,15 @@ async fn start_embedded(
     ))
 }
 
+/// A Compute API client asking for the scenario's microversion.
+fn compute_client(s: &Scenario, url: &str, token: &str) -> Result<Compute> {
+    let c = Compute::new(url, token)?;
+    Ok(match &s.target.compute_microversion {
+        Some(v) => c.with_microversion(v),
+        None => c,
+    })
+}
+
 fn new_tenant(name: &str, compute: Compute, poll: Duration) -> Tenant {
     let watcher = Arc::new(Watcher {
         compute: compute.clone(),
@@ -1034,11 +1107,11 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             let compute_url = format!("http://{}", r.compute.addr);
             let (token, _) = region::password_token(&identity_url, &r.member).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
-            let admin_compute = Compute::new(&compute_url, &admin_token)?;
+            let admin_compute = compute_client(s, &compute_url, &admin_token)?;
             api::lift_quotas_for(&admin_compute, &identity_url, &token).await?;
             let mut tenants = vec![new_tenant(
                 &r.member.project,
-                Compute::new(&compute_url, &token)?,
+                compute_client(s, &compute_url, &token)?,
                 poll,
             )];
             if max_tenants > 1 {
@@ -1054,7 +1127,11 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     };
                     let (tok, _) = region::password_token(&identity_url, &creds).await?;
                     api::lift_quotas_for(&admin_compute, &identity_url, &tok).await?;
-                    tenants.push(new_tenant(&name, Compute::new(&compute_url, &tok)?, poll));
+                    tenants.push(new_tenant(
+                        &name,
+                        compute_client(s, &compute_url, &tok)?,
+                        poll,
+                    ));
                 }
             }
             let image = match &s.target.image {
@@ -1090,7 +1167,24 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     .or_else(|| env("OS_PROJECT_NAME"))
                     .context("target.project (or OS_PROJECT_NAME)")?,
             };
-            let (token, _) = region::password_token(&identity_url, &creds).await?;
+            // Domains by name: the scenario's, the environment's, else
+            // identity's default domain.
+            let login = fabric::login::ServiceCredentials {
+                user_domain_name: t
+                    .user_domain_name
+                    .clone()
+                    .or_else(|| env("OS_USER_DOMAIN_NAME"))
+                    .unwrap_or_default(),
+                project_domain_name: t
+                    .project_domain_name
+                    .clone()
+                    .or_else(|| env("OS_PROJECT_DOMAIN_NAME"))
+                    .unwrap_or_default(),
+                ..creds.service(&identity_url)
+            };
+            let (token, _) = fabric::login::password_token(&login)
+                .await
+                .with_context(|| format!("log in to {identity_url} as {}", creds.username))?;
             let compute_url = t.compute_url.clone().unwrap_or_default();
             let image_name = t
                 .image
@@ -1107,12 +1201,18 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 cells: 0,
                 hypervisors: 0,
                 start_seconds: 0.0,
-                config: serde_json::json!({"compute_url": compute_url}),
+                config: serde_json::json!({
+                    "compute_url": compute_url,
+                    "compute_microversion": t
+                        .compute_microversion
+                        .as_deref()
+                        .unwrap_or(api::COMPUTE_MICROVERSION),
+                }),
                 failing_hosts: Vec::new(),
                 host_spawn_latency_ms: summarize(&mut []),
                 layout: crate::fleet::Layout::default(),
             };
-            let compute = Compute::new(&compute_url, &token)?;
+            let compute = compute_client(s, &compute_url, &token)?;
             api::lift_quotas_for(&compute, &identity_url, &token).await?;
             // The invariants through the APIs, with these credentials
             // (an administrator's, or they are skipped with the reason).
@@ -1269,23 +1369,20 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         return Err(e);
     }
     let seconds = ctx.now();
-    let (invariants, invariants_checked) = match (&embedded, &url_checks) {
-        (Some(e), _) => (settled_invariants(e).await?, true),
+    let (invariants, not_checked) = match (&embedded, &url_checks) {
+        (Some(e), _) => (settled_invariants(e).await?, None),
         (None, Some(Ok((compute, placement)))) => {
             match settled_api_invariants(compute, placement).await {
-                Ok(v) => (v, true),
-                Err(e) => {
-                    eprintln!("invariants not checked: {e:#}");
-                    (Vec::new(), false)
-                }
+                Ok(v) => (v, None),
+                Err(e) => (Vec::new(), Some(format!("{e:#}"))),
             }
         }
-        (None, Some(Err(why))) => {
-            eprintln!("invariants not checked: {why}");
-            (Vec::new(), false)
-        }
-        (None, None) => (Vec::new(), false),
+        (None, Some(Err(why))) => (Vec::new(), Some(why.clone())),
+        (None, None) => (Vec::new(), Some("no way to read them".to_owned())),
     };
+    if let Some(why) = &not_checked {
+        eprintln!("invariants not checked: {why}");
+    }
     for t in &ctx.tenants {
         t.watcher.stop.store(true, Ordering::Release);
     }
@@ -1298,7 +1395,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         f.recovered_after_secs = recovered_after(f, &records);
     }
     let deleted = std::mem::take(&mut *ctx.deleted_at.lock().expect("deleted"));
-    let report = RunReport {
+    let mut report = RunReport {
         scenario: s.name.clone(),
         spec: s.clone(),
         started_at,
@@ -1313,10 +1410,13 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         throughput: throughput(&records, &deleted, seconds),
         errors_by_fault: errors_by_fault(&records, &faults),
         faults,
-        invariants_checked,
+        invariants_checked: not_checked.is_none(),
+        invariants_not_checked: not_checked,
+        invariants_outcome: InvariantsOutcome::Hold,
         invariants,
         seconds,
     };
+    report.invariants_outcome = report.outcome();
     if let Some(e) = embedded {
         e.dbs.close().await;
         let cells = std::mem::take(&mut *e.cells.lock().await);
@@ -1739,14 +1839,16 @@ impl Embedded {
 
 /// Time-to-ACTIVE split at the timestamps the region records:
 /// `api_accept` POST → 202 (client clock); `scheduling` POST → the
-/// instance row in its cell (the API answers 202 once the build request is
-/// written and schedules in the background: scheduler, placement claim,
-/// super-conductor; so it overlaps `api_accept`);
-/// `cell_to_host` row → the host starts `compute__do_build_and_run_instance`
-/// (conductor cast, queue); `host_prepare` → `compute_spawn` starts
-/// (block devices, networking); `spawn` the `compute_spawn` event;
-/// `report_lag` spawn finished → seen ACTIVE by the poller (the poll
-/// interval's share).
+/// super-conductor starts writing the instance into its cell, the
+/// scheduler's choice and the placement claim made (the API answers 202
+/// once the build request is written and schedules in the background, so
+/// it overlaps `api_accept`); `cell_create` → the instance landed in its
+/// cell (the row written, the build request replaced by the mapping to
+/// the cell); `cell_to_host` → the host starts
+/// `compute__do_build_and_run_instance` (the cast, the host's queue);
+/// `host_prepare` → `compute_spawn` starts (block devices, networking);
+/// `spawn` the `compute_spawn` event; `report_lag` spawn finished → seen
+/// ACTIVE by the poller (the poll interval's share).
 fn split_phases(
     recs: &[ServerRec],
     times: &HashMap<String, crate::inspect::BuildTimes>,
@@ -1771,11 +1873,12 @@ fn split_phases(
             .zip(r.tta)
             .and_then(|(p, d)| chrono::Duration::from_std(d).ok().map(|d| p + d));
         for (k, v) in [
-            ("2_scheduling", ms(posted_wall, t.created)),
-            ("3_cell_to_host", ms(t.created, t.build_start)),
-            ("4_host_prepare", ms(t.build_start, t.spawn_start)),
-            ("5_spawn", ms(t.spawn_start, t.spawn_finish)),
-            ("6_report_lag", ms(t.spawn_finish, seen_wall)),
+            ("2_scheduling", ms(posted_wall, t.scheduled)),
+            ("3_cell_create", ms(t.scheduled, t.mapped)),
+            ("4_cell_to_host", ms(t.mapped, t.build_start)),
+            ("5_host_prepare", ms(t.build_start, t.spawn_start)),
+            ("6_spawn", ms(t.spawn_start, t.spawn_finish)),
+            ("7_report_lag", ms(t.spawn_finish, seen_wall)),
         ] {
             if let Some(v) = v {
                 cols.entry(k).or_default().push(v);
@@ -1934,6 +2037,188 @@ mod tests {
             t_done: Some(t),
             tta: None,
         }
+    }
+
+    fn phase_report(name: &str) -> PhaseReport {
+        PhaseReport {
+            name: name.to_owned(),
+            kind: PhaseKind::ManyTenants,
+            concurrency: 1,
+            tenants: 2,
+            started_secs: 0.0,
+            seconds: 1.0,
+            requested: 2,
+            accepted: 2,
+            refused: BTreeMap::new(),
+            active: 2,
+            error: 0,
+            stuck_in_build: 0,
+            flavors: BTreeMap::new(),
+            requested_zones: BTreeMap::new(),
+            accept_latency: summarize(&mut []),
+            time_to_active: summarize(&mut []),
+            build_phases: BTreeMap::new(),
+            accepts_per_second: 0.0,
+            boots_per_second: 0.0,
+            skipped_at_cap: 0,
+            replaced: 0,
+            list: None,
+            list_page_size: None,
+            isolation: None,
+            deletes: None,
+            servers_per_cell: BTreeMap::new(),
+            servers_per_host_histogram: Vec::new(),
+            servers_per_zone: BTreeMap::new(),
+            outside_requested_zone: 0,
+            outside_requested_zone_examples: Vec::new(),
+            invariants: Vec::new(),
+        }
+    }
+
+    fn run_report(phases: Vec<PhaseReport>, invariants: Vec<Invariant>) -> RunReport {
+        let spec = Scenario::parse(
+            "name = \"t\"\n[[phase]]\nkind = \"many-tenants\"\nservers = 2\ntenants = 2\n",
+        )
+        .unwrap();
+        RunReport {
+            scenario: "t".into(),
+            spec,
+            started_at: Utc::now(),
+            machine: serde_json::Value::Null,
+            target: TargetReport {
+                embedded: true,
+                cells: 1,
+                hypervisors: 1,
+                start_seconds: 0.0,
+                config: serde_json::Value::Null,
+                failing_hosts: Vec::new(),
+                host_spawn_latency_ms: summarize(&mut []),
+                layout: crate::fleet::Layout::default(),
+            },
+            memory: MemoryReport::default(),
+            phases,
+            throughput: Throughput::default(),
+            faults: Vec::new(),
+            errors_by_fault: BTreeMap::new(),
+            invariants,
+            invariants_checked: true,
+            invariants_not_checked: None,
+            invariants_outcome: InvariantsOutcome::Hold,
+            seconds: 1.0,
+        }
+    }
+
+    fn holding(name: &'static str, holds: bool) -> Invariant {
+        Invariant {
+            name,
+            holds,
+            violations: usize::from(!holds),
+            examples: Vec::new(),
+        }
+    }
+
+    /// A broken invariant, a many-tenants isolation violation and
+    /// invariants that could not be checked each fail the run (the
+    /// binary's exit status); only the last can be accepted, explicitly.
+    #[test]
+    fn broken_isolation_and_unchecked_invariants_fail_the_run() {
+        let ok = run_report(
+            vec![phase_report("p")],
+            vec![holding(crate::inspect::NO_BUILD_REQUEST_LEFT, true)],
+        );
+        assert_eq!(ok.outcome(), InvariantsOutcome::Hold);
+        assert_eq!(ok.failure(false), None);
+
+        let broken = run_report(
+            vec![phase_report("p")],
+            vec![holding(crate::inspect::NO_BUILD_REQUEST_LEFT, false)],
+        );
+        assert_eq!(broken.outcome(), InvariantsOutcome::Broken);
+        let why = broken.failure(true).expect("a broken invariant fails");
+        assert!(why.contains(crate::inspect::NO_BUILD_REQUEST_LEFT), "{why}");
+
+        let mut leaky = phase_report("tenants");
+        leaky.isolation = Some(Isolation {
+            tenants: 2,
+            holds: false,
+            violations: vec!["t1: lists 1 servers of other projects".into()],
+        });
+        let isolation = run_report(vec![leaky], Vec::new());
+        assert_eq!(isolation.broken(), [TENANT_ISOLATION]);
+        assert_eq!(isolation.outcome(), InvariantsOutcome::Broken);
+        let why = isolation.failure(true).expect("isolation broken fails");
+        assert!(why.contains(TENANT_ISOLATION), "{why}");
+        assert!(report_summary_says(
+            &isolation,
+            "invariants: BROKEN: each project"
+        ));
+
+        let mut unchecked = run_report(vec![phase_report("p")], Vec::new());
+        unchecked.invariants_checked = false;
+        unchecked.invariants_not_checked = Some("not an administrator".into());
+        assert_eq!(unchecked.outcome(), InvariantsOutcome::NotChecked);
+        let why = unchecked
+            .failure(false)
+            .expect("unchecked fails by default");
+        assert!(
+            why.contains("not an administrator") && why.contains("--allow-unchecked"),
+            "{why}"
+        );
+        assert_eq!(unchecked.failure(true), None);
+        assert!(report_summary_says(
+            &unchecked,
+            "invariants: NOT CHECKED: not an administrator"
+        ));
+        assert_eq!(
+            serde_json::to_value(InvariantsOutcome::NotChecked).unwrap(),
+            "not-checked"
+        );
+    }
+
+    fn report_summary_says(r: &RunReport, what: &str) -> bool {
+        let s = crate::report::summary(r);
+        s.contains(what) || panic!("{what:?} not in {s}")
+    }
+
+    /// Each build phase runs from one recorded timestamp to the next:
+    /// scheduling ends when the instance is written into its cell, cell
+    /// create when its mapping names the cell.
+    #[test]
+    fn time_to_active_splits_at_the_recorded_timestamps() {
+        let posted = Utc::now();
+        let at = |ms: i64| Some(posted + chrono::Duration::milliseconds(ms));
+        let mut r = rec(Outcome::Active, 0.0);
+        r.id = Some("i1".into());
+        r.accept = Some(Duration::from_millis(30));
+        r.accepted_wall = at(30);
+        r.tta = Some(Duration::from_millis(1000));
+        let times = HashMap::from([(
+            "i1".to_owned(),
+            crate::inspect::BuildTimes {
+                scheduled: at(100),
+                mapped: at(140),
+                build_start: at(300),
+                spawn_start: at(450),
+                spawn_finish: at(850),
+            },
+        )]);
+        let split = split_phases(&[r], &times);
+        let got: Vec<(&str, f64)> = split
+            .iter()
+            .map(|(k, s)| (k.as_str(), s.p50_ms.round()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("1_api_accept", 30.0),
+                ("2_scheduling", 100.0),
+                ("3_cell_create", 40.0),
+                ("4_cell_to_host", 160.0),
+                ("5_host_prepare", 150.0),
+                ("6_spawn", 400.0),
+                ("7_report_lag", 150.0),
+            ]
+        );
     }
 
     #[test]

@@ -18,10 +18,15 @@
 //!
 //! [target]
 //! kind = "embedded"            # or "url" with compute_url, identity_url, …
-//!                              # (a URL target's invariants are checked
+//!                              # (http:// only: https is not supported
+//!                              # yet; user_domain_name and
+//!                              # project_domain_name default to Default;
+//!                              # a URL target's invariants are checked
 //!                              # through the APIs when its user is an
-//!                              # administrator; placement_url or the
-//!                              # catalog's placement endpoint)
+//!                              # administrator, placement_url or the
+//!                              # catalog's placement endpoint, else the
+//!                              # run fails unless --allow-unchecked)
+//! compute_microversion = "2.90"  # the default; 2.37 or later
 //!
 //! [region]                     # passed to region::RegionConfig's [region]
 //! heartbeat_interval_secs = 10
@@ -216,6 +221,16 @@ pub struct TargetSpec {
     pub password_env: Option<String>,
     /// Project (`url`; default `OS_PROJECT_NAME`).
     pub project: Option<String>,
+    /// The user's domain, by name (`url`; default `OS_USER_DOMAIN_NAME`,
+    /// else `Default`).
+    pub user_domain_name: Option<String>,
+    /// The project's domain, by name (`url`; default
+    /// `OS_PROJECT_DOMAIN_NAME`, else `Default`).
+    pub project_domain_name: Option<String>,
+    /// The Compute API microversion every request asks for (default
+    /// [`crate::api::COMPUTE_MICROVERSION`]; at least 2.37, which the
+    /// creates' `"networks": "none"` needs).
+    pub compute_microversion: Option<String>,
     /// Image name or id (default: the region's CirrOS-like image).
     pub image: Option<String>,
     /// The embedded region's data directory (default: a fresh temporary
@@ -439,6 +454,37 @@ impl Scenario {
             }
             _ => {}
         }
+        if let Some(v) = &self.target.compute_microversion {
+            let minor = v
+                .strip_prefix("2.")
+                .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|m| m.parse::<u32>().ok());
+            if minor.is_none_or(|m| m < MIN_COMPUTE_MINOR) {
+                bail!(
+                    "target.compute_microversion: {v:?} is not a compute microversion 2.{MIN_COMPUTE_MINOR} \
+                     or later (2.N; the creates send \"networks\": \"none\", which needs 2.{MIN_COMPUTE_MINOR})"
+                );
+            }
+        }
+        for (k, url) in [
+            ("compute_url", &self.target.compute_url),
+            ("identity_url", &self.target.identity_url),
+            ("placement_url", &self.target.placement_url),
+        ] {
+            if let Some(u) = url {
+                check_http_url(&format!("target.{k}"), u)?;
+            }
+        }
+        if self.target.kind == TargetKind::Embedded {
+            for (k, v) in [
+                ("user_domain_name", &self.target.user_domain_name),
+                ("project_domain_name", &self.target.project_domain_name),
+            ] {
+                if v.is_some() {
+                    bail!("target.{k} needs target.kind = \"url\" (the embedded region's users are in Default)");
+                }
+            }
+        }
         if self.target.kind == TargetKind::Url {
             if self.target.compute_url.is_none() {
                 bail!("target.compute_url is required when target.kind = \"url\"");
@@ -554,6 +600,25 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+}
+
+/// The lowest compute microversion a scenario may ask for (2.37: a create
+/// with `"networks": "none"`).
+pub const MIN_COMPUTE_MINOR: u32 = 37;
+
+/// Refuses an endpoint the clients cannot reach: anything but `http://`,
+/// and `https://` with a message of its own (no TLS client is built in
+/// yet).
+pub fn check_http_url(what: &str, url: &str) -> Result<()> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("http") => Ok(()),
+        Some("https") => bail!(
+            "{what}: https is not supported yet ({url}): loadtest has no TLS client; \
+             give the endpoint's http:// URL (or put a plain-HTTP proxy in front of it)"
+        ),
+        _ => bail!("{what}: {url:?} is not an http:// URL"),
     }
 }
 

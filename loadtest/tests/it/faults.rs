@@ -1,6 +1,6 @@
-//! Broker and database outages on PostgreSQL + RabbitMQ: a cell's vhost
-//! or database taken away mid-phase and restored; the failures are
-//! attributed to the outage, the cell recovers, the invariants hold.
+//! Faults on PostgreSQL + RabbitMQ: a cell's vhost or database taken away
+//! mid-phase and restored (the failures are attributed to the outage, the
+//! cell recovers, the invariants hold), and a stopped compute agent.
 
 use loadtest::report;
 use loadtest::runner::{self, RunOptions};
@@ -108,4 +108,24 @@ async fn stop_broker_is_attributed_and_the_cell_recovers() {
         return;
     };
     check_outage(&r, FaultKind::StopBroker, "cell1-broker");
+}
+
+/// A compute agent stopped as a burst starts, on PostgreSQL + RabbitMQ:
+/// the same report as on the embedded default (what went to the stopped
+/// host is under the fault, the invariants hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_host_on_postgresql_and_rabbitmq() {
+    let Some((db, bus)) = production_backends("lt_hostfault").await else {
+        return;
+    };
+    let mut s = crate::scenario::stop_host_scenario(&format!(
+        "database_url = \"{db}\"\ntransport_url = \"{bus}\""
+    ));
+    let data = testkit::temp_dir("lt_hostfault_data");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &RunOptions { quiet: true })
+        .await
+        .expect("run");
+    crate::scenario::check_stop_host(&r);
+    std::fs::remove_dir_all(&data).ok();
 }

@@ -5,10 +5,28 @@ use std::path::Path;
 
 use loadtest::report;
 use loadtest::runner::{self, RunOptions};
-use loadtest::scenario::Scenario;
+use loadtest::scenario::{FaultKind, Scenario};
 
 fn quiet() -> RunOptions {
     RunOptions { quiet: true }
+}
+
+/// Every plot of a report directory is there and is a whole SVG document.
+fn assert_plots_are_svg(out: &Path) {
+    for plot in report::PLOTS {
+        let body =
+            std::fs::read_to_string(out.join(plot)).unwrap_or_else(|e| panic!("{plot}: {e}"));
+        assert!(
+            body.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            "{plot}"
+        );
+        assert!(body.trim_end().ends_with("</svg>"), "{plot}");
+        assert_eq!(
+            body.matches("<svg").count(),
+            body.matches("</svg>").count(),
+            "{plot}"
+        );
+    }
 }
 
 /// The CI scenario (every phase kind) runs end to end: the JSON report
@@ -60,15 +78,16 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
         );
         // A host's extra spawn time is 5..=30 ms: the spawn phase shows it.
         assert!(
-            p["build_phases"]["5_spawn"]["p50_ms"].as_f64().unwrap() >= 5.0,
+            p["build_phases"]["6_spawn"]["p50_ms"].as_f64().unwrap() >= 5.0,
             "{name}: {p:#}"
         );
         for k in [
             "1_api_accept",
             "2_scheduling",
-            "3_cell_to_host",
-            "4_host_prepare",
-            "6_report_lag",
+            "3_cell_create",
+            "4_cell_to_host",
+            "5_host_prepare",
+            "7_report_lag",
         ] {
             assert_eq!(p["build_phases"][k]["count"], p["active"], "{name} {k}");
         }
@@ -124,19 +143,7 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
     assert!(inv.iter().all(|i| i["holds"] == true), "{inv:#?}");
     assert!(r.broken().is_empty());
 
-    for plot in report::PLOTS {
-        let body = std::fs::read_to_string(out.join(plot)).unwrap();
-        assert!(
-            body.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
-            "{plot}"
-        );
-        assert!(body.trim_end().ends_with("</svg>"), "{plot}");
-        assert_eq!(
-            body.matches("<svg").count(),
-            body.matches("</svg>").count(),
-            "{plot}"
-        );
-    }
+    assert_plots_are_svg(&out);
     let tp = std::fs::read_to_string(out.join("throughput.svg")).unwrap();
     assert!(tp.contains("<polyline") && tp.contains("ACTIVE"));
     let ph = std::fs::read_to_string(out.join("time_to_active_phases.svg")).unwrap();
@@ -245,6 +252,88 @@ fn bad_scenarios_name_the_field() {
     assert!(e.contains("fault[0].host"), "{e}");
 }
 
+/// The `[target]` knobs for a real Nova: the microversion (2.37 or later),
+/// the user's and project's domains (URL targets), and http:// endpoints
+/// only, https refused with a message saying it is not supported yet.
+#[test]
+fn target_microversion_domains_and_urls_are_checked() {
+    let phase = "[[phase]]\nkind = \"burst\"\nservers = 1\n";
+    let url = "[target]\nkind = \"url\"\ncompute_url = \"http://10.0.0.5:8774\"\n\
+               identity_url = \"http://10.0.0.5/identity\"\n";
+    let s = Scenario::parse(&format!(
+        "name = \"t\"\n{url}compute_microversion = \"2.37\"\n\
+         user_domain_name = \"corp\"\nproject_domain_name = \"lab\"\n{phase}"
+    ))
+    .unwrap();
+    assert_eq!(s.target.compute_microversion.as_deref(), Some("2.37"));
+    assert_eq!(s.target.user_domain_name.as_deref(), Some("corp"));
+    assert_eq!(s.target.project_domain_name.as_deref(), Some("lab"));
+    for bad in ["2.36", "2.", "2.x", "3.1", "latest", "2.90 "] {
+        let e = parse_err(&format!(
+            "{HEAD}[target]\ncompute_microversion = \"{bad}\"\n{phase}"
+        ));
+        assert!(
+            e.contains("target.compute_microversion") && e.contains("2.37 or later"),
+            "{bad}: {e}"
+        );
+    }
+    let e = parse_err(&format!(
+        "{HEAD}[target]\nuser_domain_name = \"corp\"\n{phase}"
+    ));
+    assert!(
+        e.contains("target.user_domain_name needs target.kind = \"url\""),
+        "{e}"
+    );
+    for (k, v) in [
+        ("identity_url", "https://keystone.example/identity"),
+        ("compute_url", "HTTPS://nova.example:8774"),
+        ("placement_url", "https://placement.example"),
+    ] {
+        let mut urls = vec![
+            ("compute_url", "http://a:1"),
+            ("identity_url", "http://b:2"),
+        ];
+        urls.retain(|(n, _)| *n != k);
+        urls.push((k, v));
+        let fields: String = urls
+            .iter()
+            .map(|(n, u)| format!("{n} = \"{u}\"\n"))
+            .collect();
+        let text = format!("name = \"t\"\n[target]\nkind = \"url\"\n{fields}{phase}");
+        let e = parse_err(&text);
+        assert!(
+            e.contains(&format!("target.{k}: https is not supported yet")),
+            "{k}: {e}"
+        );
+    }
+    let e = parse_err(&format!(
+        "name = \"t\"\n[target]\nkind = \"url\"\ncompute_url = \"10.0.0.5:8774\"\n\
+         identity_url = \"http://b:2\"\n{phase}"
+    ));
+    assert!(
+        e.contains("target.compute_url: \"10.0.0.5:8774\" is not an http:// URL"),
+        "{e}"
+    );
+}
+
+/// The scenario's microversion is the one every Compute API request asks
+/// for: the region refuses one beyond its maximum (2.104) by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenarios_microversion_is_sent() {
+    let data = testkit::temp_dir("loadtest_microversion_data");
+    let mut s = Scenario::parse(&format!(
+        "{HEAD}[target]\ncompute_microversion = \"2.999\"\n[[phase]]\nkind = \"burst\"\nservers = 1\n"
+    ))
+    .unwrap();
+    s.target.data_dir = Some(data.clone());
+    let e = format!(
+        "{:#}",
+        runner::run(&s, &quiet()).await.expect_err("refused")
+    );
+    assert!(e.contains("Version 2.999 is not supported"), "{e}");
+    std::fs::remove_dir_all(&data).ok();
+}
+
 /// The scenario's `[region]` table reaches region::RegionConfig, checked by
 /// it: a key the region does not know is refused by name.
 #[test]
@@ -330,20 +419,24 @@ async fn broker_and_database_faults_are_refused_clearly() {
     assert!(e.contains("fault[0].duration_secs only applies"), "{e}");
 }
 
-/// A stop-host fault fires, is recorded with its time and host, and the
-/// servers that landed on the stopped host are reported under it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_host_fault_shows_in_the_report() {
-    let data = testkit::temp_dir("loadtest_fault_data");
-    let mut s = Scenario::parse(
+/// A burst of 6 on one cell of 2 hosts, `cell1-host01` stopped as it
+/// starts, nothing deleted; `region` is the scenario's `[region]` table.
+pub(crate) fn stop_host_scenario(region: &str) -> Scenario {
+    Scenario::parse(&format!(
         "name = \"fault\"\n[fleet]\ncells = 1\nhosts_per_cell = 2\n\
          [target]\npoll_interval_ms = 50\n\
+         [region]\n{region}\n\
          [[phase]]\nkind = \"burst\"\nservers = 6\nconcurrency = 6\ntimeout_secs = 8\ndelete = false\n\
-         [[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nhost = \"cell1-host01\"\nat_secs = 0.0\n",
-    )
-    .unwrap();
-    s.target.data_dir = Some(data.clone());
-    let r = runner::run(&s, &quiet()).await.expect("run");
+         [[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nhost = \"cell1-host01\"\nat_secs = 0.0\n"
+    ))
+    .expect("scenario parses")
+}
+
+/// What a stop-host run must show: the fault recorded with its time and
+/// host, whatever went to the stopped host counted under it (not under
+/// "no fault"), the invariants holding.
+pub(crate) fn check_stop_host(r: &runner::RunReport) {
+    let summary = report::summary(r);
     assert_eq!(r.faults.len(), 1, "{:#?}", r.faults);
     let f = &r.faults[0];
     assert_eq!(f.target, "cell1-host01");
@@ -367,8 +460,118 @@ async fn stop_host_fault_shows_in_the_report() {
         "{:#?}",
         r.errors_by_fault
     );
-    let summary = report::summary(&r);
     assert!(summary.contains("fault StopHost cell1-host01"), "{summary}");
+    // The servers left on the stopped host keep their claims: the
+    // invariants hold after the phase and at the end.
+    for inv in [&p.invariants, &r.invariants] {
+        assert_eq!(inv.len(), 5, "{summary}");
+        assert!(inv.iter().all(|i| i.holds), "{inv:#?}");
+    }
+    assert!(r.broken().is_empty(), "{summary}");
+}
+
+/// A stop-host fault on the embedded default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_host_fault_shows_in_the_report() {
+    let data = testkit::temp_dir("loadtest_fault_data");
+    let mut s = stop_host_scenario("");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    check_stop_host(&r);
+    std::fs::remove_dir_all(&data).ok();
+}
+
+/// A stop-conductor fault: cell1's conductor stops as the phase starts
+/// and stays stopped. The builds sent to cell1 cannot report to it and
+/// stay BUILD until the phase's timeout; the report counts them in cell1
+/// and puts every one under the fault; cell2's servers become ACTIVE. The
+/// invariants are still read (the API writes the instance rows and the
+/// placement claims, so they hold) after the phase and at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_conductor_fault_leaves_its_cell_in_build_under_the_fault() {
+    let data = testkit::temp_dir("loadtest_conductor_fault_data");
+    // A 200 ms spawn: a build sent before the conductor is gone still
+    // needs it to report ACTIVE. No heartbeat after the start: a host
+    // whose heartbeat waits on the stopped conductor (30 s) holds up its
+    // shutdown at the end of the run.
+    let mut s = Scenario::parse(
+        "name = \"conductor\"\n[fleet]\ncells = 2\nhosts_per_cell = 2\n\
+         spawn_latency = { kind = \"fixed\", ms = 200 }\n\
+         [target]\npoll_interval_ms = 50\n\
+         [region]\nheartbeat_interval_secs = 3600\n\
+         [[phase]]\nkind = \"burst\"\nservers = 12\nconcurrency = 12\ntimeout_secs = 5\ndelete = false\n\
+         [[fault]]\nkind = \"stop-conductor\"\ncell = \"cell1\"\nat_secs = 0.0\n",
+    )
+    .unwrap();
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    let summary = report::summary(&r);
+    eprintln!("{summary}");
+    assert_eq!(r.faults.len(), 1, "{summary}");
+    let f = &r.faults[0];
+    assert_eq!(
+        (
+            f.kind,
+            f.cell.as_str(),
+            f.target.as_str(),
+            f.result.as_str()
+        ),
+        (
+            FaultKind::StopConductor,
+            "cell1",
+            "cell1-conductor",
+            "applied"
+        ),
+        "{summary}"
+    );
+    assert!(f.at_secs < 1.0 && f.until_secs.is_none(), "{f:?}");
+    let p = &r.phases[0];
+    assert_eq!(p.requested, 12, "{summary}");
+    assert_eq!((p.error, p.refused.len()), (0, 0), "{summary}");
+    assert_eq!(p.active + p.stuck_in_build, 12, "{summary}");
+    // The scheduler spreads 12 servers over the 4 hosts of both cells.
+    assert!(p.active > 0 && p.stuck_in_build > 0, "{summary}");
+    // Every server of cell1 is stuck, every server of cell2 ACTIVE.
+    assert_eq!(
+        p.servers_per_cell.get("cell1"),
+        Some(&p.stuck_in_build),
+        "{summary}\n{:?}",
+        p.servers_per_cell
+    );
+    assert_eq!(
+        p.servers_per_cell.get("cell2"),
+        Some(&p.active),
+        "{:?}",
+        p.servers_per_cell
+    );
+    // All of them under the stopped conductor, none under "no fault".
+    let label = format!("stop-conductor cell1-conductor at {:.1}s", f.at_secs);
+    assert_eq!(
+        r.errors_by_fault.keys().collect::<Vec<_>>(),
+        [&label],
+        "{:#?}",
+        r.errors_by_fault
+    );
+    assert_eq!(
+        r.errors_by_fault[&label]["still BUILD at the phase's timeout"], p.stuck_in_build,
+        "{:#?}",
+        r.errors_by_fault
+    );
+    assert!(
+        summary.contains(&format!(
+            "errors [{label}] x{}: still BUILD at the phase's timeout",
+            p.stuck_in_build
+        )),
+        "{summary}"
+    );
+    // The invariants: read after the phase and at the end, all holding.
+    for inv in [&p.invariants, &r.invariants] {
+        assert_eq!(inv.len(), 5, "{inv:#?}");
+        assert!(inv.iter().all(|i| i.holds), "{inv:#?}");
+    }
+    assert!(r.invariants_checked, "{summary}");
+    assert!(r.broken().is_empty(), "{summary}");
+    assert!(summary.contains("invariants: all hold"), "{summary}");
     std::fs::remove_dir_all(&data).ok();
 }
 
@@ -417,7 +620,8 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     s.target.data_dir = Some(data.clone());
     let r = runner::run(&s, &quiet()).await.expect("run");
     let out = testkit::temp_dir("loadtest_pg_report");
-    report::write(&r, &out).expect("write report");
+    let files = report::write(&r, &out).expect("write report");
+    assert_eq!(files.len(), 1 + report::PLOTS.len());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let p = &v["phases"][0];
@@ -425,7 +629,30 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     assert_eq!(p["active"], 12, "{p:#}");
     assert_eq!(p["error"], 0, "{p:#}");
     assert_eq!(p["deletes"]["left"], 0, "{p:#}");
-    assert_eq!(p["invariants"].as_array().unwrap().len(), 5, "{p:#}");
+    // Every build phase was read from the PostgreSQL databases.
+    for k in [
+        "2_scheduling",
+        "3_cell_create",
+        "4_cell_to_host",
+        "5_host_prepare",
+        "6_spawn",
+    ] {
+        assert_eq!(p["build_phases"][k]["count"], 12, "{k}: {p:#}");
+    }
+    // The five invariants were read from the PostgreSQL databases, after
+    // the phase and at the end, and every one holds.
+    let summary = report::summary(&r);
+    for inv in [&p["invariants"], &v["invariants"]] {
+        let inv = inv.as_array().unwrap();
+        assert_eq!(inv.len(), 5, "{p:#}");
+        assert!(inv.iter().all(|i| i["holds"] == true), "{inv:#?}");
+    }
+    assert_eq!(v["invariants_checked"], true);
+    assert!(r.broken().is_empty(), "{summary}");
+    assert!(summary.contains("invariants: all hold"), "{summary}");
+    assert_plots_are_svg(&out);
+    let tp = std::fs::read_to_string(out.join("throughput.svg")).unwrap();
+    assert!(tp.contains("<polyline") && tp.contains("ACTIVE"), "{tp}");
     assert_eq!(
         v["target"]["config"]["database_url"],
         db_template.as_str(),
@@ -480,6 +707,9 @@ compute_url = "{compute_url}"
 identity_url = "{identity}"
 username = "{}"
 project = "{}"
+user_domain_name = "Default"
+project_domain_name = "Default"
+compute_microversion = "2.60"
 password_env = "LOADTEST_IT_ADMIN_PASSWORD"
 poll_interval_ms = 50
 
@@ -494,7 +724,23 @@ list_runs = 1
     let s = Scenario::parse(&text).expect("scenario");
     let r = runner::run(&s, &quiet()).await.expect("run");
     assert_eq!(r.phases[0].active, 3);
+    assert_eq!(r.target.config["compute_microversion"], "2.60");
     assert!(r.invariants_checked, "an administrator can check them");
+    assert_eq!(r.outcome(), runner::InvariantsOutcome::Hold);
+    // The domains are the scenario's: the admin is not in a domain
+    // "elsewhere", so identity refuses the login.
+    let elsewhere = Scenario::parse(&text.replace(
+        "user_domain_name = \"Default\"",
+        "user_domain_name = \"elsewhere\"",
+    ))
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        runner::run(&elsewhere, &quiet())
+            .await
+            .expect_err("refused")
+    );
+    assert!(e.contains("refused the service login (HTTP 401)"), "{e}");
     let names: Vec<&str> = r.invariants.iter().map(|i| i.name).collect();
     assert_eq!(
         names,
@@ -557,6 +803,104 @@ list_runs = 1
         .await
         .unwrap_err();
     assert!(format!("{e:#}").contains("administrator"), "{e:#}");
+    region.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `loadtest run` exits non-zero when the no-leak invariants could not be
+/// checked (a URL target whose user is no administrator), naming why and
+/// the opt-out; with `--allow-unchecked` the same run exits 0, and its
+/// report says they were not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchecked_invariants_fail_the_binary_unless_allowed() {
+    use loadtest::embed::{self, RegionSpec};
+
+    let dir = testkit::temp_dir("loadtest_bin_unchecked");
+    let region = embed::start(
+        &RegionSpec {
+            cells: 1,
+            hosts_per_cell: 1,
+            fake_spawn_latency_ms: 0,
+            data_dir: dir.join("region"),
+        },
+        None,
+    )
+    .await
+    .expect("region");
+    let scenario = dir.join("unchecked.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            r#"
+name = "unchecked"
+[target]
+kind = "url"
+compute_url = "http://{}"
+identity_url = "http://{}"
+username = "{}"
+project = "{}"
+password_env = "LOADTEST_IT_MEMBER_PASSWORD"
+poll_interval_ms = 50
+
+[[phase]]
+kind = "boot-and-delete"
+servers = 1
+concurrency = 1
+"#,
+            region.compute.addr,
+            region.identity.addr,
+            region.member.username,
+            region.member.project
+        ),
+    )
+    .unwrap();
+    let run = |extra: Option<&'static str>, report: std::path::PathBuf| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loadtest"));
+        cmd.arg("run")
+            .arg(&scenario)
+            .arg("--report-dir")
+            .arg(&report)
+            .arg("--quiet")
+            .args(extra)
+            .env("LOADTEST_IT_MEMBER_PASSWORD", &region.member.password);
+        // The region answers on this runtime: wait for the child elsewhere.
+        tokio::task::spawn_blocking(move || cmd.output().expect("run the loadtest binary"))
+    };
+
+    let out = run(None, dir.join("refused")).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exit 0 with unchecked invariants: {stderr}"
+    );
+    assert!(
+        stderr.contains("invariants not checked") && stderr.contains("--allow-unchecked"),
+        "{stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("refused/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["invariants_outcome"], "not-checked", "{v:#}");
+    assert_eq!(v["invariants_checked"], false);
+    assert!(
+        v["invariants_not_checked"]
+            .as_str()
+            .is_some_and(|w| w.contains("administrator")),
+        "{:#}",
+        v["invariants_not_checked"]
+    );
+    assert_eq!(v["phases"][0]["active"], 1, "the run itself went through");
+
+    let out = run(Some("--allow-unchecked"), dir.join("allowed"))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("invariants: NOT CHECKED"), "{stdout}");
     region.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }
