@@ -64,6 +64,41 @@ impl InstanceRow {
 const COLUMNS: &str = "uuid, project_id, user_id, vm_state, task_state, power_state, host, node, \
     launched_at, deleted, vcpus, memory_mb, root_gb, ephemeral_gb";
 
+/// The columns an [`InstanceChange`] sets (binds `$1`–`$17` and `$20`;
+/// [`bind_change!`] binds `$1`–`$16`, each value after its "is set" flag).
+const SET_CHANGE: &str = "vm_state = CASE WHEN $1 THEN $2 ELSE vm_state END, \
+    task_state = CASE WHEN $3 THEN $4 ELSE task_state END, \
+    power_state = CASE WHEN $5 THEN $6 ELSE power_state END, \
+    host = CASE WHEN $7 THEN $8 ELSE host END, \
+    node = CASE WHEN $9 THEN $10 ELSE node END, \
+    launched_at = CASE WHEN $11 THEN $12 ELSE launched_at END, \
+    launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
+    progress = CASE WHEN $15 THEN $16 ELSE progress END, \
+    updated_at = $17, last_update_id = $20";
+
+/// Binds `$1`–`$16` of [`SET_CHANGE`] from `$c` (an `&InstanceChange`).
+macro_rules! bind_change {
+    ($q:expr, $c:expr) => {{
+        let c: &InstanceChange = $c;
+        $q.bind(c.vm_state.is_some())
+            .bind(&c.vm_state)
+            .bind(c.task_state.is_some())
+            .bind(c.task_state.clone().flatten())
+            .bind(c.power_state.is_some())
+            .bind(c.power_state)
+            .bind(c.host.is_some())
+            .bind(c.host.clone().flatten())
+            .bind(c.node.is_some())
+            .bind(c.node.clone().flatten())
+            .bind(c.launched_at.is_some())
+            .bind(c.launched_at)
+            .bind(c.launched_on.is_some())
+            .bind(&c.launched_on)
+            .bind(c.progress.is_some())
+            .bind(c.progress)
+    }};
+}
+
 /// A new instance row (what the API layer writes before casting the build).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewInstance {
@@ -225,16 +260,7 @@ impl CellDb {
     ) -> Result<InstanceRow> {
         let select = format!("SELECT {COLUMNS}, last_update_id FROM instances WHERE uuid = $1");
         let update = format!(
-            "UPDATE instances SET \
-             vm_state = CASE WHEN $1 THEN $2 ELSE vm_state END, \
-             task_state = CASE WHEN $3 THEN $4 ELSE task_state END, \
-             power_state = CASE WHEN $5 THEN $6 ELSE power_state END, \
-             host = CASE WHEN $7 THEN $8 ELSE host END, \
-             node = CASE WHEN $9 THEN $10 ELSE node END, \
-             launched_at = CASE WHEN $11 THEN $12 ELSE launched_at END, \
-             launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
-             progress = CASE WHEN $15 THEN $16 ELSE progress END, \
-             updated_at = $17, last_update_id = $20 \
+            "UPDATE instances SET {SET_CHANGE} \
              WHERE uuid = $18 AND deleted IS FALSE AND COALESCE(task_state, '') = $19 \
              AND ($20 IS NULL OR last_update_id IS NULL OR last_update_id <> $20) \
              RETURNING {COLUMNS}"
@@ -273,15 +299,8 @@ impl CellDb {
                 }
                 check(&key, &cur, c)?;
                 let seen = cur.task_state.clone().unwrap_or_default();
-                let row: Option<InstanceRow> = measured("instance_update", sqlx::query_as(&update)
-                    .bind(c.vm_state.is_some()).bind(&c.vm_state)
-                    .bind(c.task_state.is_some()).bind(c.task_state.clone().flatten())
-                    .bind(c.power_state.is_some()).bind(c.power_state)
-                    .bind(c.host.is_some()).bind(c.host.clone().flatten())
-                    .bind(c.node.is_some()).bind(c.node.clone().flatten())
-                    .bind(c.launched_at.is_some()).bind(c.launched_at)
-                    .bind(c.launched_on.is_some()).bind(&c.launched_on)
-                    .bind(c.progress.is_some()).bind(c.progress)
+                let row: Option<InstanceRow> = measured("instance_update",
+                    bind_change!(sqlx::query_as(&update), c)
                     .bind(now()).bind(&key).bind(&seen).bind(&c.update_id)
                     .fetch_optional(&mut *tx)).await.map_err(db("instance_update"))?;
                 match row {
@@ -473,16 +492,7 @@ async fn single_statement_update(
     // before the statement, `ins` inserts the starts and the finishes that
     // found nothing open (event names are distinct, so no event is both).
     let sql = format!(
-        "WITH upd AS (UPDATE instances SET \
-         vm_state = CASE WHEN $1 THEN $2 ELSE vm_state END, \
-         task_state = CASE WHEN $3 THEN $4 ELSE task_state END, \
-         power_state = CASE WHEN $5 THEN $6 ELSE power_state END, \
-         host = CASE WHEN $7 THEN $8 ELSE host END, \
-         node = CASE WHEN $9 THEN $10 ELSE node END, \
-         launched_at = CASE WHEN $11 THEN $12 ELSE launched_at END, \
-         launched_on = CASE WHEN $13 THEN $14 ELSE launched_on END, \
-         progress = CASE WHEN $15 THEN $16 ELSE progress END, \
-         updated_at = $17, last_update_id = $20 \
+        "WITH upd AS (UPDATE instances SET {SET_CHANGE} \
          WHERE uuid = $18 AND deleted IS FALSE AND COALESCE(task_state, '') = ANY($19) \
          AND ($21::VARCHAR IS NULL OR host = $21) \
          AND ($20::VARCHAR IS NULL OR last_update_id IS DISTINCT FROM $20) \
@@ -522,23 +532,7 @@ async fn single_statement_update(
     let last_at = evs.last().map(|e| e.at);
     let got: Option<WithNodeStats> = measured(
         "instance_update_single",
-        sqlx::query_as(&sql)
-            .bind(c.vm_state.is_some())
-            .bind(&c.vm_state)
-            .bind(c.task_state.is_some())
-            .bind(c.task_state.clone().flatten())
-            .bind(c.power_state.is_some())
-            .bind(c.power_state)
-            .bind(c.host.is_some())
-            .bind(c.host.clone().flatten())
-            .bind(c.node.is_some())
-            .bind(c.node.clone().flatten())
-            .bind(c.launched_at.is_some())
-            .bind(c.launched_at)
-            .bind(c.launched_on.is_some())
-            .bind(&c.launched_on)
-            .bind(c.progress.is_some())
-            .bind(c.progress)
+        bind_change!(sqlx::query_as(&sql), c)
             .bind(now())
             .bind(uuid.to_string())
             .bind(&plan.from)
