@@ -39,11 +39,23 @@ impl Db {
                     .with_context(|| format!("open {}", cell_mask(url)))?,
             ))
         } else {
-            Ok(Db::Sqlite(
-                migrations::open_sqlite(url)
-                    .await
-                    .with_context(|| format!("open {}", cell_mask(url)))?,
-            ))
+            // Opening sets the file's pragmas, which SQLite may refuse with
+            // "database is locked" without waiting on its busy timeout while
+            // the region's own connection holds the file (seen once in CI,
+            // right after the region came up): a few bounded attempts.
+            let mut attempt = 1u64;
+            loop {
+                match migrations::open_sqlite(url).await {
+                    Ok(p) => return Ok(Db::Sqlite(p)),
+                    Err(e) if attempt < 10 && e.to_string().contains("database is locked") => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+                        attempt += 1;
+                    }
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("open {}", cell_mask(url)));
+                    }
+                }
+            }
         }
     }
 
