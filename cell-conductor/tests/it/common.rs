@@ -252,3 +252,31 @@ impl Cell {
         self.bus.close().await;
     }
 }
+
+/// Waits until `n` sessions of the database wait on a lock. Watched from a
+/// connection of its own: inside the lock's transaction, pg_stat_activity
+/// would keep listing the sessions of its first read (a copy's connection
+/// opened later would never show).
+pub async fn lock_waiters(url: &str, n: i64) {
+    let mut watch = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        if waiting == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {n} waiting on a lock ({waiting} waiting)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

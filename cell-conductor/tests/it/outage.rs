@@ -144,24 +144,7 @@ async fn pg_amqp_update_in_flight_when_the_broker_drops_lands_once() {
         .unwrap();
     assert!(cell.hv.finish_spawn(uuid, Ok(())));
     // The ACTIVE update is in the conductor, waiting on the row lock.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut lock)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the update never reached the database"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::common::lock_waiters(&db.url, 1).await;
     // The broker goes away with the call in flight, then the update commits.
     let v = vhost.clone();
     ctl(move || testkit::stop_vhost(&v)).await;

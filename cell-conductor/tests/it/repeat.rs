@@ -7,7 +7,7 @@
 //! waited for a worker is not run at all.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cell_conductor::db::instances::NewInstance;
 use cell_conductor::model::{Event, InstanceChange, Phase};
@@ -63,32 +63,6 @@ async fn lock_row(url: &str, uuid: InstanceUuid) -> sqlx::PgConnection {
     lock
 }
 
-/// Waits until `n` sessions of the database wait on a lock. Watched from a
-/// connection of its own: inside the lock's transaction, pg_stat_activity
-/// would keep listing the sessions of its first read (a copy's connection
-/// opened later would never show).
-async fn lock_waiters(url: &str, n: i64) {
-    let mut watch = sqlx::PgConnection::connect(url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut watch)
-        .await
-        .unwrap();
-        if waiting == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never {n} waiting on a lock ({waiting} waiting)"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Applies `change` twice at once, both copies past their read when the
 /// row lock is released; returns both answers.
 async fn two_copies(
@@ -108,7 +82,7 @@ async fn two_copies(
     let second = copy(db.clone(), change.clone());
     // Both copies read the row (a plain read does not wait for the lock)
     // and wait at their UPDATE.
-    lock_waiters(url, 2).await;
+    crate::common::lock_waiters(url, 2).await;
     sqlx::query("COMMIT").execute(&mut lock).await.unwrap();
     let a = first.await.unwrap().expect("the first copy is answered");
     let b = second.await.unwrap().expect("the second copy is answered");
@@ -208,7 +182,7 @@ async fn pg_request_that_expired_waiting_for_a_worker_is_not_run() {
             .await
         })
     };
-    lock_waiters(&pg.url, 1).await;
+    crate::common::lock_waiters(&pg.url, 1).await;
     let err = rpc::call::<_, rpc::InstanceRecord>(
         bus.as_ref(),
         CONDUCTOR_QUEUE,
