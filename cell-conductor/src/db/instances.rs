@@ -453,15 +453,16 @@ impl<'a> SinglePlan<'a> {
             return None;
         }
         let first = c.events.first();
-        for (i, ev) in c.events.iter().enumerate() {
-            let f = first?;
-            if ev.action != f.action
-                || ev.request_id != f.request_id
-                || ev.global_request_id != f.global_request_id
-                || ev.result.as_deref() == Some(rpc::action::ERROR)
-                || c.events[..i].iter().any(|o| o.event == ev.event)
-            {
-                return None;
+        if let Some(f) = first {
+            for (i, ev) in c.events.iter().enumerate() {
+                if ev.action != f.action
+                    || ev.request_id != f.request_id
+                    || ev.global_request_id != f.global_request_id
+                    || ev.result.as_deref() == Some(rpc::action::ERROR)
+                    || c.events[..i].iter().any(|o| o.event == ev.event)
+                {
+                    return None;
+                }
             }
         }
         Some(Self {
