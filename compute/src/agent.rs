@@ -256,9 +256,35 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
     }
     state.send_replace(HostState::Ready { node_uuid });
     metrics::host_ready(1.0);
-    let mut beat = tokio::time::interval(h.cfg.heartbeat_interval);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    beat.tick().await;
+    // Heartbeats in their own task: a call waiting on a conductor that
+    // does not answer (up to the call timeout) holds up neither the casts
+    // nor the shutdown, which drops the call where it waits.
+    let beats = tokio::spawn({
+        let h = h.clone();
+        async move {
+            let mut beat = tokio::time::interval(h.cfg.heartbeat_interval);
+            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            beat.tick().await;
+            loop {
+                beat.tick().await;
+                let ok = h
+                    .conductor
+                    .heartbeat(&rpc::Heartbeat {
+                        host: h.cfg.host.clone(),
+                        binary: rpc::COMPUTE_BINARY.to_owned(),
+                    })
+                    .await;
+                if let Err(e) = &ok {
+                    warn!(error = %chain(e), "heartbeat failed");
+                }
+                metrics::heartbeat(ok.is_ok());
+                if !reported {
+                    reported = h.report_inventory(node_uuid).await;
+                }
+            }
+        }
+        .in_current_span()
+    });
     let mut work = JoinSet::new();
     loop {
         tokio::select! {
@@ -269,23 +295,11 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
                 }
                 None => break,
             },
-            _ = beat.tick() => {
-                let ok = h.conductor.heartbeat(&rpc::Heartbeat {
-                    host: h.cfg.host.clone(),
-                    binary: rpc::COMPUTE_BINARY.to_owned(),
-                }).await;
-                if let Err(e) = &ok {
-                    warn!(error = %chain(e), "heartbeat failed");
-                }
-                metrics::heartbeat(ok.is_ok());
-                if !reported {
-                    reported = h.report_inventory(node_uuid).await;
-                }
-            }
             Some(_) = work.join_next(), if !work.is_empty() => {}
             _ = stopped(&mut shutdown) => break,
         }
     }
+    beats.abort();
     work.shutdown().await;
     metrics::host_ready(-1.0);
     state.send_replace(HostState::Stopped);

@@ -325,6 +325,12 @@ pub fn summary(r: &RunReport) -> String {
             );
         }
     }
+    if let Some(n) = r.injected_spawn_failures.filter(|n| *n > 0) {
+        let _ = writeln!(
+            s,
+            "spawns failed on purpose by the fleet's knobs: {n} (each rescheduled while alternates last)"
+        );
+    }
     for (f, msgs) in &r.errors_by_fault {
         for (m, n) in msgs {
             let _ = writeln!(s, "errors [{f}] x{n}: {m}");

@@ -168,6 +168,8 @@ struct ServerRec {
     zone: Option<String>,
     /// The cell it was in at its phase's peak (embedded target).
     cell: Option<String>,
+    /// Its host then, if it had one (embedded target).
+    node: Option<String>,
     /// Seconds since the run started, POST sent.
     t_post: f64,
     accept: Option<Duration>,
@@ -550,6 +552,9 @@ pub struct RunReport {
     /// Errors (ERROR faults, refusals, timeouts) grouped by the fault in
     /// force when they happened, then by message.
     pub errors_by_fault: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Spawns the fake hosts failed on purpose (`fleet.failing_hosts`,
+    /// `fleet.spawn_failure_rate`), reschedules included (embedded target).
+    pub injected_spawn_failures: Option<u64>,
     /// Invariants after the last phase.
     pub invariants: Vec<Invariant>,
     /// Whether they were checked (on a URL target: through the APIs, when
@@ -699,6 +704,7 @@ impl Ctx {
             flavor,
             zone,
             cell: None,
+            node: None,
             t_post,
             accept: None,
             accepted_wall: None,
@@ -823,6 +829,8 @@ struct Embedded {
     placement: Placement,
     /// The fleet's zones and aggregates as the Compute API shows them.
     layout: crate::fleet::Layout,
+    /// The fake hosts' knobs (one for every cell).
+    hypervisor: Option<compute::driver::fake::FakeHypervisor>,
     data_dir: PathBuf,
     remove_data: bool,
 }
@@ -969,10 +977,15 @@ async fn start_embedded(
         for _ in 0..n_fail.min(pool.len()) {
             let i = (rng.next_u64() % pool.len() as u64) as usize;
             let h = pool.swap_remove(i);
-            hv.fail_spawns(h, "injected spawn failure (scenario fleet.failing_hosts)");
+            hv.fail_spawns(h, FAILING_HOST_MESSAGE);
             failing.push(h.clone());
         }
         failing.sort();
+        if s.fleet.spawn_failure_rate > 0.0 {
+            for n in &names {
+                hv.fail_spawn_share(n, s.fleet.spawn_failure_rate, SPAWN_FAILURE_RATE_MESSAGE);
+            }
+        }
     }
     let cells: Vec<CellParts> = std::mem::take(&mut r.cells)
         .into_iter()
@@ -1058,6 +1071,7 @@ async fn start_embedded(
             dbs,
             placement,
             layout,
+            hypervisor: hv,
             data_dir,
             remove_data,
         },
@@ -1409,6 +1423,10 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         phases,
         throughput: throughput(&records, &deleted, seconds),
         errors_by_fault: errors_by_fault(&records, &faults),
+        injected_spawn_failures: embedded
+            .as_ref()
+            .and_then(|e| e.hypervisor.as_ref())
+            .map(|hv| hv.injected_failures()),
         faults,
         invariants_checked: not_checked.is_none(),
         invariants_not_checked: not_checked,
@@ -1647,9 +1665,16 @@ async fn run_phase(
             .iter()
             .map(|i| (i.uuid.as_str(), i.cell.as_str()))
             .collect();
+        let node_of_any: HashMap<&str, &str> = live
+            .iter()
+            .filter_map(|i| Some((i.uuid.as_str(), i.node.as_deref()?)))
+            .collect();
         for r in recs.iter_mut() {
             if let Some(c) = r.id.as_deref().and_then(|id| cell_of.get(id)) {
                 r.cell = Some((*c).to_owned());
+            }
+            if let Some(n) = r.id.as_deref().and_then(|id| node_of_any.get(id)) {
+                r.node = Some((*n).to_owned());
             }
         }
         let node_of: HashMap<&str, &str> = live
@@ -1955,6 +1980,10 @@ fn names(msg: &str, word: &str) -> bool {
 /// The marker of the fake hosts' injected spawn failures.
 const FAILING_HOST_MESSAGE: &str = "injected spawn failure (scenario fleet.failing_hosts)";
 
+/// What a spawn failed by `fleet.spawn_failure_rate` says.
+const SPAWN_FAILURE_RATE_MESSAGE: &str =
+    "injected spawn failure (scenario fleet.spawn_failure_rate)";
+
 /// Seconds from the restore of outage `f` until the first server of its
 /// cell sent after the restore was seen ACTIVE.
 fn recovered_after(f: &FaultRecord, recs: &[ServerRec]) -> Option<f64> {
@@ -1967,13 +1996,30 @@ fn recovered_after(f: &FaultRecord, recs: &[ServerRec]) -> Option<f64> {
         .map(|t| t - until)
 }
 
-/// Groups the errors by their cause: `fleet.failing_hosts` for the
-/// injected spawn failures; the fault whose host or conductor the message
-/// names; a restored outage (stop-broker, stop-database) when the server
-/// was in flight between the outage's start and its cell's recovery (the
-/// first server sent to the cell after the restore ACTIVE); otherwise the
-/// last fault never restored applied before the error (the one in force),
-/// or `no fault`. Messages are grouped with their UUIDs masked.
+/// Whether fault `f` can have caused what happened to `r`, by where `r`
+/// was at its phase's peak: a server known to be in another cell (cell0
+/// aside: any fault can leave a server without a valid host) or, for a
+/// stopped host, known to be on another host is not the fault's.
+fn could_touch(f: &FaultRecord, r: &ServerRec) -> bool {
+    let other_cell = r
+        .cell
+        .as_deref()
+        .is_some_and(|c| c != "cell0" && c != f.cell);
+    let other_host =
+        f.kind == FaultKind::StopHost && r.node.as_deref().is_some_and(|n| n != f.target);
+    !other_cell && !other_host
+}
+
+/// Groups the errors by their cause: `fleet.failing_hosts` and
+/// `fleet.spawn_failure_rate` for the injected spawn failures; the fault
+/// whose host or conductor the message names; a restored outage
+/// (stop-broker, stop-database) when the server was in flight between the
+/// outage's start and its cell's recovery (the first server sent to the
+/// cell after the restore ACTIVE); otherwise the last fault never
+/// restored applied before the error (the one in force), or `no fault`.
+/// The last two only take a server the fault could have touched
+/// ([`could_touch`]: its cell, and for a stopped host its host, when
+/// known). Messages are grouped with their UUIDs masked.
 fn errors_by_fault(
     recs: &[ServerRec],
     faults: &[FaultRecord],
@@ -1994,6 +2040,8 @@ fn errors_by_fault(
         };
         let label = if msg.contains(FAILING_HOST_MESSAGE) {
             "fleet.failing_hosts".to_owned()
+        } else if msg.contains(SPAWN_FAILURE_RATE_MESSAGE) {
+            "fleet.spawn_failure_rate".to_owned()
         } else if let Some(f) = faults
             .iter()
             .find(|f| f.applied() && names(&msg, &f.target))
@@ -2001,7 +2049,7 @@ fn errors_by_fault(
             f.label()
         } else if let Some(f) = faults
             .iter()
-            .rfind(|f| f.applied() && f.until_secs.is_some() && in_window(f))
+            .rfind(|f| f.applied() && f.until_secs.is_some() && in_window(f) && could_touch(f, r))
         {
             // An outage that was restored: what was in flight while it
             // lasted or before its cell recovered.
@@ -2009,7 +2057,9 @@ fn errors_by_fault(
         } else {
             faults
                 .iter()
-                .rfind(|f| f.applied() && f.until_secs.is_none() && f.at_secs <= at)
+                .rfind(|f| {
+                    f.applied() && f.until_secs.is_none() && f.at_secs <= at && could_touch(f, r)
+                })
                 .map(FaultRecord::label)
                 .unwrap_or_else(|| "no fault".to_owned())
         };
@@ -2030,6 +2080,7 @@ mod tests {
             flavor: String::new(),
             zone: None,
             cell: None,
+            node: None,
             t_post: t,
             accept: None,
             accepted_wall: None,
@@ -2100,6 +2151,7 @@ mod tests {
             throughput: Throughput::default(),
             faults: Vec::new(),
             errors_by_fault: BTreeMap::new(),
+            injected_spawn_failures: None,
             invariants,
             invariants_checked: true,
             invariants_not_checked: None,
@@ -2257,6 +2309,56 @@ mod tests {
         assert_eq!(fault["still BUILD at the phase's timeout"], 1);
         assert_eq!(g["no fault"]["ERROR: lost on cell1-host010: gone"], 1);
         assert_eq!(g["no fault"]["HTTP 409: quota"], 1);
+    }
+
+    #[test]
+    fn a_fault_owns_only_servers_of_its_cell_and_a_stopped_host_only_its_own() {
+        let fault = |kind, cell: &str, target: &str, at| FaultRecord {
+            kind,
+            cell: cell.into(),
+            target: target.into(),
+            at_secs: at,
+            active_before: 0,
+            result: "applied".into(),
+            until_secs: None,
+            restore_result: None,
+            recovered_after_secs: None,
+        };
+        // cell1's conductor stops first, then a host of cell2.
+        let faults = [
+            fault(FaultKind::StopConductor, "cell1", "cell1-conductor", 1.0),
+            fault(FaultKind::StopHost, "cell2", "cell2-host03", 2.0),
+        ];
+        let stuck = |cell: Option<&str>, node: Option<&str>| {
+            let mut r = rec(Outcome::Stuck, 5.0);
+            r.cell = cell.map(str::to_owned);
+            r.node = node.map(str::to_owned);
+            r
+        };
+        let recs = vec![
+            stuck(Some("cell1"), Some("cell1-host01")),
+            stuck(Some("cell2"), Some("cell2-host03")),
+            // In cell2 on a host that kept running: not the stopped
+            // host's, and not cell1's conductor's either.
+            stuck(Some("cell2"), Some("cell2-host04")),
+            // Where it was is unknown, or it has no host (cell0): the
+            // last fault in force.
+            stuck(None, None),
+            stuck(Some("cell0"), None),
+            rec(
+                Outcome::Error(format!("Build of instance x: {SPAWN_FAILURE_RATE_MESSAGE}")),
+                5.0,
+            ),
+        ];
+        let g = errors_by_fault(&recs, &faults);
+        let stuck_msg = "still BUILD at the phase's timeout";
+        assert_eq!(
+            g["stop-conductor cell1-conductor at 1.0s"][stuck_msg], 1,
+            "{g:#?}"
+        );
+        assert_eq!(g["stop-host cell2-host03 at 2.0s"][stuck_msg], 3, "{g:#?}");
+        assert_eq!(g["no fault"][stuck_msg], 1, "{g:#?}");
+        assert_eq!(g["fleet.spawn_failure_rate"].values().sum::<usize>(), 1);
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! hosts_per_cell = 3
 //! spawn_latency = { kind = "uniform", min_ms = 5, max_ms = 50 }
 //! failing_hosts = 0.0          # share of hosts whose spawns all fail
+//! spawn_failure_rate = 0.0     # chance that any one spawn fails (every
+//!                              # host; a reschedule draws again)
 //! availability_zones = 2       # az1, az2: each cell's hosts alternate
 //! aggregates = 2               # lt-group1, lt-group2 (loadtest_group=<i>)
 //! host_vcpus = 8               # each fake host (placement inventory);
@@ -113,6 +115,9 @@ pub struct Fleet {
     pub spawn_latency: Latency,
     /// Share (0..=1) of hosts whose spawns all fail.
     pub failing_hosts: f64,
+    /// Probability (0..=1) that any one spawn fails, on every host; drawn
+    /// per spawn, so a reschedule onto an alternate draws again.
+    pub spawn_failure_rate: f64,
     /// VCPUs of each fake host (default: compute's 16, × 16 allocation
     /// ratio); region::RegionConfig's `host_vcpus`.
     pub host_vcpus: Option<u32>,
@@ -138,6 +143,7 @@ impl Default for Fleet {
             hosts_per_cell: 4,
             spawn_latency: Latency::Fixed { ms: 0 },
             failing_hosts: 0.0,
+            spawn_failure_rate: 0.0,
             host_vcpus: None,
             host_memory_mb: None,
             host_disk_gb: None,
@@ -445,6 +451,9 @@ impl Scenario {
         if !(0.0..=1.0).contains(&f.failing_hosts) {
             bail!("fleet.failing_hosts must be between 0 and 1");
         }
+        if !(0.0..=1.0).contains(&f.spawn_failure_rate) {
+            bail!("fleet.spawn_failure_rate must be between 0 and 1");
+        }
         match f.spawn_latency {
             Latency::Uniform { min_ms, max_ms } if min_ms > max_ms => {
                 bail!("fleet.spawn_latency: min_ms is above max_ms")
@@ -495,8 +504,14 @@ impl Scenario {
             if let Some((k, _)) = f.host_resources().first() {
                 bail!("fleet.{k} needs target.kind = \"embedded\"");
             }
-            if f.failing_hosts > 0.0 || f.spawn_latency != (Latency::Fixed { ms: 0 }) {
-                bail!("fleet.failing_hosts / fleet.spawn_latency need target.kind = \"embedded\"");
+            if f.failing_hosts > 0.0
+                || f.spawn_failure_rate > 0.0
+                || f.spawn_latency != (Latency::Fixed { ms: 0 })
+            {
+                bail!(
+                    "fleet.failing_hosts / fleet.spawn_failure_rate / fleet.spawn_latency \
+                     need target.kind = \"embedded\""
+                );
             }
             if !self.faults.is_empty() {
                 bail!("fault: fault hooks need target.kind = \"embedded\"");

@@ -9,7 +9,8 @@
 //!   with [`FakeHypervisor::finish_spawn`] (see [`FakeHypervisor::spawn_requested`]).
 //!
 //! In both modes, per-host knobs make a host's spawns fail
-//! ([`FakeHypervisor::fail_spawns`]) or take longer ([`FakeHypervisor::delay_spawns`]).
+//! ([`FakeHypervisor::fail_spawns`]), fail with a probability
+//! ([`FakeHypervisor::fail_spawn_share`]) or take longer ([`FakeHypervisor::delay_spawns`]).
 //! The same knobs apply to the power and rebuild operations of
 //! [`Driver::perform`] (stop, start, reboot, pause, suspend, rebuild, …),
 //! which never wait for a decision, in either mode: they change the
@@ -18,6 +19,8 @@
 //! shared state holds the guests.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -40,6 +43,8 @@ pub enum Mode {
 #[derive(Debug, Default, Clone)]
 struct Knobs {
     fail: Option<String>,
+    /// Share of spawns that fail, with this message.
+    fail_share: Option<(f64, String)>,
     delay: Option<Duration>,
     list_error: Option<String>,
 }
@@ -63,6 +68,8 @@ struct Shared {
     state: Mutex<State>,
     /// Bumped whenever a spawn starts waiting (explicit mode).
     changed: watch::Sender<u64>,
+    /// Spawns failed by a knob ([`FakeHypervisor::injected_failures`]).
+    injected: AtomicU64,
 }
 
 /// The controller of every fake host in the process.
@@ -85,6 +92,7 @@ impl FakeHypervisor {
                     pending: HashMap::new(),
                 }),
                 changed: watch::channel(0).0,
+                injected: AtomicU64::new(0),
             }),
         }
     }
@@ -119,6 +127,26 @@ impl FakeHypervisor {
     /// Makes every later spawn on `host` fail with `message`.
     pub fn fail_spawns(&self, host: &str, message: &str) {
         self.lock().knobs.entry(host.to_owned()).or_default().fail = Some(message.to_owned());
+    }
+
+    /// Makes each later spawn on `host` fail with probability `share`
+    /// (0..=1) and `message`. The draw is a hash of the instance and the
+    /// host: independent per spawn (a reschedule onto another host draws
+    /// again), the same for the same instance on the same host, and free
+    /// of shared random state.
+    pub fn fail_spawn_share(&self, host: &str, share: f64, message: &str) {
+        self.lock()
+            .knobs
+            .entry(host.to_owned())
+            .or_default()
+            .fail_share = Some((share, message.to_owned()));
+    }
+
+    /// Spawns that failed because a knob said so
+    /// ([`FakeHypervisor::fail_spawns`], [`FakeHypervisor::fail_spawn_share`]);
+    /// explicit-mode decisions are not counted.
+    pub fn injected_failures(&self) -> u64 {
+        self.shared.injected.load(Ordering::Relaxed)
     }
 
     /// Makes listing `host`'s guests fail with `message` (a hypervisor that
@@ -240,7 +268,12 @@ impl FakeHypervisor {
         if let Some(d) = knobs.delay {
             tokio::time::sleep(d).await;
         }
-        if let Some(msg) = knobs.fail {
+        let drawn = knobs
+            .fail_share
+            .filter(|(share, _)| spawn_draw(host, spec.instance) < *share)
+            .map(|(_, msg)| msg);
+        if let Some(msg) = knobs.fail.or(drawn) {
+            self.shared.injected.fetch_add(1, Ordering::Relaxed);
             return Err(DriverError::SpawnFailed(msg));
         }
         match mode {
@@ -269,6 +302,14 @@ impl FakeHypervisor {
             .insert(spec.instance, power_state::RUNNING);
         Ok(())
     }
+}
+
+/// A number in [0, 1) fixed by `host` and `instance`.
+fn spawn_draw(host: &str, instance: InstanceUuid) -> f64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    host.hash(&mut h);
+    instance.hash(&mut h);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// One fake host's driver.

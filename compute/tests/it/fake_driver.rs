@@ -76,6 +76,47 @@ async fn per_host_knobs_fail_or_delay() {
 }
 
 #[tokio::test]
+async fn a_failure_share_fails_about_that_share_of_spawns_and_counts_them() {
+    let hv = FakeHypervisor::automatic(Duration::ZERO);
+    hv.fail_spawn_share("h1", 0.3, "flaky");
+    hv.fail_spawns("dead", "host is broken");
+    let d = hv.driver("h1");
+    let specs: Vec<SpawnSpec> = (0..1000).map(|_| spec()).collect();
+    let mut failed = Vec::new();
+    for s in &specs {
+        match d.spawn(s).await {
+            Ok(()) => {}
+            Err(e) => {
+                assert_eq!(e, DriverError::SpawnFailed("flaky".into()));
+                failed.push(s.instance);
+            }
+        }
+    }
+    // 1,000 draws at 0.3: 300 expected, σ ≈ 14.5.
+    assert!((230..=370).contains(&failed.len()), "{}", failed.len());
+    assert_eq!(hv.guests("h1").len(), 1000 - failed.len());
+    assert!(hv.driver("dead").spawn(&spec()).await.is_err());
+    assert_eq!(hv.injected_failures(), failed.len() as u64 + 1);
+    // The same instance draws the same on the same host, and again on
+    // another host: some of the failed ones succeed there.
+    let again = specs.iter().find(|s| s.instance == failed[0]).unwrap();
+    assert!(d.spawn(again).await.is_err());
+    hv.fail_spawn_share("h2", 0.3, "flaky");
+    let mut ok_elsewhere = 0;
+    for s in specs.iter().filter(|s| failed.contains(&s.instance)) {
+        ok_elsewhere += usize::from(hv.driver("h2").spawn(s).await.is_ok());
+    }
+    assert!(ok_elsewhere > failed.len() / 2, "{ok_elsewhere}");
+    // Share 0 never fails, 1 always.
+    hv.fail_spawn_share("h3", 0.0, "never");
+    hv.fail_spawn_share("h4", 1.0, "always");
+    for s in specs.iter().take(50) {
+        hv.driver("h3").spawn(s).await.unwrap();
+        assert!(hv.driver("h4").spawn(s).await.is_err());
+    }
+}
+
+#[tokio::test]
 async fn power_operations_change_the_power_state_and_obey_the_knobs() {
     use compute::driver::GuestOp;
     let hv = FakeHypervisor::explicit();

@@ -58,3 +58,40 @@ async fn five_hundred_fake_hosts_register_and_heartbeat() {
         h.shutdown().await;
     }
 }
+
+/// A heartbeat waiting on a conductor that does not answer holds up
+/// neither the host's shutdown nor its casts: the call timeout is a
+/// minute here, the shutdown returns at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_heartbeat_nobody_answers() {
+    let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
+    let counts = stub_conductor(bus.clone()).await;
+    let hv = FakeHypervisor::automatic(Duration::ZERO);
+    let mut cfg = HostConfig::new("hung-1");
+    cfg.heartbeat_interval = Duration::from_millis(100);
+    cfg.call_timeout = Duration::from_secs(60);
+    cfg.call_retry_deadline = Duration::from_secs(60);
+    let host = compute::start_host(
+        cfg,
+        bus.clone(),
+        hv.driver("hung-1"),
+        Arc::new(InMemoryPlacement::new()),
+    );
+    tokio::time::timeout(Duration::from_secs(30), host.ready())
+        .await
+        .unwrap()
+        .unwrap();
+    counts.ignore_heartbeats.store(true, Ordering::Relaxed);
+    let seen = counts.heartbeats.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counts.heartbeats.load(Ordering::Relaxed) == seen {
+        assert!(Instant::now() < deadline, "no heartbeat sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A heartbeat now waits for its answer (for up to a minute).
+    let t = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), host.shutdown())
+        .await
+        .expect("the shutdown waited for the heartbeat's call timeout");
+    println!("shut down in {:?} with a heartbeat unanswered", t.elapsed());
+}

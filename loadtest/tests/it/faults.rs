@@ -129,3 +129,51 @@ async fn stop_host_on_postgresql_and_rabbitmq() {
     crate::scenario::check_stop_host(&r);
     std::fs::remove_dir_all(&data).ok();
 }
+
+/// `fleet.spawn_failure_rate` on the embedded default: about that share
+/// of spawns fails on every host, each failed spawn is rescheduled onto
+/// an alternate (which draws again), what still ends in ERROR is the
+/// knob's in the report, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_failure_rate_fails_spawns_that_reschedule_onto_alternates() {
+    let text = "name = \"flaky\"\nseed = 3\n\
+                [fleet]\ncells = 1\nhosts_per_cell = 4\nspawn_failure_rate = 0.4\n\
+                [target]\npoll_interval_ms = 50\n\
+                [[phase]]\nkind = \"boot-and-delete\"\nservers = 30\nconcurrency = 6\ntimeout_secs = 60\n";
+    let mut s = Scenario::parse(text).expect("scenario parses");
+    let data = testkit::temp_dir("lt_flaky_data");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &RunOptions { quiet: true })
+        .await
+        .expect("run");
+    std::fs::remove_dir_all(&data).ok();
+    let summary = report::summary(&r);
+    eprintln!("{summary}");
+    let p = &r.phases[0];
+    assert_eq!(p.active + p.error, 30, "{summary}");
+    let injected = r
+        .injected_spawn_failures
+        .expect("counted on the embedded target");
+    // First attempts alone: 30 draws at 0.4, 12 expected (σ ≈ 2.7).
+    assert!(injected >= 4, "{injected} spawns failed: {summary}");
+    // A boot ends in ERROR only when its spawn and both alternates' failed
+    // (0.4³ = 6.4 %): most boots that failed once were rescheduled and
+    // went ACTIVE.
+    assert!(injected >= p.error as u64 * 3, "{summary}");
+    assert!(p.active >= 20, "{summary}");
+    assert!(
+        r.errors_by_fault
+            .keys()
+            .all(|k| k == "fleet.spawn_failure_rate"),
+        "{summary}"
+    );
+    if p.error > 0 {
+        let msgs = &r.errors_by_fault["fleet.spawn_failure_rate"];
+        assert_eq!(msgs.values().sum::<usize>(), p.error, "{summary}");
+    }
+    assert!(summary.contains(&format!(
+        "spawns failed on purpose by the fleet's knobs: {injected}"
+    )));
+    assert_eq!(p.deletes.as_ref().unwrap().left, 0, "{summary}");
+    assert!(r.broken().is_empty(), "{summary}");
+}

@@ -212,6 +212,11 @@ fn bad_scenarios_name_the_field() {
     assert!(e.contains("gamma"), "{e}");
     let e = parse_err(&format!("{HEAD}failing_hosts = 1.5\n{phase}"));
     assert!(e.contains("fleet.failing_hosts"), "{e}");
+    let e = parse_err(&format!("{HEAD}spawn_failure_rate = -0.1\n{phase}"));
+    assert!(
+        e.contains("fleet.spawn_failure_rate must be between 0 and 1"),
+        "{e}"
+    );
     let e = parse_err(&format!("{HEAD}availability_zones = 3\n{phase}"));
     assert!(
         e.contains("fleet.availability_zones must be between 1 and fleet.hosts_per_cell (2)"),
