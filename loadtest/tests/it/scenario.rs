@@ -253,8 +253,9 @@ fn bad_scenarios_name_the_field() {
 }
 
 /// The `[target]` knobs for a real Nova: the microversion (2.37 or later),
-/// the user's and project's domains (URL targets), and http:// endpoints
-/// only, https refused with a message saying it is not supported yet.
+/// the user's and project's domains, the CA file and `insecure` (URL
+/// targets), and http:// or https:// endpoints (any case), other schemes
+/// refused.
 #[test]
 fn target_microversion_domains_and_urls_are_checked() {
     let phase = "[[phase]]\nkind = \"burst\"\nservers = 1\n";
@@ -284,11 +285,7 @@ fn target_microversion_domains_and_urls_are_checked() {
         e.contains("target.user_domain_name needs target.kind = \"url\""),
         "{e}"
     );
-    for (k, v) in [
-        ("identity_url", "https://keystone.example/identity"),
-        ("compute_url", "HTTPS://nova.example:8774"),
-        ("placement_url", "https://placement.example"),
-    ] {
+    let with_url = |k: &str, v: &str| {
         let mut urls = vec![
             ("compute_url", "http://a:1"),
             ("identity_url", "http://b:2"),
@@ -299,21 +296,45 @@ fn target_microversion_domains_and_urls_are_checked() {
             .iter()
             .map(|(n, u)| format!("{n} = \"{u}\"\n"))
             .collect();
-        let text = format!("name = \"t\"\n[target]\nkind = \"url\"\n{fields}{phase}");
-        let e = parse_err(&text);
+        format!("name = \"t\"\n[target]\nkind = \"url\"\n{fields}{phase}")
+    };
+    for (k, v) in [
+        ("identity_url", "https://keystone.example/identity"),
+        ("compute_url", "HTTPS://nova.example:8774"),
+        ("placement_url", "https://placement.example"),
+    ] {
+        let s = Scenario::parse(&with_url(k, v)).unwrap_or_else(|e| panic!("{k} = {v}: {e:#}"));
+        assert_eq!(s.target.kind, loadtest::scenario::TargetKind::Url);
+    }
+    for (k, v) in [
+        ("compute_url", "ftp://nova.example:8774"),
+        ("identity_url", "10.0.0.5:5000"),
+        ("placement_url", "placement.example"),
+    ] {
+        let e = parse_err(&with_url(k, v));
         assert!(
-            e.contains(&format!("target.{k}: https is not supported yet")),
-            "{k}: {e}"
+            e.contains(&format!(
+                "target.{k}: \"{v}\" is not an http:// or https:// URL"
+            )),
+            "{k} = {v}: {e}"
         );
     }
-    let e = parse_err(&format!(
-        "name = \"t\"\n[target]\nkind = \"url\"\ncompute_url = \"10.0.0.5:8774\"\n\
-         identity_url = \"http://b:2\"\n{phase}"
-    ));
-    assert!(
-        e.contains("target.compute_url: \"10.0.0.5:8774\" is not an http:// URL"),
-        "{e}"
-    );
+    // The trust knobs: on a URL target only; a misspelt one is refused.
+    let s = Scenario::parse(&format!(
+        "name = \"t\"\n{url}ca_file = \"certs/ca.pem\"\ninsecure = true\n{phase}"
+    ))
+    .unwrap();
+    assert_eq!(s.target.ca_file.as_deref(), Some(Path::new("certs/ca.pem")));
+    assert!(s.target.insecure);
+    for knob in ["ca_file = \"ca.pem\"", "insecure = true"] {
+        let e = parse_err(&format!("{HEAD}[target]\n{knob}\n{phase}"));
+        assert!(
+            e.contains("target.ca_file / target.insecure need target.kind = \"url\""),
+            "{knob}: {e}"
+        );
+    }
+    let e = parse_err(&format!("name = \"t\"\n{url}verify = false\n{phase}"));
+    assert!(e.contains("unknown field `verify`"), "{e}");
 }
 
 /// The scenario's microversion is the one every Compute API request asks
@@ -676,6 +697,7 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
 async fn url_target_checks_the_invariants_through_the_apis() {
     use loadtest::api::{Compute, Placement};
     use loadtest::embed::{self, RegionSpec};
+    use loadtest::tls::Tls;
 
     let dir = testkit::temp_dir("loadtest_url_invariants");
     let region = embed::start(
@@ -740,7 +762,11 @@ list_runs = 1
             .await
             .expect_err("refused")
     );
-    assert!(e.contains("refused the service login (HTTP 401)"), "{e}");
+    assert!(
+        e.contains("identity refused the credentials for user admin (domain elsewhere)")
+            && e.contains("HTTP 401"),
+        "{e}"
+    );
     let names: Vec<&str> = r.invariants.iter().map(|i| i.name).collect();
     assert_eq!(
         names,
@@ -778,8 +804,8 @@ list_runs = 1
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 204, "{:?}", resp.text().await);
-    let compute = Compute::new(&compute_url, &admin).unwrap();
-    let placement = Placement::new(&placement_url, &admin).unwrap();
+    let compute = Compute::new(&compute_url, &admin, &Tls::default()).unwrap();
+    let placement = Placement::new(&placement_url, &admin, &Tls::default()).unwrap();
     let inv = loadtest::inspect::api_invariants(&compute, &placement)
         .await
         .unwrap();
@@ -798,7 +824,7 @@ list_runs = 1
     let (member, _) = region::password_token(&identity, &region.member)
         .await
         .unwrap();
-    let as_member = Compute::new(&compute_url, &member).unwrap();
+    let as_member = Compute::new(&compute_url, &member, &Tls::default()).unwrap();
     let e = loadtest::inspect::api_invariants(&as_member, &placement)
         .await
         .unwrap_err();
