@@ -689,6 +689,24 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     std::fs::remove_dir_all(&out).ok();
 }
 
+/// The region the URL-target tests drive by URL: one cell of two fake
+/// hosts spawning in 5 ms, its data in `data_dir`.
+async fn url_region(data_dir: std::path::PathBuf) -> region::Region {
+    use loadtest::embed::{self, RegionSpec};
+
+    embed::start(
+        &RegionSpec {
+            cells: 1,
+            hosts_per_cell: 2,
+            fake_spawn_latency_ms: 5,
+            data_dir,
+        },
+        None,
+    )
+    .await
+    .expect("region")
+}
+
 /// A scenario against a region by URL checks the invariants through the
 /// Compute and Placement APIs with the scenario's (administrator's)
 /// credentials; an orphan allocation breaks one; a member's token cannot
@@ -696,21 +714,10 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_target_checks_the_invariants_through_the_apis() {
     use loadtest::api::{Compute, Placement};
-    use loadtest::embed::{self, RegionSpec};
     use loadtest::tls::Tls;
 
     let dir = testkit::temp_dir("loadtest_url_invariants");
-    let region = embed::start(
-        &RegionSpec {
-            cells: 1,
-            hosts_per_cell: 2,
-            fake_spawn_latency_ms: 5,
-            data_dir: dir.clone(),
-        },
-        None,
-    )
-    .await
-    .expect("region");
+    let region = url_region(dir.clone()).await;
     let identity = format!("http://{}", region.identity.addr);
     let compute_url = format!("http://{}", region.compute.addr);
     std::env::set_var("LOADTEST_IT_ADMIN_PASSWORD", &region.admin.password);
@@ -829,6 +836,133 @@ list_runs = 1
         .await
         .unwrap_err();
     assert!(format!("{e:#}").contains("administrator"), "{e:#}");
+    region.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A URL target behind https: a TLS-terminating proxy (a CA and server
+/// certificate made here) in front of the region's identity and Compute
+/// API. With the CA as `ca_file` (relative to the scenario file) the
+/// servers boot and go, the invariants hold and both proxies carried the
+/// run's connections; without it the login fails naming the certificate
+/// and the handshake was broken off; `insecure = true` goes through
+/// without it; a CA file that is missing (through `OS_CACERT`) or holds no
+/// certificate is an error at start naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_target_over_https_trusts_the_ca_file_or_insecure() {
+    use crate::tls::{TestPki, TlsProxy};
+
+    let dir = testkit::temp_dir("loadtest_url_https");
+    let region = url_region(dir.join("region")).await;
+    let pki = TestPki::new();
+    std::fs::write(dir.join("ca.pem"), &pki.ca_pem).unwrap();
+    std::fs::write(dir.join("empty.pem"), "no certificate here\n").unwrap();
+    let identity = TlsProxy::start(region.identity.addr, pki.acceptor.clone()).await;
+    let compute = TlsProxy::start(region.compute.addr, pki.acceptor.clone()).await;
+    std::env::set_var("LOADTEST_IT_HTTPS_PASSWORD", &region.admin.password);
+    std::env::remove_var("OS_CACERT");
+    let scenario = |trust: &str| {
+        let path = dir.join("https.toml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+name = "https"
+[target]
+kind = "url"
+compute_url = "{}"
+identity_url = "{}"
+username = "{}"
+project = "{}"
+password_env = "LOADTEST_IT_HTTPS_PASSWORD"
+poll_interval_ms = 50
+{trust}
+
+[[phase]]
+kind = "boot-and-delete"
+servers = 3
+concurrency = 3
+"#,
+                compute.url(),
+                identity.url(),
+                region.admin.username,
+                region.admin.project
+            ),
+        )
+        .unwrap();
+        Scenario::load(&path).expect("scenario")
+    };
+    let ran = |r: &runner::RunReport| {
+        let p = &r.phases[0];
+        assert_eq!((p.accepted, p.active, p.error), (3, 3, 0), "{p:#?}");
+        let d = p.deletes.as_ref().expect("deletes");
+        assert_eq!((d.statuses.get(&204), d.left), (Some(&3), 0), "{d:#?}");
+        assert!(r.invariants_checked, "an administrator can check them");
+        assert_eq!(
+            r.outcome(),
+            runner::InvariantsOutcome::Hold,
+            "{:#?}",
+            r.invariants
+        );
+    };
+
+    let s = scenario("ca_file = \"ca.pem\"");
+    assert_eq!(s.target.ca_file.as_deref(), Some(&*dir.join("ca.pem")));
+    let r = runner::run(&s, &quiet()).await.expect("run with the CA");
+    ran(&r);
+    let (id_before, compute_before) = (identity.handshakes(), compute.handshakes());
+    assert!(id_before > 0, "no TLS connection to identity");
+    assert!(compute_before > 0, "no TLS connection to the Compute API");
+    assert_eq!(identity.broken_off() + compute.broken_off(), 0);
+
+    // Without the CA: the system's roots do not know it.
+    let e = format!(
+        "{:#}",
+        runner::run(&scenario(""), &quiet())
+            .await
+            .expect_err("an unknown CA is refused")
+    );
+    assert!(
+        e.contains("certificate") && e.contains(&format!("connect to {}", identity.url())),
+        "{e}"
+    );
+    assert!(e.contains("(TLS)"), "{e}");
+    assert!(
+        identity.broken_off() > 0,
+        "the client went on with the handshake"
+    );
+    assert_eq!(identity.handshakes(), id_before);
+    assert_eq!(compute.handshakes(), compute_before);
+
+    // insecure: no check, the run goes through.
+    let r = runner::run(&scenario("insecure = true"), &quiet())
+        .await
+        .expect("run with insecure");
+    ran(&r);
+    assert!(identity.handshakes() > id_before);
+    assert!(compute.handshakes() > compute_before);
+
+    // A CA file that cannot be used stops the run at its start.
+    let e = format!(
+        "{:#}",
+        runner::run(&scenario("ca_file = \"empty.pem\""), &quiet())
+            .await
+            .expect_err("no certificate")
+    );
+    assert!(e.contains("empty.pem holds no certificate"), "{e}");
+    let missing = dir.join("missing.pem");
+    std::env::set_var("OS_CACERT", &missing);
+    let e = format!(
+        "{:#}",
+        runner::run(&scenario(""), &quiet())
+            .await
+            .expect_err("missing CA file")
+    );
+    std::env::remove_var("OS_CACERT");
+    assert!(
+        e.contains(&format!("read the CA file {}", missing.display())),
+        "{e}"
+    );
     region.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }
