@@ -1,11 +1,14 @@
 //! Thin clients of the public APIs the boot scenario drives: the Compute
 //! API (servers), the image API (resolve the image by name), placement
-//! (usages) and identity (the catalog).
+//! (usages) and identity (the password login, the catalog). Every client
+//! is built with a target's [`Tls`] settings.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+
+use crate::tls::Tls;
 
 /// The Compute API microversion the scenario speaks (networks required,
 /// fault in the detail view).
@@ -46,10 +49,11 @@ pub enum Created {
 
 impl Compute {
     /// `url` is the API root (`http://host:8774`) or its `/v2.1`.
-    pub fn new(url: &str, token: &str) -> Result<Self> {
+    pub fn new(url: &str, token: &str, tls: &Tls) -> Result<Self> {
         let url = url.trim_end_matches('/');
         let base = url.strip_suffix("/v2.1").unwrap_or(url).to_owned();
-        let http = reqwest::Client::builder()
+        let http = tls
+            .client()
             .pool_max_idle_per_host(1024)
             .timeout(Duration::from_secs(120))
             .build()?;
@@ -233,9 +237,15 @@ impl Compute {
 }
 
 /// An image id by name through the image API (`GET /v2/images?name=`).
-pub async fn image_id_by_name(image_url: &str, token: &str, name: &str) -> Result<String> {
+pub async fn image_id_by_name(
+    tls: &Tls,
+    image_url: &str,
+    token: &str,
+    name: &str,
+) -> Result<String> {
     let url = format!("{}/v2/images", image_url.trim_end_matches('/'));
-    let resp = reqwest::Client::new()
+    let resp = tls
+        .build()?
         .get(&url)
         .query(&[("name", name)])
         .header("x-auth-token", token)
@@ -257,9 +267,15 @@ pub async fn image_id_by_name(image_url: &str, token: &str, name: &str) -> Resul
 
 /// The public URL of `service_type` in the caller's catalog
 /// (`GET /v3/auth/catalog`).
-pub async fn catalog_url(identity_url: &str, token: &str, service_type: &str) -> Result<String> {
+pub async fn catalog_url(
+    tls: &Tls,
+    identity_url: &str,
+    token: &str,
+    service_type: &str,
+) -> Result<String> {
     let url = format!("{}/v3/auth/catalog", identity_url.trim_end_matches('/'));
-    let v: Value = reqwest::Client::new()
+    let v: Value = tls
+        .build()?
         .get(&url)
         .header("x-auth-token", token)
         .send()
@@ -278,7 +294,10 @@ pub async fn catalog_url(identity_url: &str, token: &str, service_type: &str) ->
         .and_then(|e| e["url"].as_str().map(str::to_owned))
         .with_context(|| format!("no public {service_type} endpoint in the catalog"))
         .and_then(|u| {
-            crate::scenario::check_http_url(&format!("the catalog's {service_type} endpoint"), &u)?;
+            crate::scenario::check_endpoint_url(
+                &format!("the catalog's {service_type} endpoint"),
+                &u,
+            )?;
             Ok(u)
         })
 }
@@ -293,11 +312,12 @@ pub struct Placement {
 
 impl Placement {
     /// Placement at `base` with `token` (an administrator's).
-    pub fn new(base: &str, token: &str) -> Result<Self> {
+    pub fn new(base: &str, token: &str, tls: &Tls) -> Result<Self> {
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
-            http: reqwest::Client::builder()
+            http: tls
+                .client()
                 .pool_max_idle_per_host(64)
                 .timeout(Duration::from_secs(60))
                 .build()?,
@@ -382,10 +402,75 @@ impl Compute {
     }
 }
 
+/// Logs in to identity with a password (Keystone v3 `POST
+/// /v3/auth/tokens`, the user and the project scope by name, each in its
+/// domain by name, `Default` when empty): the token, from
+/// `X-Subject-Token`. Neither the password nor the token is written into
+/// an error. A failure to connect names the URL (and TLS, for https), the
+/// cause after it (`{:#}` shows e.g. OpenSSL's "certificate verify
+/// failed"); a refusal names the user.
+pub async fn password_login(
+    tls: &Tls,
+    login: &fabric::login::ServiceCredentials,
+) -> Result<String> {
+    let domain = |d: &str| if d.is_empty() { "Default" } else { d }.to_owned();
+    let (user_domain, project_domain) = (
+        domain(&login.user_domain_name),
+        domain(&login.project_domain_name),
+    );
+    let base = login.auth_url.trim_end_matches('/').trim_end_matches("/v3");
+    let url = format!("{base}/v3/auth/tokens");
+    let body = json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": login.username,
+            "domain": {"name": user_domain},
+            "password": login.password}}},
+        "scope": {"project": {"name": login.project_name,
+            "domain": {"name": project_domain}}}
+    }});
+    let resp = tls
+        .client()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .context("build the HTTP client")?
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| {
+            let tls = if url.to_ascii_lowercase().starts_with("https:") {
+                " (TLS)"
+            } else {
+                ""
+            };
+            format!("connect to {url}{tls}")
+        })?;
+    let status = resp.status().as_u16();
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = resp.text().await.unwrap_or_default();
+    let excerpt: String = text.trim().chars().take(300).collect();
+    match (status, token) {
+        (200..=299, Some(token)) => Ok(token),
+        (200..=299, None) => bail!("POST {url}: HTTP {status} without an X-Subject-Token header"),
+        (401, _) => bail!(
+            "identity refused the credentials for user {} (domain {user_domain}) on project {} \
+             (domain {project_domain}): HTTP 401: {excerpt}",
+            login.username,
+            login.project_name
+        ),
+        _ => bail!("POST {url}: HTTP {status}: {excerpt}"),
+    }
+}
+
 /// The project `token` is scoped to (identity's `GET /v3/auth/tokens`).
-pub async fn token_project(identity_url: &str, token: &str) -> Result<String> {
+pub async fn token_project(tls: &Tls, identity_url: &str, token: &str) -> Result<String> {
     let base = identity_url.trim_end_matches('/').trim_end_matches("/v3");
-    let resp = reqwest::Client::new()
+    let resp = tls
+        .build()?
         .get(format!("{base}/v3/auth/tokens"))
         .header("x-auth-token", token)
         .header("x-subject-token", token)
@@ -406,8 +491,13 @@ pub async fn token_project(identity_url: &str, token: &str) -> Result<String> {
 /// Lifts the quotas of the project `token` is scoped to, with `admin`
 /// (a Compute API client holding a token allowed to set quotas); warns
 /// when refused, so the run is then bounded by the project's quota.
-pub async fn lift_quotas_for(admin: &Compute, identity_url: &str, token: &str) -> Result<()> {
-    let project = token_project(identity_url, token).await?;
+pub async fn lift_quotas_for(
+    tls: &Tls,
+    admin: &Compute,
+    identity_url: &str,
+    token: &str,
+) -> Result<()> {
+    let project = token_project(tls, identity_url, token).await?;
     if !admin.lift_quotas(&project).await? {
         eprintln!(
             "warning: not allowed to lift the quotas of project {project}; boots beyond its quota will fail with 403"
@@ -419,11 +509,12 @@ pub async fn lift_quotas_for(admin: &Compute, identity_url: &str, token: &str) -
 /// Creates project `name` with a user of the same name holding the
 /// `member` role on it (Keystone v3 admin API, as an administrator).
 pub async fn create_tenant(
+    tls: &Tls,
     identity_url: &str,
     admin_token: &str,
     name: &str,
 ) -> Result<(String, String)> {
-    let http = reqwest::Client::new();
+    let http = tls.build()?;
     let base = identity_url.trim_end_matches('/');
     let post = |path: &str, body: Value| {
         http.post(format!("{base}{path}"))

@@ -32,3 +32,4 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod svg;
+pub mod tls;

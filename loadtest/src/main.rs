@@ -182,6 +182,9 @@ async fn boot(args: BootArgs) -> Result<()> {
     let mut data_dir = None;
     let mut shape = json!(null);
     let t_start = Instant::now();
+    // The system's trusted roots (`loadtest run` has a target's ca_file
+    // and insecure; this command logs in over plain http).
+    let tls = loadtest::tls::Tls::default();
     let (compute, placement, image_url) = match &args.compute_url {
         None => {
             let telemetry = fabric::telemetry::init(
@@ -220,10 +223,12 @@ async fn boot(args: BootArgs) -> Result<()> {
             };
             let (token, _) = region::password_token(&identity_url, creds).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
-            let compute = Compute::new(&format!("http://{}", r.compute.addr), &token)?;
-            let admin_compute = Compute::new(&format!("http://{}", r.compute.addr), &admin_token)?;
-            api::lift_quotas_for(&admin_compute, &identity_url, &token).await?;
-            let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
+            let compute = Compute::new(&format!("http://{}", r.compute.addr), &token, &tls)?;
+            let admin_compute =
+                Compute::new(&format!("http://{}", r.compute.addr), &admin_token, &tls)?;
+            api::lift_quotas_for(&tls, &admin_compute, &identity_url, &token).await?;
+            let placement =
+                Placement::new(&format!("http://{}", r.placement.addr), &admin_token, &tls)?;
             let image_url = r.image.url();
             metrics_before = Some((telemetry, String::new()));
             data_dir = Some(dir);
@@ -249,13 +254,13 @@ async fn boot(args: BootArgs) -> Result<()> {
             let (token, _) = region::password_token(&identity_url, &creds).await?;
             let placement_url = match &args.placement_url {
                 Some(u) => Some(u.clone()),
-                None => api::catalog_url(&identity_url, &token, "placement")
+                None => api::catalog_url(&tls, &identity_url, &token, "placement")
                     .await
                     .ok(),
             };
             let placement = match placement_url {
                 Some(u) => {
-                    let p = Placement::new(&u, &token)?;
+                    let p = Placement::new(&u, &token, &tls)?;
                     match p.total_usage().await {
                         Ok(_) => Some(p),
                         Err(e) => {
@@ -266,19 +271,19 @@ async fn boot(args: BootArgs) -> Result<()> {
                 }
                 None => None,
             };
-            let image_url = api::catalog_url(&identity_url, &token, "image")
+            let image_url = api::catalog_url(&tls, &identity_url, &token, "image")
                 .await
                 .ok()
                 .map(|u| (u, token.clone()));
             shape = json!({"embedded": false, "compute_url": url});
-            let compute = Compute::new(url, &token)?;
-            api::lift_quotas_for(&compute, &identity_url, &token).await?;
+            let compute = Compute::new(url, &token, &tls)?;
+            api::lift_quotas_for(&tls, &compute, &identity_url, &token).await?;
             (compute, placement, image_url)
         }
     };
     let image = match &image_url {
         Some((u, tok)) if uuid::Uuid::parse_str(&args.image).is_err() => {
-            api::image_id_by_name(u, tok, &args.image).await?
+            api::image_id_by_name(&tls, u, tok, &args.image).await?
         }
         _ => args.image.clone(),
     };

@@ -20,6 +20,7 @@ use crate::mem;
 use crate::progress::{self, Progress};
 use crate::scenario::{Fault, FaultKind, Phase, PhaseKind, Rng, Scenario, TargetKind};
 use crate::stats::{summarize, Summary};
+use crate::tls::Tls;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -1013,9 +1014,18 @@ async fn start_embedded(
     .await?;
     let identity_url = format!("http://{}", r.identity.addr);
     let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
-    let placement = Placement::new(&format!("http://{}", r.placement.addr), &admin_token)?;
+    let placement = Placement::new(
+        &format!("http://{}", r.placement.addr),
+        &admin_token,
+        &Tls::default(),
+    )?;
     // Zones and aggregates, through the Compute API as an operator would.
-    let admin = compute_client(s, &format!("http://{}", r.compute.addr), &admin_token)?;
+    let admin = compute_client(
+        s,
+        &format!("http://{}", r.compute.addr),
+        &admin_token,
+        &Tls::default(),
+    )?;
     let by_cell: Vec<(String, Vec<String>)> = cells
         .iter()
         .map(|c| {
@@ -1081,8 +1091,8 @@ async fn start_embedded(
 }
 
 /// A Compute API client asking for the scenario's microversion.
-fn compute_client(s: &Scenario, url: &str, token: &str) -> Result<Compute> {
-    let c = Compute::new(url, token)?;
+fn compute_client(s: &Scenario, url: &str, token: &str, tls: &Tls) -> Result<Compute> {
+    let c = Compute::new(url, token, tls)?;
     Ok(match &s.target.compute_microversion {
         Some(v) => c.with_microversion(v),
         None => c,
@@ -1119,13 +1129,15 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             let r = &e.region;
             let identity_url = format!("http://{}", r.identity.addr);
             let compute_url = format!("http://{}", r.compute.addr);
+            // The embedded region speaks plain http.
+            let tls = Tls::default();
             let (token, _) = region::password_token(&identity_url, &r.member).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
-            let admin_compute = compute_client(s, &compute_url, &admin_token)?;
-            api::lift_quotas_for(&admin_compute, &identity_url, &token).await?;
+            let admin_compute = compute_client(s, &compute_url, &admin_token, &tls)?;
+            api::lift_quotas_for(&tls, &admin_compute, &identity_url, &token).await?;
             let mut tenants = vec![new_tenant(
                 &r.member.project,
-                compute_client(s, &compute_url, &token)?,
+                compute_client(s, &compute_url, &token, &tls)?,
                 poll,
             )];
             if max_tenants > 1 {
@@ -1133,17 +1145,17 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 for k in 1..max_tenants {
                     let name = format!("lt-{run}-t{k:03}");
                     let (_, password) =
-                        api::create_tenant(&identity_url, &admin_token, &name).await?;
+                        api::create_tenant(&tls, &identity_url, &admin_token, &name).await?;
                     let creds = region::Credentials {
                         username: name.clone(),
                         password,
                         project: name.clone(),
                     };
                     let (tok, _) = region::password_token(&identity_url, &creds).await?;
-                    api::lift_quotas_for(&admin_compute, &identity_url, &tok).await?;
+                    api::lift_quotas_for(&tls, &admin_compute, &identity_url, &tok).await?;
                     tenants.push(new_tenant(
                         &name,
-                        compute_client(s, &compute_url, &tok)?,
+                        compute_client(s, &compute_url, &tok, &tls)?,
                         poll,
                     ));
                 }
@@ -1152,13 +1164,14 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 Some(i) if uuid::Uuid::parse_str(i).is_ok() => i.clone(),
                 other => {
                     let name = other.as_deref().unwrap_or(api_super::image::CIRROS_NAME);
-                    api::image_id_by_name(&r.image.url(), &token, name).await?
+                    api::image_id_by_name(&tls, &r.image.url(), &token, name).await?
                 }
             };
             (Some(e), target, memory, tenants, image, None)
         }
         TargetKind::Url => {
             let t = &s.target;
+            let tls = Tls::for_target(t)?;
             let identity_url = t.identity_url.clone().unwrap_or_default();
             let env = |k: &str| std::env::var(k).ok();
             let creds = region::Credentials {
@@ -1196,7 +1209,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     .unwrap_or_default(),
                 ..creds.service(&identity_url)
             };
-            let (token, _) = fabric::login::password_token(&login)
+            let token = api::password_login(&tls, &login)
                 .await
                 .with_context(|| format!("log in to {identity_url} as {}", creds.username))?;
             let compute_url = t.compute_url.clone().unwrap_or_default();
@@ -1207,8 +1220,8 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             let image = if uuid::Uuid::parse_str(&image_name).is_ok() {
                 image_name
             } else {
-                let u = api::catalog_url(&identity_url, &token, "image").await?;
-                api::image_id_by_name(&u, &token, &image_name).await?
+                let u = api::catalog_url(&tls, &identity_url, &token, "image").await?;
+                api::image_id_by_name(&tls, &u, &token, &image_name).await?
             };
             let target = TargetReport {
                 embedded: false,
@@ -1226,16 +1239,16 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                 host_spawn_latency_ms: summarize(&mut []),
                 layout: crate::fleet::Layout::default(),
             };
-            let compute = compute_client(s, &compute_url, &token)?;
-            api::lift_quotas_for(&compute, &identity_url, &token).await?;
+            let compute = compute_client(s, &compute_url, &token, &tls)?;
+            api::lift_quotas_for(&tls, &compute, &identity_url, &token).await?;
             // The invariants through the APIs, with these credentials
             // (an administrator's, or they are skipped with the reason).
             let placement_url = match &t.placement_url {
                 Some(u) => Ok(u.clone()),
-                None => api::catalog_url(&identity_url, &token, "placement").await,
+                None => api::catalog_url(&tls, &identity_url, &token, "placement").await,
             };
             let url_checks = match placement_url {
-                Ok(u) => Ok((compute.clone(), api::Placement::new(&u, &token)?)),
+                Ok(u) => Ok((compute.clone(), api::Placement::new(&u, &token, &tls)?)),
                 Err(e) => Err(format!("no placement endpoint: {e:#}")),
             };
             let tenants = vec![new_tenant(&creds.project, compute, poll)];

@@ -20,15 +20,19 @@
 //!
 //! [target]
 //! kind = "embedded"            # or "url" with compute_url, identity_url, …
-//!                              # (http:// only: https is not supported
-//!                              # yet; user_domain_name and
-//!                              # project_domain_name default to Default;
-//!                              # a URL target's invariants are checked
-//!                              # through the APIs when its user is an
-//!                              # administrator, placement_url or the
-//!                              # catalog's placement endpoint, else the
-//!                              # run fails unless --allow-unchecked)
+//!                              # (http:// or https://; user_domain_name
+//!                              # and project_domain_name default to
+//!                              # Default; a URL target's invariants are
+//!                              # checked through the APIs when its user
+//!                              # is an administrator, placement_url or
+//!                              # the catalog's placement endpoint, else
+//!                              # the run fails unless --allow-unchecked)
 //! compute_microversion = "2.90"  # the default; 2.37 or later
+//! ca_file = "ca.pem"           # url: PEM bundle trusted besides the
+//!                              # system's roots (relative to the scenario
+//!                              # file; default OS_CACERT)
+//! insecure = false             # url: true skips certificate checks
+//!                              # (like `openstack --insecure`; warns)
 //!
 //! [region]                     # passed to region::RegionConfig's [region]
 //! heartbeat_interval_secs = 10
@@ -237,6 +241,13 @@ pub struct TargetSpec {
     /// [`crate::api::COMPUTE_MICROVERSION`]; at least 2.37, which the
     /// creates' `"networks": "none"` needs).
     pub compute_microversion: Option<String>,
+    /// A PEM bundle of CA certificates trusted besides the system's roots
+    /// for the https endpoints (`url`; default `OS_CACERT`; relative to
+    /// the scenario file).
+    pub ca_file: Option<PathBuf>,
+    /// Skip certificate verification of the https endpoints (`url`; like
+    /// the openstack CLI's `--insecure`).
+    pub insecure: bool,
     /// Image name or id (default: the region's CirrOS-like image).
     pub image: Option<String>,
     /// The embedded region's data directory (default: a fresh temporary
@@ -397,9 +408,13 @@ impl Scenario {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("read scenario {}", path.display()))?;
         let mut s = Self::parse(&text).with_context(|| format!("scenario {}", path.display()))?;
-        if let Some(f) = &s.region_file {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for f in [&mut s.region_file, &mut s.target.ca_file]
+            .into_iter()
+            .flatten()
+        {
             if f.is_relative() {
-                s.region_file = Some(path.parent().unwrap_or(Path::new(".")).join(f));
+                *f = dir.join(&*f);
             }
         }
         Ok(s)
@@ -481,7 +496,7 @@ impl Scenario {
             ("placement_url", &self.target.placement_url),
         ] {
             if let Some(u) = url {
-                check_http_url(&format!("target.{k}"), u)?;
+                check_endpoint_url(&format!("target.{k}"), u)?;
             }
         }
         if self.target.kind == TargetKind::Embedded {
@@ -492,6 +507,12 @@ impl Scenario {
                 if v.is_some() {
                     bail!("target.{k} needs target.kind = \"url\" (the embedded region's users are in Default)");
                 }
+            }
+            if self.target.ca_file.is_some() || self.target.insecure {
+                bail!(
+                    "target.ca_file / target.insecure need target.kind = \"url\" \
+                     (the embedded region speaks plain http)"
+                );
             }
         }
         if self.target.kind == TargetKind::Url {
@@ -622,18 +643,13 @@ impl Scenario {
 /// with `"networks": "none"`).
 pub const MIN_COMPUTE_MINOR: u32 = 37;
 
-/// Refuses an endpoint the clients cannot reach: anything but `http://`,
-/// and `https://` with a message of its own (no TLS client is built in
-/// yet).
-pub fn check_http_url(what: &str, url: &str) -> Result<()> {
+/// Refuses an endpoint the clients cannot reach: anything but `http://`
+/// and `https://` (the scheme in any case).
+pub fn check_endpoint_url(what: &str, url: &str) -> Result<()> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     match scheme.as_deref() {
-        Some("http") => Ok(()),
-        Some("https") => bail!(
-            "{what}: https is not supported yet ({url}): loadtest has no TLS client; \
-             give the endpoint's http:// URL (or put a plain-HTTP proxy in front of it)"
-        ),
-        _ => bail!("{what}: {url:?} is not an http:// URL"),
+        Some("http" | "https") => Ok(()),
+        _ => bail!("{what}: {url:?} is not an http:// or https:// URL"),
     }
 }
 

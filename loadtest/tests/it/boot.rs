@@ -6,6 +6,7 @@ use std::time::Duration;
 use loadtest::api::{self, Compute, Placement};
 use loadtest::boot::{self, BootSpec, Target};
 use loadtest::embed::{self, RegionSpec};
+use loadtest::tls::Tls;
 
 // Guards the fix of a real bug: the conductor's read-then-write
 // transactions on SQLite used a deferred BEGIN and got "database is locked"
@@ -33,15 +34,21 @@ async fn boot_ten_servers_then_delete_leaves_nothing() {
     let (admin, _) = region::password_token(&identity, &region.admin)
         .await
         .expect("admin token");
-    let compute = Compute::new(&format!("http://{}", region.compute.addr), &token).unwrap();
-    let image = api::image_id_by_name(&region.image.url(), &token, api_super::image::CIRROS_NAME)
-        .await
-        .expect("image");
+    let tls = Tls::default();
+    let compute = Compute::new(&format!("http://{}", region.compute.addr), &token, &tls).unwrap();
+    let image = api::image_id_by_name(
+        &tls,
+        &region.image.url(),
+        &token,
+        api_super::image::CIRROS_NAME,
+    )
+    .await
+    .expect("image");
     let flavor = compute.flavor_id("m1.tiny").await.expect("flavor");
     let target = Target {
         compute,
         placement: Some(
-            Placement::new(&format!("http://{}", region.placement.addr), &admin).unwrap(),
+            Placement::new(&format!("http://{}", region.placement.addr), &admin, &tls).unwrap(),
         ),
     };
     let spec = BootSpec {

@@ -4,6 +4,7 @@ mod boot;
 mod faults;
 mod fleet;
 mod scenario;
+mod tls;
 
 use std::time::Duration;
 

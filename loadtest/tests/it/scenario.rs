@@ -258,8 +258,9 @@ fn bad_scenarios_name_the_field() {
 }
 
 /// The `[target]` knobs for a real Nova: the microversion (2.37 or later),
-/// the user's and project's domains (URL targets), and http:// endpoints
-/// only, https refused with a message saying it is not supported yet.
+/// the user's and project's domains, the CA file and `insecure` (URL
+/// targets), and http:// or https:// endpoints (any case), other schemes
+/// refused.
 #[test]
 fn target_microversion_domains_and_urls_are_checked() {
     let phase = "[[phase]]\nkind = \"burst\"\nservers = 1\n";
@@ -289,11 +290,7 @@ fn target_microversion_domains_and_urls_are_checked() {
         e.contains("target.user_domain_name needs target.kind = \"url\""),
         "{e}"
     );
-    for (k, v) in [
-        ("identity_url", "https://keystone.example/identity"),
-        ("compute_url", "HTTPS://nova.example:8774"),
-        ("placement_url", "https://placement.example"),
-    ] {
+    let with_url = |k: &str, v: &str| {
         let mut urls = vec![
             ("compute_url", "http://a:1"),
             ("identity_url", "http://b:2"),
@@ -304,21 +301,45 @@ fn target_microversion_domains_and_urls_are_checked() {
             .iter()
             .map(|(n, u)| format!("{n} = \"{u}\"\n"))
             .collect();
-        let text = format!("name = \"t\"\n[target]\nkind = \"url\"\n{fields}{phase}");
-        let e = parse_err(&text);
+        format!("name = \"t\"\n[target]\nkind = \"url\"\n{fields}{phase}")
+    };
+    for (k, v) in [
+        ("identity_url", "https://keystone.example/identity"),
+        ("compute_url", "HTTPS://nova.example:8774"),
+        ("placement_url", "https://placement.example"),
+    ] {
+        let s = Scenario::parse(&with_url(k, v)).unwrap_or_else(|e| panic!("{k} = {v}: {e:#}"));
+        assert_eq!(s.target.kind, loadtest::scenario::TargetKind::Url);
+    }
+    for (k, v) in [
+        ("compute_url", "ftp://nova.example:8774"),
+        ("identity_url", "10.0.0.5:5000"),
+        ("placement_url", "placement.example"),
+    ] {
+        let e = parse_err(&with_url(k, v));
         assert!(
-            e.contains(&format!("target.{k}: https is not supported yet")),
-            "{k}: {e}"
+            e.contains(&format!(
+                "target.{k}: \"{v}\" is not an http:// or https:// URL"
+            )),
+            "{k} = {v}: {e}"
         );
     }
-    let e = parse_err(&format!(
-        "name = \"t\"\n[target]\nkind = \"url\"\ncompute_url = \"10.0.0.5:8774\"\n\
-         identity_url = \"http://b:2\"\n{phase}"
-    ));
-    assert!(
-        e.contains("target.compute_url: \"10.0.0.5:8774\" is not an http:// URL"),
-        "{e}"
-    );
+    // The trust knobs: on a URL target only; a misspelt one is refused.
+    let s = Scenario::parse(&format!(
+        "name = \"t\"\n{url}ca_file = \"certs/ca.pem\"\ninsecure = true\n{phase}"
+    ))
+    .unwrap();
+    assert_eq!(s.target.ca_file.as_deref(), Some(Path::new("certs/ca.pem")));
+    assert!(s.target.insecure);
+    for knob in ["ca_file = \"ca.pem\"", "insecure = true"] {
+        let e = parse_err(&format!("{HEAD}[target]\n{knob}\n{phase}"));
+        assert!(
+            e.contains("target.ca_file / target.insecure need target.kind = \"url\""),
+            "{knob}: {e}"
+        );
+    }
+    let e = parse_err(&format!("name = \"t\"\n{url}verify = false\n{phase}"));
+    assert!(e.contains("unknown field `verify`"), "{e}");
 }
 
 /// The scenario's microversion is the one every Compute API request asks
@@ -673,6 +694,24 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
     std::fs::remove_dir_all(&out).ok();
 }
 
+/// The region the URL-target tests drive by URL: one cell of two fake
+/// hosts spawning in 5 ms, its data in `data_dir`.
+async fn url_region(data_dir: std::path::PathBuf) -> region::Region {
+    use loadtest::embed::{self, RegionSpec};
+
+    embed::start(
+        &RegionSpec {
+            cells: 1,
+            hosts_per_cell: 2,
+            fake_spawn_latency_ms: 5,
+            data_dir,
+        },
+        None,
+    )
+    .await
+    .expect("region")
+}
+
 /// A scenario against a region by URL checks the invariants through the
 /// Compute and Placement APIs with the scenario's (administrator's)
 /// credentials; an orphan allocation breaks one; a member's token cannot
@@ -680,20 +719,10 @@ async fn boot_and_delete_on_postgresql_and_rabbitmq() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_target_checks_the_invariants_through_the_apis() {
     use loadtest::api::{Compute, Placement};
-    use loadtest::embed::{self, RegionSpec};
+    use loadtest::tls::Tls;
 
     let dir = testkit::temp_dir("loadtest_url_invariants");
-    let region = embed::start(
-        &RegionSpec {
-            cells: 1,
-            hosts_per_cell: 2,
-            fake_spawn_latency_ms: 5,
-            data_dir: dir.clone(),
-        },
-        None,
-    )
-    .await
-    .expect("region");
+    let region = url_region(dir.clone()).await;
     let identity = format!("http://{}", region.identity.addr);
     let compute_url = format!("http://{}", region.compute.addr);
     std::env::set_var("LOADTEST_IT_ADMIN_PASSWORD", &region.admin.password);
@@ -745,7 +774,11 @@ list_runs = 1
             .await
             .expect_err("refused")
     );
-    assert!(e.contains("refused the service login (HTTP 401)"), "{e}");
+    assert!(
+        e.contains("identity refused the credentials for user admin (domain elsewhere)")
+            && e.contains("HTTP 401"),
+        "{e}"
+    );
     let names: Vec<&str> = r.invariants.iter().map(|i| i.name).collect();
     assert_eq!(
         names,
@@ -783,8 +816,8 @@ list_runs = 1
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 204, "{:?}", resp.text().await);
-    let compute = Compute::new(&compute_url, &admin).unwrap();
-    let placement = Placement::new(&placement_url, &admin).unwrap();
+    let compute = Compute::new(&compute_url, &admin, &Tls::default()).unwrap();
+    let placement = Placement::new(&placement_url, &admin, &Tls::default()).unwrap();
     let inv = loadtest::inspect::api_invariants(&compute, &placement)
         .await
         .unwrap();
@@ -803,11 +836,138 @@ list_runs = 1
     let (member, _) = region::password_token(&identity, &region.member)
         .await
         .unwrap();
-    let as_member = Compute::new(&compute_url, &member).unwrap();
+    let as_member = Compute::new(&compute_url, &member, &Tls::default()).unwrap();
     let e = loadtest::inspect::api_invariants(&as_member, &placement)
         .await
         .unwrap_err();
     assert!(format!("{e:#}").contains("administrator"), "{e:#}");
+    region.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A URL target behind https: a TLS-terminating proxy (a CA and server
+/// certificate made here) in front of the region's identity and Compute
+/// API. With the CA as `ca_file` (relative to the scenario file) the
+/// servers boot and go, the invariants hold and both proxies carried the
+/// run's connections; without it the login fails naming the certificate
+/// and the handshake was broken off; `insecure = true` goes through
+/// without it; a CA file that is missing (through `OS_CACERT`) or holds no
+/// certificate is an error at start naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_target_over_https_trusts_the_ca_file_or_insecure() {
+    use crate::tls::{TestPki, TlsProxy};
+
+    let dir = testkit::temp_dir("loadtest_url_https");
+    let region = url_region(dir.join("region")).await;
+    let pki = TestPki::new();
+    std::fs::write(dir.join("ca.pem"), &pki.ca_pem).unwrap();
+    std::fs::write(dir.join("empty.pem"), "no certificate here\n").unwrap();
+    let identity = TlsProxy::start(region.identity.addr, pki.acceptor.clone()).await;
+    let compute = TlsProxy::start(region.compute.addr, pki.acceptor.clone()).await;
+    std::env::set_var("LOADTEST_IT_HTTPS_PASSWORD", &region.admin.password);
+    std::env::remove_var("OS_CACERT");
+    let scenario = |trust: &str| {
+        let path = dir.join("https.toml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+name = "https"
+[target]
+kind = "url"
+compute_url = "{}"
+identity_url = "{}"
+username = "{}"
+project = "{}"
+password_env = "LOADTEST_IT_HTTPS_PASSWORD"
+poll_interval_ms = 50
+{trust}
+
+[[phase]]
+kind = "boot-and-delete"
+servers = 3
+concurrency = 3
+"#,
+                compute.url(),
+                identity.url(),
+                region.admin.username,
+                region.admin.project
+            ),
+        )
+        .unwrap();
+        Scenario::load(&path).expect("scenario")
+    };
+    let ran = |r: &runner::RunReport| {
+        let p = &r.phases[0];
+        assert_eq!((p.accepted, p.active, p.error), (3, 3, 0), "{p:#?}");
+        let d = p.deletes.as_ref().expect("deletes");
+        assert_eq!((d.statuses.get(&204), d.left), (Some(&3), 0), "{d:#?}");
+        assert!(r.invariants_checked, "an administrator can check them");
+        assert_eq!(
+            r.outcome(),
+            runner::InvariantsOutcome::Hold,
+            "{:#?}",
+            r.invariants
+        );
+    };
+
+    let s = scenario("ca_file = \"ca.pem\"");
+    assert_eq!(s.target.ca_file.as_deref(), Some(&*dir.join("ca.pem")));
+    let r = runner::run(&s, &quiet()).await.expect("run with the CA");
+    ran(&r);
+    let (id_before, compute_before) = (identity.handshakes(), compute.handshakes());
+    assert!(id_before > 0, "no TLS connection to identity");
+    assert!(compute_before > 0, "no TLS connection to the Compute API");
+    assert_eq!(identity.broken_off() + compute.broken_off(), 0);
+
+    // Without the CA: the system's roots do not know it.
+    let e = format!(
+        "{:#}",
+        runner::run(&scenario(""), &quiet())
+            .await
+            .expect_err("an unknown CA is refused")
+    );
+    assert!(
+        e.contains("certificate") && e.contains(&format!("connect to {}", identity.url())),
+        "{e}"
+    );
+    assert!(e.contains("(TLS)"), "{e}");
+    assert!(
+        identity.broken_off() > 0,
+        "the client went on with the handshake"
+    );
+    assert_eq!(identity.handshakes(), id_before);
+    assert_eq!(compute.handshakes(), compute_before);
+
+    // insecure: no check, the run goes through.
+    let r = runner::run(&scenario("insecure = true"), &quiet())
+        .await
+        .expect("run with insecure");
+    ran(&r);
+    assert!(identity.handshakes() > id_before);
+    assert!(compute.handshakes() > compute_before);
+
+    // A CA file that cannot be used stops the run at its start.
+    let e = format!(
+        "{:#}",
+        runner::run(&scenario("ca_file = \"empty.pem\""), &quiet())
+            .await
+            .expect_err("no certificate")
+    );
+    assert!(e.contains("empty.pem holds no certificate"), "{e}");
+    let missing = dir.join("missing.pem");
+    std::env::set_var("OS_CACERT", &missing);
+    let e = format!(
+        "{:#}",
+        runner::run(&scenario(""), &quiet())
+            .await
+            .expect_err("missing CA file")
+    );
+    std::env::remove_var("OS_CACERT");
+    assert!(
+        e.contains(&format!("read the CA file {}", missing.display())),
+        "{e}"
+    );
     region.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }
