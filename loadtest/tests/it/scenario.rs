@@ -918,7 +918,9 @@ concurrency = 3
     let (id_before, compute_before) = (identity.handshakes(), compute.handshakes());
     assert!(id_before > 0, "no TLS connection to identity");
     assert!(compute_before > 0, "no TLS connection to the Compute API");
-    assert_eq!(identity.broken_off() + compute.broken_off(), 0);
+    // (No handshake failure is asserted here: a poller stopped at the
+    // phase's end may break off a connection it was opening.)
+    let broken_before = identity.broken_off();
 
     // Without the CA: the system's roots do not know it.
     let e = format!(
@@ -932,8 +934,14 @@ concurrency = 3
         "{e}"
     );
     assert!(e.contains("(TLS)"), "{e}");
+    // The proxy counts the refused handshake once its side of it ends,
+    // which may be just after the client gave up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while identity.broken_off() == broken_before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(
-        identity.broken_off() > 0,
+        identity.broken_off() > broken_before,
         "the client went on with the handshake"
     );
     assert_eq!(identity.handshakes(), id_before);
