@@ -118,8 +118,8 @@ struct BootArgs {
     /// Keep the embedded region's data directory.
     #[arg(long)]
     keep_data: bool,
-    /// Attach to a running Compute API (`http://host:8774`) instead of
-    /// embedding a region; needs --identity-url and credentials.
+    /// Attach to a running Compute API (`http://host:8774` or https)
+    /// instead of embedding a region; needs --identity-url and credentials.
     #[arg(long, requires = "identity_url")]
     compute_url: Option<String>,
     /// Identity (Keystone v3) of the running region.
@@ -138,6 +138,23 @@ struct BootArgs {
     /// Project name (attached mode).
     #[arg(long, env = "OS_PROJECT_NAME")]
     project: Option<String>,
+    /// The user's domain, by name (attached mode).
+    #[arg(long, env = "OS_USER_DOMAIN_NAME", default_value = "Default")]
+    user_domain_name: String,
+    /// The project's domain, by name (attached mode).
+    #[arg(long, env = "OS_PROJECT_DOMAIN_NAME", default_value = "Default")]
+    project_domain_name: String,
+    /// A PEM bundle of CA certificates trusted besides the system's, for
+    /// https endpoints (attached mode).
+    #[arg(long, env = "OS_CACERT")]
+    ca_file: Option<PathBuf>,
+    /// Do not verify the https endpoints' certificates (attached mode;
+    /// like `openstack --insecure`).
+    #[arg(long)]
+    insecure: bool,
+    /// The Compute API microversion to ask for (2.37 or later).
+    #[arg(long, default_value = loadtest::api::COMPUTE_MICROVERSION)]
+    compute_microversion: String,
     /// Boot as the embedded region's `member` or `admin`.
     #[arg(long, default_value = "member")]
     as_user: String,
@@ -182,9 +199,16 @@ async fn boot(args: BootArgs) -> Result<()> {
     let mut data_dir = None;
     let mut shape = json!(null);
     let t_start = Instant::now();
-    // The system's trusted roots (`loadtest run` has a target's ca_file
-    // and insecure; this command logs in over plain http).
-    let tls = loadtest::tls::Tls::default();
+    loadtest::scenario::check_compute_microversion(
+        "--compute-microversion",
+        &args.compute_microversion,
+    )?;
+    // The system's trusted roots, plus --ca-file, or none (--insecure).
+    let tls = loadtest::tls::Tls::for_target(&loadtest::scenario::TargetSpec {
+        ca_file: args.ca_file.clone(),
+        insecure: args.insecure,
+        ..Default::default()
+    })?;
     let (compute, placement, image_url) = match &args.compute_url {
         None => {
             let telemetry = fabric::telemetry::init(
@@ -223,7 +247,8 @@ async fn boot(args: BootArgs) -> Result<()> {
             };
             let (token, _) = region::password_token(&identity_url, creds).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
-            let compute = Compute::new(&format!("http://{}", r.compute.addr), &token, &tls)?;
+            let compute = Compute::new(&format!("http://{}", r.compute.addr), &token, &tls)?
+                .with_microversion(&args.compute_microversion);
             let admin_compute =
                 Compute::new(&format!("http://{}", r.compute.addr), &admin_token, &tls)?;
             api::lift_quotas_for(&tls, &admin_compute, &identity_url, &token).await?;
@@ -237,6 +262,15 @@ async fn boot(args: BootArgs) -> Result<()> {
         }
         Some(url) => {
             let identity_url = args.identity_url.clone().unwrap_or_default();
+            for (what, u) in [
+                ("--compute-url", Some(url)),
+                ("--identity-url", Some(&identity_url)),
+                ("--placement-url", args.placement_url.as_ref()),
+            ] {
+                if let Some(u) = u {
+                    loadtest::scenario::check_endpoint_url(what, u)?;
+                }
+            }
             let creds = region::Credentials {
                 username: args
                     .username
@@ -251,7 +285,14 @@ async fn boot(args: BootArgs) -> Result<()> {
                     .clone()
                     .context("--project (or OS_PROJECT_NAME)")?,
             };
-            let (token, _) = region::password_token(&identity_url, &creds).await?;
+            let login = fabric::login::ServiceCredentials {
+                user_domain_name: args.user_domain_name.clone(),
+                project_domain_name: args.project_domain_name.clone(),
+                ..creds.service(&identity_url)
+            };
+            let token = api::password_login(&tls, &login)
+                .await
+                .with_context(|| format!("log in to {identity_url} as {}", creds.username))?;
             let placement_url = match &args.placement_url {
                 Some(u) => Some(u.clone()),
                 None => api::catalog_url(&tls, &identity_url, &token, "placement")
@@ -276,7 +317,8 @@ async fn boot(args: BootArgs) -> Result<()> {
                 .ok()
                 .map(|u| (u, token.clone()));
             shape = json!({"embedded": false, "compute_url": url});
-            let compute = Compute::new(url, &token, &tls)?;
+            let compute =
+                Compute::new(url, &token, &tls)?.with_microversion(&args.compute_microversion);
             api::lift_quotas_for(&tls, &compute, &identity_url, &token).await?;
             (compute, placement, image_url)
         }

@@ -479,16 +479,7 @@ impl Scenario {
             _ => {}
         }
         if let Some(v) = &self.target.compute_microversion {
-            let minor = v
-                .strip_prefix("2.")
-                .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|m| m.parse::<u32>().ok());
-            if minor.is_none_or(|m| m < MIN_COMPUTE_MINOR) {
-                bail!(
-                    "target.compute_microversion: {v:?} is not a compute microversion 2.{MIN_COMPUTE_MINOR} \
-                     or later (2.N; the creates send \"networks\": \"none\", which needs 2.{MIN_COMPUTE_MINOR})"
-                );
-            }
+            check_compute_microversion("target.compute_microversion", v)?;
         }
         for (k, url) in [
             ("compute_url", &self.target.compute_url),
@@ -642,6 +633,22 @@ impl Scenario {
 /// The lowest compute microversion a scenario may ask for (2.37: a create
 /// with `"networks": "none"`).
 pub const MIN_COMPUTE_MINOR: u32 = 37;
+
+/// Refuses `v` (named `what` in the error) unless it is a compute
+/// microversion `2.N` with N at least [`MIN_COMPUTE_MINOR`].
+pub fn check_compute_microversion(what: &str, v: &str) -> Result<()> {
+    let minor = v
+        .strip_prefix("2.")
+        .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|m| m.parse::<u32>().ok());
+    if minor.is_none_or(|m| m < MIN_COMPUTE_MINOR) {
+        bail!(
+            "{what}: {v:?} is not a compute microversion 2.{MIN_COMPUTE_MINOR} \
+             or later (2.N; the creates send \"networks\": \"none\", which needs 2.{MIN_COMPUTE_MINOR})"
+        );
+    }
+    Ok(())
+}
 
 /// Refuses an endpoint the clients cannot reach: anything but `http://`
 /// and `https://` (the scheme in any case).

@@ -36,8 +36,8 @@ impl Tls {
         };
         if t.insecure {
             eprintln!(
-                "warning: target.insecure = true: the certificates of the target's https \
-                 endpoints are not verified"
+                "warning: insecure (target.insecure / --insecure): the certificates of the \
+                 target's https endpoints are not verified"
             );
             tls.insecure = true;
         }

@@ -1077,3 +1077,103 @@ concurrency = 1
     region.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `loadtest boot` attached to a running region over https: `--ca-file`
+/// trusts the region's CA, the login names the user's and the project's
+/// domains (a wrong one is refused by identity), and the Compute API
+/// microversion asked for is `--compute-microversion` (one the region
+/// does not serve is refused by it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boot_command_attaches_over_https_with_domains_and_microversion() {
+    use crate::tls::{TestPki, TlsProxy};
+
+    let dir = testkit::temp_dir("loadtest_boot_https");
+    let region = url_region(dir.join("region")).await;
+    let pki = TestPki::new();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let identity = TlsProxy::start(region.identity.addr, pki.acceptor.clone()).await;
+    let compute = TlsProxy::start(region.compute.addr, pki.acceptor.clone()).await;
+    let boot = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loadtest"));
+        cmd.args([
+            "boot",
+            "--servers",
+            "2",
+            "--concurrency",
+            "2",
+            "--list-runs",
+            "1",
+        ])
+        .args(["--delete", "--quiet", "--timeout-secs", "60"])
+        .args([
+            "--compute-url",
+            &compute.url(),
+            "--identity-url",
+            &identity.url(),
+        ])
+        .args([
+            "--username",
+            &region.admin.username,
+            "--project",
+            &region.admin.project,
+        ])
+        .arg("--ca-file")
+        .arg(&ca)
+        .args(extra)
+        .env("OS_PASSWORD", &region.admin.password);
+        for k in [
+            "OS_CACERT",
+            "OS_USERNAME",
+            "OS_PROJECT_NAME",
+            "OS_USER_DOMAIN_NAME",
+            "OS_PROJECT_DOMAIN_NAME",
+        ] {
+            cmd.env_remove(k);
+        }
+        // The region answers on this runtime: wait for the child elsewhere.
+        tokio::task::spawn_blocking(move || cmd.output().expect("run the loadtest binary"))
+    };
+
+    let report = dir.join("boot.json");
+    let out = boot(&[
+        "--user-domain-name",
+        "Default",
+        "--project-domain-name",
+        "Default",
+        "--compute-microversion",
+        "2.60",
+        "--report",
+        report.to_str().unwrap(),
+    ])
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["report"]["boot"]["active"], 2, "{v:#}");
+    assert_eq!(v["invariants_hold"], true, "{v:#}");
+    assert!(identity.handshakes() > 0 && compute.handshakes() > 0);
+
+    let out = boot(&["--user-domain-name", "NoSuchDomain"]).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("identity refused the credentials") && stderr.contains("NoSuchDomain"),
+        "{stderr}"
+    );
+
+    let out = boot(&["--compute-microversion", "2.999"]).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("2.999"), "{stderr}");
+    let out = boot(&["--compute-microversion", "2.1"]).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--compute-microversion: \"2.1\" is not a compute microversion 2.37"),
+        "{stderr}"
+    );
+    region.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
