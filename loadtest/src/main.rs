@@ -23,7 +23,7 @@ enum Command {
     /// Boot servers through the Compute API (an embedded region, or a
     /// running one), measure time-to-ACTIVE and the server list, delete
     /// everything and check that nothing leaked.
-    Boot(BootArgs),
+    Boot(Box<BootArgs>),
     /// Run a scenario file: fleet, target, phases and faults; write the
     /// JSON report and plots; exit non-zero when an invariant breaks or
     /// could not be checked (see --allow-unchecked).
@@ -595,7 +595,7 @@ async fn placement(args: PlacementArgs) -> Result<()> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Placement(a) => placement(a).await,
-        Command::Boot(a) => boot(a).await,
+        Command::Boot(a) => boot(*a).await,
         Command::Run(a) => run(a).await,
         Command::Compare(a) => compare(a),
     }
