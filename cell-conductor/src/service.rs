@@ -234,14 +234,31 @@ impl Conductor {
             Ok(()) | Err(PlacementError::NotConfigured) => {}
             Err(e) => return Err(ConductorError::Placement(e)),
         }
+        // A delete finished by the agent's start-up reconciliation comes
+        // without the request's id: finish the delete it interrupted.
+        let request_id = if r.request_id.is_empty() {
+            match self
+                .db
+                .open_event_request_id(uuid, action::DELETE, action::EV_TERMINATE)
+                .await
+            {
+                Ok(id) => id.unwrap_or_default(),
+                Err(e) => {
+                    warn!(error = %chain(&e), "could not look up the interrupted delete's action");
+                    String::new()
+                }
+            }
+        } else {
+            r.request_id.clone()
+        };
         let mut events = Vec::new();
-        if !r.request_id.is_empty() {
+        if !request_id.is_empty() {
             events.push(Event {
                 instance: uuid,
                 action: action::DELETE.to_owned(),
                 event: action::EV_TERMINATE.to_owned(),
                 host: (!r.host.is_empty()).then(|| r.host.clone()),
-                request_id: r.request_id.clone(),
+                request_id,
                 global_request_id: None,
                 phase: Phase::Finish,
                 result: Some(action::SUCCESS.to_owned()),

@@ -235,9 +235,10 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
     };
     // Before any cast is taken (they wait in the subscription): finish or
     // undo what the last run of this host left (Nova's `init_host`).
+    let mut done = init_host::Summary::default();
     let reconciled = tokio::select! {
-        r = tokio::time::timeout(h.cfg.init_timeout, init_host::reconcile(
-            &h.cfg.host, h.driver.as_ref(), &h.conductor)) => Some(r),
+        r = tokio::time::timeout(h.cfg.init_timeout, init_host::reconcile_into(
+            &h.cfg.host, h.driver.as_ref(), &h.conductor, &mut done)) => Some(r),
         _ = stopped(&mut shutdown) => None,
     };
     match reconciled {
@@ -245,12 +246,13 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
             state.send_replace(HostState::Stopped);
             return;
         }
-        Some(Ok(Ok(summary))) => info!(%summary, "start-up reconciliation done"),
+        Some(Ok(Ok(()))) => info!(summary = %done, "start-up reconciliation done"),
         Some(Ok(Err(e))) => {
             error!(error = %chain(&e), "start-up reconciliation could not list the guests or the instances; skipped")
         }
         Some(Err(_)) => error!(
             timeout = ?h.cfg.init_timeout,
+            done = %done,
             "start-up reconciliation timed out; the host starts with what was done"
         ),
     }

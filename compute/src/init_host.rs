@@ -93,6 +93,19 @@ pub async fn reconcile(
     driver: &dyn Driver,
     conductor: &ConductorClient,
 ) -> Result<Summary, ComputeError> {
+    let mut summary = Summary::default();
+    reconcile_into(host, driver, conductor, &mut summary).await?;
+    Ok(summary)
+}
+
+/// [`reconcile`], counting what it does into `summary` as it goes, so a
+/// caller that gives up on it (a timeout) can still tell what was done.
+pub async fn reconcile_into(
+    host: &str,
+    driver: &dyn Driver,
+    conductor: &ConductorClient,
+    summary: &mut Summary,
+) -> Result<(), ComputeError> {
     let mut guests = driver.list()?;
     if guests.len() > rpc::MAX_LISTED_UUIDS {
         warn!(
@@ -107,7 +120,6 @@ pub async fn reconcile(
         .iter()
         .map(|r| (r.instance_uuid.as_str(), r))
         .collect();
-    let mut summary = Summary::default();
     // 1. Guests that are not (or no longer) this host's.
     let mut sorted: Vec<_> = guests.iter().copied().collect();
     sorted.sort();
@@ -160,7 +172,7 @@ pub async fn reconcile(
             summary.add(a);
         }
     }
-    Ok(summary)
+    Ok(())
 }
 
 /// One instance of this host; the action taken (`None`: nothing to do).

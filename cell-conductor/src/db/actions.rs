@@ -194,6 +194,26 @@ impl CellDb {
             .map_err(db("event_list"))?))
     }
 
+    /// The request id of the newest action `action` of `instance` whose
+    /// event `event` was started and never finished (`None`: there is
+    /// none), e.g. the delete an agent was carrying out when it stopped.
+    pub async fn open_event_request_id(
+        &self,
+        instance: InstanceUuid,
+        action: &str,
+        event: &str,
+    ) -> Result<Option<String>> {
+        let sql = "SELECT a.request_id FROM instance_actions a \
+                   JOIN instance_actions_events e ON e.action_id = a.id \
+                   WHERE a.instance_uuid = $1 AND a.action = $2 AND e.event = $3 \
+                   AND e.finish_time IS NULL ORDER BY e.id DESC LIMIT 1";
+        Ok(
+            on_db!(self, p => measured("open_event", sqlx::query_scalar(sql)
+            .bind(instance.to_string()).bind(action).bind(event).fetch_optional(p)).await
+            .map_err(db("open_event"))?),
+        )
+    }
+
     /// The faults of an instance, oldest first.
     pub async fn faults(&self, instance: InstanceUuid) -> Result<Vec<FaultRow>> {
         let sql = "SELECT code, message, details, host FROM instance_faults \

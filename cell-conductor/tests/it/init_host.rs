@@ -135,6 +135,23 @@ pub async fn restart_reconciles(db_url: &str, bus: Arc<dyn Transport>) {
 
     // What happened while it was down (or what it was doing when it died).
     set(&cell, deleting, task(ts::DELETING)).await;
+    // The delete it was carrying out had started its terminate event.
+    cell.db
+        .record_event(&cell_conductor::model::Event {
+            instance: deleting,
+            action: fabric::rpc::action::DELETE.into(),
+            event: fabric::rpc::action::EV_TERMINATE.into(),
+            host: Some("host1".into()),
+            request_id: "req-interrupted-delete".into(),
+            global_request_id: None,
+            phase: cell_conductor::model::Phase::Start,
+            result: None,
+            traceback: None,
+            details: None,
+            at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
     cell.db.mark_deleted(deleted, &[]).await.unwrap();
     cell.placement.delete_allocations(deleted).await.unwrap();
     cell.hv.driver("host1").destroy(vanished).await.unwrap();
@@ -169,6 +186,19 @@ pub async fn restart_reconciles(db_url: &str, bus: Arc<dyn Transport>) {
     assert_eq!(row.vm_state.as_deref(), Some(vs::DELETED));
     assert_eq!(guest(deleting), None);
     assert_eq!(cell.placement.allocation(deleting), None);
+    // … and so is its action's terminate event, under the delete's request.
+    let events = cell.db.events(deleting).await.unwrap();
+    let terminate: Vec<_> = events
+        .iter()
+        .filter(|e| e.event == fabric::rpc::action::EV_TERMINATE)
+        .collect();
+    assert_eq!(terminate.len(), 1, "{events:#?}");
+    assert_eq!(terminate[0].action_request_id, "req-interrupted-delete");
+    assert!(terminate[0].finish_time.is_some(), "{events:#?}");
+    assert_eq!(
+        terminate[0].result.as_deref(),
+        Some(fabric::rpc::action::SUCCESS)
+    );
 
     // The interrupted build is in ERROR with a fault; its claim stays
     // until the server is deleted (as Nova).
