@@ -52,8 +52,8 @@ pub struct HostInfo {
 /// Host information by provider uuid.
 #[derive(Debug, Clone, Default)]
 pub struct HostMap {
-    /// By provider uuid.
-    pub by_provider: HashMap<String, HostInfo>,
+    /// By provider uuid (shared with the candidates made from them).
+    pub by_provider: HashMap<String, Arc<HostInfo>>,
 }
 
 /// The cached loader.
@@ -156,7 +156,7 @@ impl HostStateCache {
                 let up = !r.forced_down && r.last_seen_up.is_some_and(|t| now - t <= down);
                 out.by_provider.insert(
                     r.uuid.clone(),
-                    HostInfo {
+                    Arc::new(HostInfo {
                         availability_zone: zones
                             .get(&r.host)
                             .cloned()
@@ -171,7 +171,7 @@ impl HostStateCache {
                         failed_builds,
                         hypervisor_version: r.hypervisor_version,
                         supported_instances,
-                    },
+                    }),
                 );
             }
         }

@@ -114,8 +114,9 @@ impl GroupSpec {
 /// A candidate host: what the filters and weighers see.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
-    /// The host.
-    pub info: HostInfo,
+    /// The host (shared with the host state map: a candidate costs no
+    /// copy of it).
+    pub info: Arc<HostInfo>,
     /// The allocation request placement proposed for it.
     pub allocation: AllocationRequest,
     /// Its provider summary.
@@ -327,21 +328,29 @@ impl Scheduler {
             candidates: cands.allocation_requests.len(),
             ..Default::default()
         };
-        let mut hosts = Vec::new();
+        let mut hosts = Vec::with_capacity(cands.allocation_requests.len());
+        let mut summaries = cands.provider_summaries;
         for ar in cands.allocation_requests {
             let Some((rp, info)) = ar
                 .allocations
                 .keys()
-                .find_map(|rp| map.by_provider.get(rp).map(|i| (rp.clone(), i.clone())))
+                .find_map(|rp| map.by_provider.get(rp).map(|i| (rp, Arc::clone(i))))
             else {
                 report.unmapped += 1;
                 continue;
             };
-            let summary = cands
-                .provider_summaries
-                .get(&rp)
-                .cloned()
-                .unwrap_or_default();
+            // Its summary is moved, not copied; a host named by several
+            // requests (with different sharing providers) copies it from
+            // its earlier candidate.
+            let summary = match summaries.remove(rp) {
+                Some(s) => s,
+                None => hosts
+                    .iter()
+                    .rev()
+                    .find(|h: &&Candidate| h.info.provider == *rp)
+                    .map(|h| h.summary.clone())
+                    .unwrap_or_default(),
+            };
             hosts.push(Candidate {
                 info,
                 allocation: ar,
@@ -392,7 +401,7 @@ impl Scheduler {
                 .enumerate()
                 .filter(|(j, c)| *j != i && c.info.cell.uuid == best.info.cell.uuid)
                 .take(self.config.max_attempts.saturating_sub(1))
-                .map(|(_, c)| c.info.clone())
+                .map(|(_, c)| HostInfo::clone(&c.info))
                 .collect();
             let consumed = best
                 .allocation
@@ -411,7 +420,7 @@ impl Scheduler {
             }
             selections.push(Selection {
                 instance_uuid: uuid.clone(),
-                host: best.info.clone(),
+                host: HostInfo::clone(&best.info),
                 alternates,
             });
         }
@@ -477,7 +486,7 @@ mod tests {
                     },
                 );
                 Candidate {
-                    info: HostInfo {
+                    info: Arc::new(HostInfo {
                         host: format!("host{i}"),
                         node: format!("host{i}"),
                         provider: rp,
@@ -493,7 +502,7 @@ mod tests {
                             "fake".to_owned(),
                             "hvm".to_owned(),
                         ]],
-                    },
+                    }),
                     allocation: AllocationRequest { allocations },
                     summary: ProviderSummary { resources },
                 }
@@ -533,8 +542,8 @@ mod tests {
     #[test]
     fn filters_count_what_they_remove() {
         let mut hosts = make_hosts(6, &["az1", "az2"]);
-        hosts[0].info.service_up = false;
-        hosts[2].info.service_disabled = true;
+        Arc::make_mut(&mut hosts[0].info).service_up = false;
+        Arc::make_mut(&mut hosts[2].info).service_disabled = true;
         let mut r = req();
         r.availability_zone = Some("az1".into());
         let (o, removed) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
@@ -576,8 +585,8 @@ mod tests {
         let mut hosts = make_hosts(4, &["nova"]);
         assert_eq!(w.weigh(&hosts[0], &req()), 0.0);
         // host3 has the most free RAM but failed once, host2 twice.
-        hosts[3].info.failed_builds = 1;
-        hosts[2].info.failed_builds = 2;
+        Arc::make_mut(&mut hosts[3].info).failed_builds = 1;
+        Arc::make_mut(&mut hosts[2].info).failed_builds = 2;
         assert_eq!(w.weigh(&hosts[3], &req()), -1.0);
         assert_eq!(w.name(), "BuildFailureWeigher");
         let ws: Vec<Box<dyn Weigher>> = vec![
@@ -598,7 +607,7 @@ mod tests {
         assert_eq!(names(&o), ["host3", "host2", "host1", "host0"]);
         // Every host failed as often: no difference, RAM decides.
         for h in &mut hosts {
-            h.info.failed_builds = 5;
+            Arc::make_mut(&mut h.info).failed_builds = 5;
         }
         let ws: Vec<Box<dyn Weigher>> = vec![
             Box::new(weighers::ram::RamWeigher { multiplier: 1.0 }),
@@ -688,13 +697,11 @@ mod tests {
     fn extra_specs_must_match_aggregate_metadata() {
         let mut hosts = make_hosts(4, &["nova"]);
         for i in [1, 3] {
-            hosts[i]
-                .info
+            Arc::make_mut(&mut hosts[i].info)
                 .aggregate_metadata
                 .insert("ssd".into(), ["true".to_owned()].into_iter().collect());
         }
-        hosts[3]
-            .info
+        Arc::make_mut(&mut hosts[3].info)
             .aggregate_metadata
             .insert("cores".into(), ["32".to_owned()].into_iter().collect());
         let mut r = req();
@@ -847,7 +854,9 @@ mod tests {
         assert!(run(&r).0.is_empty());
         // A host that reports nothing runs no image that names a property.
         let mut hosts = make_hosts(2, &["nova"]);
-        hosts[0].info.supported_instances.clear();
+        Arc::make_mut(&mut hosts[0].info)
+            .supported_instances
+            .clear();
         r.image = image(&[("img_hv_type", "fake")]);
         let (o, _) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
         assert_eq!(names(&o), ["host1"]);
