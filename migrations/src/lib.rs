@@ -795,37 +795,14 @@ impl BeginWrite for PgPool {
     }
 }
 
-/// A pooled PostgreSQL connection idle at least this long is pinged
-/// before it is handed out again ([`pg_pool_options`]).
-pub const PG_PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The options of every PostgreSQL pool of the region: `max_connections`,
-/// 10 s to acquire a connection, and a ping before handing out a
-/// connection only when it sat idle for [`PG_PING_IDLE_AFTER`] or more.
-/// sqlx's default pings every connection taken from the pool (a round
-/// trip per statement on top of the one it always makes when a
-/// connection goes back); on a busy pool connections are idle for
-/// milliseconds, and a connection the server dropped meanwhile fails its
-/// statement, which closes it (the figures: docs/BENCHMARKS.md).
-pub fn pg_pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
+/// Opens a PostgreSQL pool the way every service of the region does
+/// (`max_connections`, 10 s to acquire a connection).
+pub async fn open_pg(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections.max(1))
         .acquire_timeout(std::time::Duration::from_secs(10))
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PG_PING_IDLE_AFTER {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
-}
-
-/// Opens a PostgreSQL pool the way every service of the region does
-/// ([`pg_pool_options`]).
-pub async fn open_pg(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    pg_pool_options(max_connections).connect(url).await
+        .connect(url)
+        .await
 }
 
 /// Opens a SQLite pool the way every service of the region does: the file

@@ -184,35 +184,3 @@ async fn concurrent_migrations_postgres() {
     };
     concurrent_runs(&db.url).await;
 }
-
-/// The region's PostgreSQL pools ping a connection taken from the pool
-/// only when it sat idle for `PG_PING_IDLE_AFTER` or more: a connection
-/// the server ended while it was idle that long is replaced, and the
-/// statement goes through.
-#[tokio::test]
-async fn pg_pool_replaces_a_connection_the_server_ended_while_idle() {
-    let Some((url, _)) = fresh_url("migrations_pool_idle_ping", Backend::Postgres).await else {
-        return;
-    };
-    let pool = migrations::open_pg(&url, 1).await.unwrap();
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let admin = migrations::open_pg(&url, 1).await.unwrap();
-    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-    assert!(ended);
-    tokio::time::sleep(migrations::PG_PING_IDLE_AFTER + std::time::Duration::from_millis(200))
-        .await;
-    let again: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&pool)
-        .await
-        .expect("the ended connection was replaced");
-    assert_ne!(again, pid);
-    pool.close().await;
-    admin.close().await;
-}
