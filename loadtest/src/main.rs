@@ -486,6 +486,13 @@ struct PlacementArgs {
     /// Token to send (`admin` under noauth2).
     #[arg(long, default_value = "admin")]
     token: String,
+    /// A PEM bundle of CA certificates trusted besides the system's, for
+    /// an https --url.
+    #[arg(long, env = "OS_CACERT")]
+    ca_file: Option<PathBuf>,
+    /// Do not verify an https --url's certificate.
+    #[arg(long)]
+    insecure: bool,
     /// Providers to seed.
     #[arg(long, default_value_t = 1000)]
     providers: usize,
@@ -520,12 +527,20 @@ async fn placement(args: PlacementArgs) -> Result<()> {
             embedded = Some(running);
             base
         }
-        (None, Some(url)) => url.clone(),
+        (None, Some(url)) => {
+            loadtest::scenario::check_endpoint_url("--url", url)?;
+            url.clone()
+        }
         (None, None) => anyhow::bail!(
             "give --database URL (embedded placement) or --url URL (running placement)"
         ),
     };
-    let t = Target::new(&base, &args.token)?;
+    let tls = loadtest::tls::Tls::for_target(&loadtest::scenario::TargetSpec {
+        ca_file: args.ca_file.clone(),
+        insecure: args.insecure,
+        ..Default::default()
+    })?;
+    let t = Target::new(&base, &args.token, &tls)?;
     let spec = FleetSpec {
         providers: args.providers,
         trait_every: 10,

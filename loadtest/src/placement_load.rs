@@ -22,9 +22,11 @@ pub struct Target {
 }
 
 impl Target {
-    /// A target at `base` (e.g. `http://127.0.0.1:8778`) using `token`.
-    pub fn new(base: &str, token: &str) -> Result<Self> {
-        let http = reqwest::Client::builder()
+    /// A target at `base` (e.g. `http://127.0.0.1:8778`, or https with
+    /// `tls`'s trust) using `token`.
+    pub fn new(base: &str, token: &str, tls: &crate::tls::Tls) -> Result<Self> {
+        let http = tls
+            .client()
             .pool_max_idle_per_host(256)
             .timeout(Duration::from_secs(30))
             .build()?;

@@ -24,7 +24,12 @@ async fn placement_claims_match_usage() {
         ..Default::default()
     };
     let running = placement::serve(&cfg, None).await.expect("placement");
-    let t = Target::new(&format!("http://{}", running.addr), "admin").unwrap();
+    let t = Target::new(
+        &format!("http://{}", running.addr),
+        "admin",
+        &loadtest::tls::Tls::default(),
+    )
+    .unwrap();
     let spec = FleetSpec {
         providers: 20,
         trait_every: 10,
