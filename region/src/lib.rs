@@ -97,6 +97,10 @@ impl Default for RegionSection {
     }
 }
 
+/// The candidates the region's scheduler asks placement for first
+/// (`SchedulerConfig::candidate_sample`).
+pub const REGION_CANDIDATE_SAMPLE: usize = 64;
+
 /// The region's configuration file (`REGION` prefix).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -497,6 +501,15 @@ impl Region {
             api_super::ComputeConfig {
                 listen: r.compute_listen.clone(),
                 cell_cache_refresh_ms: r.cell_cache_refresh_ms,
+                // Placement shuffles limited queries here
+                // (`randomize_allocation_candidates` above), so a sample
+                // of the candidates is a random one: one-server requests
+                // ask for 64 first, and in full only when that is not
+                // enough (`SchedulerConfig::candidate_sample`).
+                scheduler: api_super::scheduler::SchedulerConfig {
+                    candidate_sample: REGION_CANDIDATE_SAMPLE,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             api_super::ComputeDeps {

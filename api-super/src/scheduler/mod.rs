@@ -31,6 +31,15 @@ pub struct SchedulerConfig {
     /// `limit` of the allocation-candidates query (Nova's
     /// `max_placement_results`).
     pub max_placement_results: usize,
+    /// When above 0 (and below `max_placement_results`): a one-server
+    /// request first asks placement for this many candidates, and asks
+    /// again with `max_placement_results` only when fewer than
+    /// `max_attempts` of them pass the filters while placement may hold
+    /// more. Meant with placement's `randomize_allocation_candidates` on
+    /// (the sample is then a random one, and builds spread); with it off
+    /// every sample is the same first providers. 0: one query of
+    /// `max_placement_results`, as Nova.
+    pub candidate_sample: usize,
     /// Hosts tried per instance: the chosen one plus `max_attempts - 1`
     /// alternates in its cell.
     pub max_attempts: usize,
@@ -59,6 +68,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             max_placement_results: 1000,
+            candidate_sample: 0,
             max_attempts: 3,
             ram_weight_multiplier: 1.0,
             cpu_weight_multiplier: 1.0,
@@ -303,20 +313,16 @@ impl Scheduler {
         &self.hosts
     }
 
-    /// Chooses and claims a host for each of `instances` (all or none: a
-    /// failure releases the claims already made).
-    #[tracing::instrument(skip_all, fields(instances = instances.len()))]
-    pub async fn select(
+    /// Asks placement for at most `limit` candidates for `req` and keeps
+    /// those on mapped hosts (the report counts them and the unmapped).
+    async fn candidates(
         &self,
         req: &Request,
-        instances: &[String],
-        project_id: &str,
-        user_id: &str,
-    ) -> Result<Vec<Selection>, ScheduleError> {
-        let started = std::time::Instant::now();
+        limit: usize,
+    ) -> Result<(Vec<Candidate>, NoValidHost), ScheduleError> {
         let cands = self
             .placement
-            .candidates(&req.resources, self.config.max_placement_results)
+            .candidates(&req.resources, limit)
             .await
             .map_err(ScheduleError::Placement)?;
         let map = self
@@ -357,6 +363,76 @@ impl Scheduler {
                 summary,
             });
         }
+        Ok((hosts, report))
+    }
+
+    /// Chooses and claims a host for each of `instances` (all or none: a
+    /// failure releases the claims already made).
+    #[tracing::instrument(skip_all, fields(instances = instances.len()))]
+    pub async fn select(
+        &self,
+        req: &Request,
+        instances: &[String],
+        project_id: &str,
+        user_id: &str,
+    ) -> Result<Vec<Selection>, ScheduleError> {
+        let started = std::time::Instant::now();
+        let full = self.config.max_placement_results;
+        let sample = self.config.candidate_sample;
+        let mut result = None;
+        if sample > 0 && sample < full && instances.len() == 1 {
+            // A sample first. Asked again in full when placement may hold
+            // more and the sample leaves too few hosts to choose from
+            // (fewer than `max_attempts` pass the filters) or none could
+            // be claimed.
+            let (sampled, report) = self.candidates(req, sample).await?;
+            let complete = report.candidates < sample;
+            let enough = complete || {
+                let (passing, _) = decide(sampled.clone(), req, &self.filters, &[]);
+                passing.len() >= self.config.max_attempts
+            };
+            if enough {
+                match self
+                    .choose(sampled, report, req, instances, project_id, user_id)
+                    .await
+                {
+                    Err(ScheduleError::NoValidHost(_)) if !complete => {}
+                    r => result = Some(r),
+                }
+            }
+            metrics::counter!("api_scheduler_candidate_queries_total",
+                "query" => if result.is_some() { "sample" } else { "sample_then_full" })
+            .increment(1);
+        }
+        let result = match result {
+            Some(r) => r,
+            None => {
+                let (hosts, report) = self.candidates(req, full).await?;
+                self.choose(hosts, report, req, instances, project_id, user_id)
+                    .await
+            }
+        };
+        let outcome = match &result {
+            Ok(_) => "selected",
+            Err(ScheduleError::NoValidHost(_)) => "no_valid_host",
+            Err(_) => "error",
+        };
+        metrics::histogram!("api_scheduler_decision_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Filters, weighs and claims for each of `instances` among `hosts`
+    /// (all or none).
+    async fn choose(
+        &self,
+        mut hosts: Vec<Candidate>,
+        mut report: NoValidHost,
+        req: &Request,
+        instances: &[String],
+        project_id: &str,
+        user_id: &str,
+    ) -> Result<Vec<Selection>, ScheduleError> {
         let mut selections: Vec<Selection> = Vec::new();
         // Each pick counts for the next instance of the request (server
         // group policies spread or pack the batch itself).
@@ -391,8 +467,6 @@ impl Scheduler {
             }
             let Some(i) = chosen else {
                 self.release(&selections).await;
-                metrics::histogram!("api_scheduler_decision_seconds", "outcome" => "no_valid_host")
-                    .record(started.elapsed().as_secs_f64());
                 return Err(ScheduleError::NoValidHost(report));
             };
             let best = &ordered[i];
@@ -424,8 +498,6 @@ impl Scheduler {
                 alternates,
             });
         }
-        metrics::histogram!("api_scheduler_decision_seconds", "outcome" => "selected")
-            .record(started.elapsed().as_secs_f64());
         Ok(selections)
     }
 

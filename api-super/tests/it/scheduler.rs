@@ -106,3 +106,61 @@ async fn a_host_whose_builds_fail_is_avoided_until_a_build_succeeds_there() {
     assert_eq!(s["OS-EXT-SRV-ATTR:host"], FAILING, "{s}");
     region.stop().await;
 }
+
+/// The count of `api_scheduler_candidate_queries_total{query}` in the
+/// process's metrics.
+fn candidate_queries(t: &fabric::telemetry::Telemetry, query: &str) -> u64 {
+    let want = format!("api_scheduler_candidate_queries_total{{query=\"{query}\"}}");
+    t.render()
+        .lines()
+        .find_map(|l| l.strip_prefix(want.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `candidate_sample`: a one-server request asks placement for a sample
+/// first and takes it when enough of it passes the filters; a request the
+/// sample cannot serve (here forced onto a host outside it) is asked
+/// again in full and lands where it must. Placement does not shuffle here,
+/// so the one-candidate sample is always the same first host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_sample_is_taken_when_it_serves_and_asked_again_in_full_when_not() {
+    let telemetry = fabric::telemetry::init(
+        "api-super",
+        &fabric::config::TelemetryConfig {
+            log_filter: "warn".to_owned(),
+            ..Default::default()
+        },
+    )
+    .expect("telemetry");
+    let region = crate::compute::Region::start_with("sched_sample", 1, 4, |c| {
+        c.scheduler.candidate_sample = 1;
+        c.scheduler.max_attempts = 1;
+    })
+    .await;
+    let host_of = |s: &Value| s["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or("").to_owned();
+
+    let mut sampled_hosts = Vec::new();
+    for i in 0..3 {
+        let s = boot(&region, &format!("sampled{i}"), None).await;
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        sampled_hosts.push(host_of(&s));
+    }
+    assert_eq!(candidate_queries(&telemetry, "sample"), 3);
+    assert_eq!(candidate_queries(&telemetry, "sample_then_full"), 0);
+    // The same first provider every time: the sample was all it saw.
+    assert!(
+        sampled_hosts.iter().all(|h| *h == sampled_hosts[0]),
+        "{sampled_hosts:?}"
+    );
+
+    // Forced onto another host: not in the sample, found in full.
+    let other = (1..=4)
+        .map(|h| format!("c1-host{h}"))
+        .find(|h| *h != sampled_hosts[0])
+        .unwrap();
+    let s = boot(&region, "forced", Some(&format!("nova:{other}"))).await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    assert_eq!(host_of(&s), other);
+    assert_eq!(candidate_queries(&telemetry, "sample_then_full"), 1);
+}
