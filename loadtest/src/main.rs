@@ -204,11 +204,7 @@ async fn boot(args: BootArgs) -> Result<()> {
         &args.compute_microversion,
     )?;
     // The system's trusted roots, plus --ca-file, or none (--insecure).
-    let tls = loadtest::tls::Tls::for_target(&loadtest::scenario::TargetSpec {
-        ca_file: args.ca_file.clone(),
-        insecure: args.insecure,
-        ..Default::default()
-    })?;
+    let tls = loadtest::tls::Tls::new(args.ca_file.as_deref(), args.insecure)?;
     let (compute, placement, image_url) = match &args.compute_url {
         None => {
             let telemetry = fabric::telemetry::init(
@@ -535,11 +531,7 @@ async fn placement(args: PlacementArgs) -> Result<()> {
             "give --database URL (embedded placement) or --url URL (running placement)"
         ),
     };
-    let tls = loadtest::tls::Tls::for_target(&loadtest::scenario::TargetSpec {
-        ca_file: args.ca_file.clone(),
-        insecure: args.insecure,
-        ..Default::default()
-    })?;
+    let tls = loadtest::tls::Tls::new(args.ca_file.as_deref(), args.insecure)?;
     let t = Target::new(&base, &args.token, &tls)?;
     let spec = FleetSpec {
         providers: args.providers,

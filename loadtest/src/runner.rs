@@ -1678,23 +1678,19 @@ async fn run_phase(
             .iter()
             .map(|i| (i.uuid.as_str(), i.cell.as_str()))
             .collect();
-        let node_of_any: HashMap<&str, &str> = live
+        let node_of: HashMap<&str, &str> = live
             .iter()
+            .filter(|i| i.cell != "cell0")
             .filter_map(|i| Some((i.uuid.as_str(), i.node.as_deref()?)))
             .collect();
         for r in recs.iter_mut() {
             if let Some(c) = r.id.as_deref().and_then(|id| cell_of.get(id)) {
                 r.cell = Some((*c).to_owned());
             }
-            if let Some(n) = r.id.as_deref().and_then(|id| node_of_any.get(id)) {
+            if let Some(n) = r.id.as_deref().and_then(|id| node_of.get(id)) {
                 r.node = Some((*n).to_owned());
             }
         }
-        let node_of: HashMap<&str, &str> = live
-            .iter()
-            .filter(|i| i.cell != "cell0")
-            .filter_map(|i| Some((i.uuid.as_str(), i.node.as_deref()?)))
-            .collect();
         for r in &recs {
             let (Some(id), Some(want)) = (&r.id, &r.zone) else {
                 continue;

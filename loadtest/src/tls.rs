@@ -25,7 +25,14 @@ impl Tls {
     /// on stderr. An error naming the CA file when it cannot be read or
     /// holds no certificate.
     pub fn for_target(t: &TargetSpec) -> Result<Self> {
-        let ca_file = t.ca_file.clone().or_else(|| {
+        Self::new(t.ca_file.as_deref(), t.insecure)
+    }
+
+    /// `ca_file` (else `OS_CACERT`) added to the trusted roots, and
+    /// `insecure` (announced by one warning line on stderr): the settings
+    /// of a target, or of the command-line flags of the same names.
+    pub fn new(ca_file: Option<&Path>, insecure: bool) -> Result<Self> {
+        let ca_file = ca_file.map(Path::to_path_buf).or_else(|| {
             std::env::var_os("OS_CACERT")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
@@ -34,7 +41,7 @@ impl Tls {
             Some(path) => Self::default().with_ca_file(&path)?,
             None => Self::default(),
         };
-        if t.insecure {
+        if insecure {
             eprintln!(
                 "warning: insecure (target.insecure / --insecure): the certificates of the \
                  target's https endpoints are not verified"

@@ -387,10 +387,13 @@ impl Scheduler {
             // be claimed.
             let (sampled, report) = self.candidates(req, sample).await?;
             let complete = report.candidates < sample;
-            let enough = complete || {
-                let (passing, _) = decide(sampled.clone(), req, &self.filters, &[]);
-                passing.len() >= self.config.max_attempts
-            };
+            // Counted in place: no copy of the sample for the check.
+            let enough = complete
+                || sampled
+                    .iter()
+                    .filter(|h| self.filters.iter().all(|f| f.passes(h, req)))
+                    .count()
+                    >= self.config.max_attempts;
             if enough {
                 match self
                     .choose(sampled, report, req, instances, project_id, user_id)

@@ -253,6 +253,19 @@ impl Cell {
     }
 }
 
+/// Holds `uuid`'s row lock in a transaction of its own (COMMIT releases it).
+pub async fn lock_row(url: &str, uuid: fabric::ids::InstanceUuid) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut lock = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut lock).await.unwrap();
+    sqlx::query("SELECT 1 FROM instances WHERE uuid = $1 FOR UPDATE")
+        .bind(uuid.to_string())
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    lock
+}
+
 /// Waits until `n` sessions of the database wait on a lock. Watched from a
 /// connection of its own: inside the lock's transaction, pg_stat_activity
 /// would keep listing the sessions of its first read (a copy's connection

@@ -12,7 +12,6 @@ use compute::HostConfig;
 use fabric::bus::{self, BusOptions, Transport};
 use fabric::ids::InstanceUuid;
 use fabric::rpc::{action, task_state as ts, vm_state as vs};
-use sqlx::Connection;
 
 use crate::common::Cell;
 
@@ -135,13 +134,7 @@ async fn pg_amqp_update_in_flight_when_the_broker_drops_lands_once() {
     };
     let uuid = boot_until_spawning(&cell).await;
     // Hold the row so that the conductor's UPDATE waits for us.
-    let mut lock = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut lock).await.unwrap();
-    sqlx::query("SELECT 1 FROM instances WHERE uuid = $1 FOR UPDATE")
-        .bind(uuid.to_string())
-        .execute(&mut lock)
-        .await
-        .unwrap();
+    let mut lock = crate::common::lock_row(&db.url, uuid).await;
     assert!(cell.hv.finish_spawn(uuid, Ok(())));
     // The ACTIVE update is in the conductor, waiting on the row lock.
     crate::common::lock_waiters(&db.url, 1).await;

@@ -15,7 +15,6 @@ use cell_conductor::CellDb;
 use fabric::bus::{inproc::InprocTransport, BusError, Transport};
 use fabric::ids::InstanceUuid;
 use fabric::rpc::{self, action, method, task_state as ts, RequestIds, RpcError, CONDUCTOR_QUEUE};
-use sqlx::Connection;
 
 async fn instance(db: &CellDb) -> InstanceUuid {
     let uuid = InstanceUuid::new_random();
@@ -51,18 +50,6 @@ fn event(uuid: InstanceUuid, name: &str) -> Event {
     }
 }
 
-/// Holds `uuid`'s row lock in a transaction of its own (COMMIT releases it).
-async fn lock_row(url: &str, uuid: InstanceUuid) -> sqlx::PgConnection {
-    let mut lock = sqlx::PgConnection::connect(url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut lock).await.unwrap();
-    sqlx::query("SELECT 1 FROM instances WHERE uuid = $1 FOR UPDATE")
-        .bind(uuid.to_string())
-        .execute(&mut lock)
-        .await
-        .unwrap();
-    lock
-}
-
 /// Applies `change` twice at once, both copies past their read when the
 /// row lock is released; returns both answers.
 async fn two_copies(
@@ -74,7 +61,7 @@ async fn two_copies(
     cell_conductor::db::instances::InstanceRow,
     cell_conductor::db::instances::InstanceRow,
 ) {
-    let mut lock = lock_row(url, uuid).await;
+    let mut lock = crate::common::lock_row(url, uuid).await;
     let copy = |db: CellDb, change: InstanceChange| {
         tokio::spawn(async move { db.update_instance(uuid, &change).await })
     };
@@ -167,7 +154,7 @@ async fn pg_request_that_expired_waiting_for_a_worker_is_not_run() {
     let conductor = cell_conductor::run_with(opts).await.expect("conductor");
     let db = conductor.db().clone();
     let (busy, late) = (instance(&db).await, instance(&db).await);
-    let mut lock = lock_row(&pg.url, busy).await;
+    let mut lock = crate::common::lock_row(&pg.url, busy).await;
     let first = {
         let bus = bus.clone();
         tokio::spawn(async move {
