@@ -29,6 +29,24 @@ pub struct ListedServer {
     pub node: Option<String>,
 }
 
+impl ListedServer {
+    fn from_json(s: &Value) -> Self {
+        Self {
+            id: s["id"].as_str().unwrap_or_default().to_owned(),
+            status: s["status"].as_str().unwrap_or_default().to_owned(),
+            fault: s["fault"]["message"].as_str().map(str::to_owned),
+            vm_state: s["OS-EXT-STS:vm_state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            node: s["OS-EXT-SRV-ATTR:hypervisor_hostname"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+        }
+    }
+}
+
 /// The Compute API at `<base>/v2.1` with a token.
 #[derive(Clone)]
 pub struct Compute {
@@ -176,6 +194,29 @@ impl Compute {
         Ok((took, body.len()))
     }
 
+    /// `GET /servers/{id}`: the server, or `None` when the API answers 404.
+    pub async fn show(&self, id: &str) -> Result<Option<ListedServer>> {
+        let path = format!("/servers/{id}");
+        let resp = self
+            .req(reqwest::Method::GET, &path)
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.unwrap_or_default();
+        match status {
+            200 => {
+                let v: Value = serde_json::from_slice(&body).context("server body")?;
+                Ok(Some(ListedServer::from_json(&v["server"])))
+            }
+            404 => Ok(None),
+            _ => bail!(
+                "GET {path}: HTTP {status}: {}",
+                String::from_utf8_lossy(&body)
+            ),
+        }
+    }
+
     /// One `GET` of a list page; returns the servers and the marker of the
     /// next page (when the answer links one).
     pub async fn list_page(&self, path_and_query: &str) -> Result<(Vec<ListedServer>, bool)> {
@@ -183,23 +224,7 @@ impl Compute {
         let v: Value = serde_json::from_slice(&body).context("list body")?;
         let servers = v["servers"]
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|s| ListedServer {
-                        id: s["id"].as_str().unwrap_or_default().to_owned(),
-                        status: s["status"].as_str().unwrap_or_default().to_owned(),
-                        fault: s["fault"]["message"].as_str().map(str::to_owned),
-                        vm_state: s["OS-EXT-STS:vm_state"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
-                        node: s["OS-EXT-SRV-ATTR:hypervisor_hostname"]
-                            .as_str()
-                            .filter(|n| !n.is_empty())
-                            .map(str::to_owned),
-                    })
-                    .collect()
-            })
+            .map(|a| a.iter().map(ListedServer::from_json).collect())
             .unwrap_or_default();
         let more = v["servers_links"]
             .as_array()

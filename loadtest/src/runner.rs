@@ -37,12 +37,13 @@ enum Seen {
 }
 
 /// Watches one project's servers leave BUILD: one walk of the BUILD list
-/// per tick and, when some left it, of the ERROR list and of the ACTIVE
-/// servers changed since the oldest of them was accepted; never a GET per
-/// server. A server is seen done only when a list shows it ACTIVE or
-/// ERROR: the servers of a cell that is down are left out of every
-/// filtered list (Nova's behaviour, as the Compute API's), so a server
-/// missing from the BUILD list may just be in a down cell, and waits.
+/// per tick, then one `GET /servers/{id}` for each server that left it
+/// (so the watcher's load is a list of what is building plus one show per
+/// server, not lists of everything done lately). A server is seen done
+/// only when its show says ACTIVE or ERROR: the servers of a cell that is
+/// down are left out of every filtered list (Nova's behaviour, as the
+/// Compute API's), so a server missing from the BUILD list may just be in
+/// a down cell; its show (status UNKNOWN, or an error) leaves it waiting.
 struct Watcher {
     compute: Compute,
     waiting: Mutex<HashMap<String, (Instant, oneshot::Sender<Seen>)>>,
@@ -87,57 +88,43 @@ impl Watcher {
         };
         let got = Instant::now();
         let building: HashSet<&str> = build.iter().map(|s| s.id.as_str()).collect();
-        let out: Vec<(String, Instant)> = self
+        let out: Vec<String> = self
             .waiting
             .lock()
             .expect("waiting")
             .iter()
             .filter(|(id, (accepted, _))| *accepted < sent && !building.contains(id.as_str()))
-            .map(|(id, (accepted, _))| (id.clone(), *accepted))
+            .map(|(id, _)| id.clone())
             .collect();
-        let Some(oldest) = out.iter().map(|(_, a)| *a).min() else {
+        if out.is_empty() {
             return;
-        };
-        // ACTIVE since a little before the oldest of them was accepted
-        // (the margin covers the clocks of this machine and the target).
-        let since = Utc::now()
-            - chrono::Duration::from_std(oldest.elapsed() + ACTIVE_SINCE_MARGIN)
-                .unwrap_or(chrono::Duration::MAX);
-        let query = format!(
-            "status=ACTIVE&changes-since={}",
-            since.format("%Y-%m-%dT%H:%M:%SZ")
-        );
-        let active: HashSet<String> = match self.compute.list_all(false, &query).await {
-            Ok(a) => a.into_iter().map(|s| s.id).collect(),
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "poll of the ACTIVE list failed");
-                return;
-            }
-        };
-        let errors: HashMap<String, String> =
-            match self.compute.list_all(true, "status=ERROR").await {
-                Ok(e) => e
-                    .into_iter()
-                    .map(|s| {
-                        (
-                            s.id,
-                            s.fault.unwrap_or_else(|| "(no fault message)".to_owned()),
-                        )
-                    })
-                    .collect(),
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "poll of the ERROR list failed");
-                    return;
-                }
-            };
+        }
+        // Each server that left the BUILD list, asked once: ACTIVE or
+        // ERROR ends its wait (seen when the BUILD list came back without
+        // it); anything else (a down cell's partial record
+        // with status UNKNOWN, a 404, an error) leaves it waiting.
+        let shown: Vec<(String, Option<Seen>)> = stream::iter(out)
+            .map(|id| async move {
+                let seen = match self.compute.show(&id).await {
+                    Ok(Some(s)) if s.status == "ACTIVE" => Some(Seen::Active(got)),
+                    Ok(Some(s)) if s.status == "ERROR" => Some(Seen::Error(
+                        got,
+                        s.fault.unwrap_or_else(|| "(no fault message)".to_owned()),
+                    )),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), server = %id, "show failed");
+                        None
+                    }
+                };
+                (id, seen)
+            })
+            .buffer_unordered(WATCH_SHOWS_IN_FLIGHT)
+            .collect()
+            .await;
         let mut w = self.waiting.lock().expect("waiting");
-        for (id, _) in out {
-            let seen = match errors.get(&id) {
-                Some(f) => Seen::Error(got, f.clone()),
-                None if active.contains(&id) => Seen::Active(got),
-                // In no list: its cell is down (or it is gone); it waits.
-                None => continue,
-            };
+        for (id, seen) in shown {
+            let Some(seen) = seen else { continue };
             if let Some((_, tx)) = w.remove(&id) {
                 let _ = tx.send(seen);
             }
@@ -145,10 +132,8 @@ impl Watcher {
     }
 }
 
-/// How much earlier than the oldest server waiting the watcher's ACTIVE
-/// list starts (`changes-since`), for the clocks of this machine and the
-/// target.
-const ACTIVE_SINCE_MARGIN: Duration = Duration::from_secs(5);
+/// How many `GET /servers/{id}` one watcher tick has in flight.
+const WATCH_SHOWS_IN_FLIGHT: usize = 16;
 
 // ---------------------------------------------------------------- records
 

@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use migrations::Backend;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, SqlitePool};
 
@@ -108,10 +108,7 @@ impl Pool {
                 probe_pg(&opts, Duration::from_secs(10))
                     .await
                     .map_err(connect)?;
-                let pool = PgPoolOptions::new()
-                    .max_connections(4)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_lazy_with(opts);
+                let pool = migrations::pg_pool_options(4).connect_lazy_with(opts);
                 Pool::Postgres(pool)
             }
             Backend::Sqlite => {
