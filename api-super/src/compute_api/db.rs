@@ -6,6 +6,8 @@
 //! Both backends through `cell_mapping::db::Pool`; each statement is written
 //! once with `$N` binds and compiled for both by [`on_pool!`].
 
+use std::collections::BTreeMap;
+
 use cell_mapping::db::server_groups::{
     group_lock_sql, MEMBER_COUNT_BY_USER_SQL, MEMBER_INSERT_SQL,
 };
@@ -113,6 +115,16 @@ pub fn default_flavors() -> Vec<NewFlavor> {
 const FLAVOR_COLUMNS: &str = "id, flavorid, name, memory_mb, vcpus, root_gb, ephemeral_gb, swap, \
     rxtx_factor, disabled, is_public, description";
 
+/// A flavor beside one of its extra specs, or none
+/// ([`ComputeDb::flavor_visible_with_specs`]).
+#[derive(sqlx::FromRow)]
+struct FlavorSpecRow {
+    #[sqlx(flatten)]
+    flavor: Flavor,
+    spec_key: Option<String>,
+    spec_value: Option<String>,
+}
+
 /// The would-be instance stored in a build request (JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BuildInstance {
@@ -179,6 +191,11 @@ pub struct RequestSpec {
         skip_serializing_if = "crate::scheduler::filters::image_properties::ImageProps::is_empty"
     )]
     pub image_properties: crate::scheduler::filters::image_properties::ImageProps,
+    /// The flavor's extra specs when the servers were created (as Nova's
+    /// request spec keeps them with its flavor); `None`: a spec written
+    /// before this field, the scheduler reads them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor_extra_specs: Option<BTreeMap<String, String>>,
 }
 
 /// An instance mapping: what the API database alone knows of a server
@@ -962,6 +979,41 @@ impl ComputeDb {
         Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
             .bind(flavorid).bind(project).bind(admin)
             .fetch_optional(p).await.map_err(db("flavor_get"))?))
+    }
+
+    /// [`ComputeDb::flavor_visible`] with the flavor's extra specs, in one
+    /// statement (a create reads both: the flavor for the instance, the
+    /// specs for the scheduler, which finds them in the request spec).
+    pub async fn flavor_visible_with_specs(
+        &self,
+        flavorid: &str,
+        project: &str,
+        admin: bool,
+    ) -> Result<Option<(Flavor, BTreeMap<String, String>)>, ApiError> {
+        let cols: Vec<String> = FLAVOR_COLUMNS
+            .split(',')
+            .map(|c| format!("f.{}", c.trim()))
+            .collect();
+        let sql = format!(
+            "SELECT {}, e.key AS spec_key, e.value AS spec_value FROM flavors f \
+             LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id \
+             WHERE f.flavorid = $1 AND ($3 OR f.is_public \
+             OR EXISTS (SELECT 1 FROM flavor_projects fp WHERE fp.flavor_id = f.id \
+             AND fp.project_id = $2))",
+            cols.join(", ")
+        );
+        let rows: Vec<FlavorSpecRow> = on_pool!(self.pool(), p =>
+            sqlx::query_as(&sql).bind(flavorid).bind(project).bind(admin)
+            .fetch_all(p).await.map_err(db("flavor_get"))?);
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let flavor = first.flavor.clone();
+        let specs = rows
+            .into_iter()
+            .filter_map(|r| Some((r.spec_key?, r.spec_value.unwrap_or_default())))
+            .collect();
+        Ok(Some((flavor, specs)))
     }
 
     /// Creates a flavor; 409 with Nova's message when its id or name is

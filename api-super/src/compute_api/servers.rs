@@ -871,11 +871,11 @@ pub async fn create(
 ) -> ApiResult<Response> {
     app.authorize(&ctx, "os_compute_api:servers:create", ctx.project_id())?;
     let req = parse_create(&ctx, &body)?;
-    let flavor = app
+    let (flavor, extra_specs) = app
         .db
-        .flavor_visible(&req.flavor_ref, ctx.project_id(), ctx.is_admin())
+        .flavor_visible_with_specs(&req.flavor_ref, ctx.project_id(), ctx.is_admin())
         .await?
-        .filter(|f| !f.disabled)
+        .filter(|(f, _)| !f.disabled)
         .ok_or_else(|| bad("Invalid flavorRef provided."))?;
     if let Some(k) = &req.key_name {
         if app.db.keypair(ctx.user_id(), k).await?.is_none() {
@@ -963,6 +963,7 @@ pub async fn create(
                     key_name: req.key_name.clone(),
                     in_group: Some(req.group.is_some()),
                     image_properties: image_props.clone(),
+                    flavor_extra_specs: Some(extra_specs.clone()),
                 },
             )
         })

@@ -102,7 +102,7 @@ impl SuperConductor {
         if let Err(e) = crate::scheduler::request_context::fill(
             &self.db,
             &self.cells,
-            &spec.flavor.flavorid,
+            (&spec.flavor.flavorid, spec.flavor_extra_specs.as_ref()),
             &uuids,
             spec.in_group,
             &mut req,

@@ -122,6 +122,17 @@ const COLUMNS: &str = "id, name, owner, status, visibility, protected, os_hidden
     container_format, min_ram, min_disk, size, virtual_size, checksum, os_hash_algo, \
     os_hash_value, location, created_at, updated_at";
 
+/// An image's columns beside one property or tag, or none
+/// ([`Db::get`]).
+#[derive(sqlx::FromRow)]
+struct ImageExtraRow {
+    #[sqlx(flatten)]
+    row: ImageRow,
+    kind: Option<String>,
+    k: Option<String>,
+    v: Option<String>,
+}
+
 /// Filters of a list (SQL side; sorting and paging happen in the service).
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
@@ -257,15 +268,36 @@ impl Db {
         Ok(found)
     }
 
-    /// One image with its properties and tags.
+    /// One image with its properties and tags, in one statement (every
+    /// boot reads its image): the image's columns on each row, beside one
+    /// property (`kind` 'p') or tag ('t') per row, or none.
     pub async fn get(&self, id: &str) -> Result<Option<Image>> {
-        let sql = format!("SELECT {COLUMNS} FROM images WHERE id = $1");
-        let row = on_db!(self, pool => sqlx::query_as::<_, ImageRow>(&sql)
-            .bind(id).fetch_optional(pool).await)?;
-        match row {
-            None => Ok(None),
-            Some(row) => Ok(self.complete(vec![row]).await?.pop()),
+        let sql = format!(
+            "SELECT {COLUMNS}, x.kind, x.k, x.v FROM images LEFT JOIN \
+             (SELECT 'p' AS kind, name AS k, value AS v FROM image_properties WHERE image_id = $1 \
+              UNION ALL SELECT 't', value, NULL FROM image_tags WHERE image_id = $1) x ON 1 = 1 \
+             WHERE id = $1 ORDER BY x.kind, x.k"
+        );
+        let rows: Vec<ImageExtraRow> = on_db!(self, pool => sqlx::query_as(&sql)
+            .bind(id).fetch_all(pool).await)?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let mut image = Image {
+            row: first.row.clone(),
+            properties: BTreeMap::new(),
+            tags: Vec::new(),
+        };
+        for x in rows {
+            match (x.kind.as_deref(), x.k) {
+                (Some("p"), Some(k)) => {
+                    image.properties.insert(k, x.v.unwrap_or_default());
+                }
+                (Some("t"), Some(t)) => image.tags.push(t),
+                _ => {}
+            }
         }
+        Ok(Some(image))
     }
 
     /// Rows matching `f`, unsorted.

@@ -3,28 +3,33 @@
 //! the server group the instances joined at create time, with the hosts
 //! of its other live members (their instance mappings and cells).
 
+use std::collections::BTreeMap;
+
 use crate::cells::Cells;
 use crate::compute_api::db::ComputeDb;
 
 use super::{GroupSpec, Request};
 
-/// Fills `req.flavor_extra_specs` for `flavorid` and `req.group` from the
-/// group of `instances[0]` (every instance of a request joins the same
-/// group); `in_group == Some(false)` (the request named no group) skips
-/// the group look-up.
+/// Fills `req.flavor_extra_specs` (those of the request spec, else read
+/// for `flavorid`) and `req.group` from the group of `instances[0]` (every
+/// instance of a request joins the same group); `in_group == Some(false)`
+/// (the request named no group) skips the group look-up.
 pub async fn fill(
     db: &ComputeDb,
     cells: &Cells,
-    flavorid: &str,
+    (flavorid, specs): (&str, Option<&BTreeMap<String, String>>),
     instances: &[String],
     in_group: Option<bool>,
     req: &mut Request,
 ) -> Result<(), String> {
     let api = db.api();
-    req.flavor_extra_specs = api
-        .flavor_extra_specs(flavorid)
-        .await
-        .map_err(|e| e.to_string())?;
+    req.flavor_extra_specs = match specs {
+        Some(s) => s.clone(),
+        None => api
+            .flavor_extra_specs(flavorid)
+            .await
+            .map_err(|e| e.to_string())?,
+    };
     let Some(first) = instances.first() else {
         return Ok(());
     };

@@ -203,6 +203,7 @@ impl Fixture {
                 key_name: None,
                 in_group: Some(in_group),
                 image_properties: Default::default(),
+                flavor_extra_specs: None,
             };
             let join = in_group.then(|| GroupJoin {
                 id: group_id,

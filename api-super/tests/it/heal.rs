@@ -67,6 +67,7 @@ async fn builds(
                     key_name: None,
                     in_group: Some(false),
                     image_properties: Default::default(),
+                    flavor_extra_specs: None,
                 },
             )
         })
