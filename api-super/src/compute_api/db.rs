@@ -115,6 +115,17 @@ pub fn default_flavors() -> Vec<NewFlavor> {
 const FLAVOR_COLUMNS: &str = "id, flavorid, name, memory_mb, vcpus, root_gb, ephemeral_gb, swap, \
     rxtx_factor, disabled, is_public, description";
 
+/// [`ComputeDb::show_extras`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShowExtras {
+    /// The key pair's name, if the server was created with one.
+    pub key_name: Option<String>,
+    /// Its server group, if any.
+    pub group_uuid: Option<String>,
+    /// The zone its host's aggregates name, if any.
+    pub zone: Option<String>,
+}
+
 /// A flavor beside one of its extra specs, or none
 /// ([`ComputeDb::flavor_visible_with_specs`]).
 #[derive(sqlx::FromRow)]
@@ -1232,6 +1243,34 @@ impl ComputeDb {
     }
 
     /// Key pair names recorded in the request specs of `uuids`.
+    /// What a `GET /servers/{id}` of a server in its cell needs from the
+    /// API database beside the mapping, in one statement: its key name
+    /// (from the request spec), the uuid of its server group, and the
+    /// availability zone of `host` from the aggregates (`None`: no
+    /// aggregate of the host names a zone, or no host).
+    pub async fn show_extras(
+        &self,
+        uuid: &str,
+        host: Option<&str>,
+    ) -> Result<ShowExtras, ApiError> {
+        let (spec, group_uuid, zone): (Option<String>, Option<String>, Option<String>) = on_pool!(self.pool(), p => sqlx::query_as(
+                "SELECT (SELECT spec FROM request_specs WHERE instance_uuid = $1), \
+                 (SELECT g.uuid FROM instance_groups g JOIN instance_group_member gm \
+                  ON gm.group_id = g.id WHERE gm.instance_uuid = $1 LIMIT 1), \
+                 (SELECT m.value FROM aggregate_hosts h JOIN aggregate_metadata m \
+                  ON m.aggregate_id = h.aggregate_id AND m.key = 'availability_zone' \
+                  WHERE h.host = $2 LIMIT 1)")
+                .bind(uuid).bind(host)
+                .fetch_one(p).await.map_err(db("show_extras"))?);
+        Ok(ShowExtras {
+            key_name: spec
+                .and_then(|s| serde_json::from_str::<RequestSpec>(&s).ok())
+                .and_then(|s| s.key_name),
+            group_uuid,
+            zone,
+        })
+    }
+
     pub async fn key_names(
         &self,
         uuids: &[String],

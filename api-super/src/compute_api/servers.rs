@@ -124,9 +124,8 @@ impl CellDetails {
                 db.api_faults(&errs).await
             }
         };
-        let (meta, tags, faults) =
-            futures_util::future::try_join3(db.api_metadata(&uuids), db.api_tags(&uuids), faults)
-                .await?;
+        let ((meta, tags), faults) =
+            futures_util::future::try_join(db.api_metadata_and_tags(&uuids), faults).await?;
         Ok(CellDetails { meta, tags, faults })
     }
 
@@ -668,6 +667,18 @@ pub(crate) async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiRes
 
 /// [`find`], telling a server in a down cell apart.
 pub(crate) async fn locate(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Located> {
+    locate_with(app, ctx, id, action, true).await
+}
+
+/// [`locate`]; `key_name: false` leaves the key name of a server found in
+/// its cell to the caller (`show` reads it with the rest it needs).
+async fn locate_with(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+    action: &str,
+    key_name: bool,
+) -> ApiResult<Located> {
     // Two tries: a build may land in its cell between the two reads.
     for _ in 0..2 {
         let Some(m) = app.db.mapping_row(id).await? else {
@@ -713,11 +724,13 @@ pub(crate) async fn locate(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiR
                     Err(e) => return Err(e.into()),
                 };
                 details.apply(std::slice::from_mut(&mut s));
-                s.key_name = app
-                    .db
-                    .key_names(std::slice::from_ref(&s.uuid))
-                    .await?
-                    .remove(&s.uuid);
+                if key_name {
+                    s.key_name = app
+                        .db
+                        .key_names(std::slice::from_ref(&s.uuid))
+                        .await?
+                        .remove(&s.uuid);
+                }
                 return Ok(Located::Found(Found::Cell(cell, s)));
             }
         }
@@ -1050,8 +1063,30 @@ pub async fn show(
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let mut s = match locate(&app, &ctx, &id, "os_compute_api:servers:show").await? {
-        Located::Found(Found::Build(s) | Found::Cell(_, s)) => s,
+    let mut s = match locate_with(&app, &ctx, &id, "os_compute_api:servers:show", false).await? {
+        Located::Found(Found::Cell(_, mut s)) => {
+            // Key name, group and the host's zone: one statement.
+            let x = app.db.show_extras(&s.uuid, s.host.as_deref()).await?;
+            s.key_name = x.key_name;
+            if s.host.is_some() {
+                s.availability_zone = Some(x.zone.unwrap_or_else(|| {
+                    app.conductor()
+                        .scheduler()
+                        .config()
+                        .default_availability_zone
+                        .clone()
+                }));
+            }
+            let mut body = detail_view(&app, &ctx, &s);
+            if ctx.mv.at_least(71) {
+                if let Some(o) = body.as_object_mut() {
+                    let groups: Vec<String> = x.group_uuid.into_iter().collect();
+                    o.insert("server_groups".into(), json!(groups));
+                }
+            }
+            return Ok(Json(json!({ "server": body })));
+        }
+        Located::Found(Found::Build(s)) => s,
         Located::Down(m, d) => {
             if !ctx.mv.at_least(PARTIAL_RECORDS_MV) {
                 return Err(ApiError::cell_down(d));

@@ -405,6 +405,40 @@ impl CellDb {
         Ok(out)
     }
 
+    /// [`Self::api_metadata`] and [`Self::api_tags`] of `uuids` in one
+    /// statement per chunk (what a server's show and each list page read).
+    #[allow(clippy::type_complexity)]
+    pub async fn api_metadata_and_tags(
+        &self,
+        uuids: &[String],
+    ) -> Result<(Vec<(String, String, String)>, Vec<(String, String)>), Error> {
+        let (mut meta, mut tags) = (Vec::new(), Vec::new());
+        for chunk in uuids.chunks(CHUNK) {
+            let marks = placeholders(1, chunk.len());
+            let sql = format!(
+                "SELECT 'm', instance_uuid, key, COALESCE(value, '') FROM instance_metadata \
+                 WHERE instance_uuid IN ({marks}) UNION ALL \
+                 SELECT 't', resource_id, tag, '' FROM tags WHERE resource_id IN ({marks}) \
+                 ORDER BY 1, 2, 3"
+            );
+            let rows: Vec<(String, String, String, String)> = with_pool!(self.pool(), p => {
+                let mut q = sqlx::query_as(&sql);
+                for u in chunk {
+                    q = q.bind(u);
+                }
+                measured("api_metadata_and_tags", q.fetch_all(p)).await?
+            });
+            for (kind, uuid, k, v) in rows {
+                if kind == "m" {
+                    meta.push((uuid, k, v));
+                } else {
+                    tags.push((uuid, k));
+                }
+            }
+        }
+        Ok((meta, tags))
+    }
+
     /// Sets metadata items of a live instance (`replace`: the items become
     /// all of its metadata), refusing to leave more than `max_items`.
     pub async fn api_metadata_set(
