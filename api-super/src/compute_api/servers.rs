@@ -659,19 +659,27 @@ pub(crate) enum Located {
 /// non-admin) and checks `action` on it. A server whose cell is down is
 /// Nova's "cell is not responding" error (500, naming the cell).
 pub(crate) async fn find(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Found> {
-    match locate(app, ctx, id, action).await? {
+    find_with(app, ctx, id, action, true).await
+}
+
+/// [`find`]; `key_name: false` for a caller that shows nothing of the
+/// server (a delete), sparing the request spec's read.
+async fn find_with(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+    action: &str,
+    key_name: bool,
+) -> ApiResult<Found> {
+    match locate_with(app, ctx, id, action, key_name).await? {
         Located::Found(f) => Ok(f),
         Located::Down(_, d) => Err(ApiError::cell_down(d)),
     }
 }
 
-/// [`find`], telling a server in a down cell apart.
-pub(crate) async fn locate(app: &App, ctx: &Ctx, id: &str, action: &str) -> ApiResult<Located> {
-    locate_with(app, ctx, id, action, true).await
-}
-
-/// [`locate`]; `key_name: false` leaves the key name of a server found in
-/// its cell to the caller (`show` reads it with the rest it needs).
+/// [`find`], telling a server in a down cell apart; `key_name: false`
+/// leaves the key name of a server found in its cell unread (`show` reads
+/// it with the rest it needs, a delete needs none).
 async fn locate_with(
     app: &App,
     ctx: &Ctx,
@@ -1231,7 +1239,7 @@ pub async fn delete(
 pub(crate) async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiResult<()> {
     let id = id.to_owned();
     for _ in 0..2 {
-        match find(app, ctx, &id, rule).await? {
+        match find_with(app, ctx, &id, rule, false).await? {
             Found::Build(_) => {
                 if app.db.delete_build(&id).await? {
                     return Ok(());
