@@ -37,6 +37,10 @@ use serde_json::{json, Value};
 /// the cell cache polls every 2 s (the default `cell_cache_refresh_ms`),
 /// the scheduler's host map lives 1 s; the rest is margin for a loaded CI.
 const SEEN_WITHIN: Duration = Duration::from_secs(10);
+/// Pause between two boots while waiting for a change to be seen: at most
+/// `SEEN_WITHIN / BOOT_PACE` (40) builds land elsewhere meanwhile, fewer
+/// than cell3's two hosts hold (over 90 m1.tiny by RAM).
+const BOOT_PACE: Duration = Duration::from_millis(250);
 /// Longest one build may take to settle (ACTIVE or ERROR).
 const BUILD_WITHIN: Duration = Duration::from_secs(15);
 
@@ -174,6 +178,10 @@ impl Api {
                 "no build landed on a {prefixes:?}* host within {SEEN_WITHIN:?} ({elsewhere} landed on {})",
                 b.host
             );
+            // Paced: the builds that land elsewhere until the change is
+            // seen must fit on the hosts they land on (cell3's are small),
+            // however fast a build settles.
+            tokio::time::sleep(BOOT_PACE).await;
         }
     }
 
@@ -268,8 +276,8 @@ async fn start_cell(region: &Region, name: &str, db_url: &str, bus_url: &str) ->
         let mut hc = compute::HostConfig::new(&host);
         // Far smaller than the region's hosts (16 vCPU, 64 GiB): the
         // weighers prefer cell1 and cell2 whenever they are schedulable.
-        hc.resources.vcpus = 2;
-        hc.resources.memory_mb = 4096;
+        hc.resources.vcpus = 4;
+        hc.resources.memory_mb = 16384;
         hc.resources.disk_gb = 50;
         hosts.push(compute::start_host(
             hc,
