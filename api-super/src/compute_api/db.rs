@@ -115,6 +115,11 @@ pub fn default_flavors() -> Vec<NewFlavor> {
 const FLAVOR_COLUMNS: &str = "id, flavorid, name, memory_mb, vcpus, root_gb, ephemeral_gb, swap, \
     rxtx_factor, disabled, is_public, description";
 
+/// `FROM … WHERE` of the flavor with API id `$1` as project `$2` may see
+/// it (`$3`: an admin sees any): public, or private with access for `$2`.
+const FLAVOR_VISIBLE: &str = "FROM flavors f WHERE f.flavorid = $1 AND ($3 OR f.is_public \
+    OR EXISTS (SELECT 1 FROM flavor_projects fp WHERE fp.flavor_id = f.id AND fp.project_id = $2))";
+
 /// [`ComputeDb::show_extras`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShowExtras {
@@ -701,6 +706,11 @@ impl ComputeDb {
     }
 }
 
+/// The key pair name a stored request spec (JSON) records, if any.
+fn key_name_of(spec: &str) -> Option<String> {
+    serde_json::from_str::<RequestSpec>(spec).ok()?.key_name
+}
+
 fn parse_build(s: &str) -> Result<BuildRequest, ApiError> {
     Ok(BuildRequest {
         instance: serde_json::from_str(s).map_err(ApiError::internal)?,
@@ -982,11 +992,7 @@ impl ComputeDb {
         project: &str,
         admin: bool,
     ) -> Result<Option<Flavor>, ApiError> {
-        let sql = format!(
-            "SELECT {FLAVOR_COLUMNS} FROM flavors f WHERE f.flavorid = $1 AND ($3 OR f.is_public \
-             OR EXISTS (SELECT 1 FROM flavor_projects fp WHERE fp.flavor_id = f.id \
-             AND fp.project_id = $2))"
-        );
+        let sql = format!("SELECT {FLAVOR_COLUMNS} {FLAVOR_VISIBLE}");
         Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
             .bind(flavorid).bind(project).bind(admin)
             .fetch_optional(p).await.map_err(db("flavor_get"))?))
@@ -1001,17 +1007,10 @@ impl ComputeDb {
         project: &str,
         admin: bool,
     ) -> Result<Option<(Flavor, BTreeMap<String, String>)>, ApiError> {
-        let cols: Vec<String> = FLAVOR_COLUMNS
-            .split(',')
-            .map(|c| format!("f.{}", c.trim()))
-            .collect();
         let sql = format!(
-            "SELECT {}, e.key AS spec_key, e.value AS spec_value FROM flavors f \
-             LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id \
-             WHERE f.flavorid = $1 AND ($3 OR f.is_public \
-             OR EXISTS (SELECT 1 FROM flavor_projects fp WHERE fp.flavor_id = f.id \
-             AND fp.project_id = $2))",
-            cols.join(", ")
+            "SELECT f.*, e.key AS spec_key, e.value AS spec_value \
+             FROM (SELECT {FLAVOR_COLUMNS} {FLAVOR_VISIBLE}) f \
+             LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id"
         );
         let rows: Vec<FlavorSpecRow> = on_pool!(self.pool(), p =>
             sqlx::query_as(&sql).bind(flavorid).bind(project).bind(admin)
@@ -1242,7 +1241,6 @@ impl ComputeDb {
         )
     }
 
-    /// Key pair names recorded in the request specs of `uuids`.
     /// What a `GET /servers/{id}` of a server in its cell needs from the
     /// API database beside the mapping, in one statement: its key name
     /// (from the request spec), the uuid of its server group, and the
@@ -1263,14 +1261,13 @@ impl ComputeDb {
                 .bind(uuid).bind(host)
                 .fetch_one(p).await.map_err(db("show_extras"))?);
         Ok(ShowExtras {
-            key_name: spec
-                .and_then(|s| serde_json::from_str::<RequestSpec>(&s).ok())
-                .and_then(|s| s.key_name),
+            key_name: spec.as_deref().and_then(key_name_of),
             group_uuid,
             zone,
         })
     }
 
+    /// Key pair names recorded in the request specs of `uuids`.
     pub async fn key_names(
         &self,
         uuids: &[String],
@@ -1290,10 +1287,8 @@ impl ComputeDb {
                 q.fetch_all(p).await.map_err(db("request_spec_key_names"))?
             });
             for (u, spec) in rows {
-                if let Ok(s) = serde_json::from_str::<RequestSpec>(&spec) {
-                    if let Some(k) = s.key_name {
-                        out.insert(u, k);
-                    }
+                if let Some(k) = key_name_of(&spec) {
+                    out.insert(u, k);
                 }
             }
         }

@@ -1077,21 +1077,13 @@ pub async fn show(
             let x = app.db.show_extras(&s.uuid, s.host.as_deref()).await?;
             s.key_name = x.key_name;
             if s.host.is_some() {
-                s.availability_zone = Some(x.zone.unwrap_or_else(|| {
-                    app.conductor()
-                        .scheduler()
-                        .config()
-                        .default_availability_zone
-                        .clone()
-                }));
+                s.availability_zone = Some(
+                    x.zone
+                        .unwrap_or_else(|| super::services::default_zone(&app)),
+                );
             }
             let mut body = detail_view(&app, &ctx, &s);
-            if ctx.mv.at_least(71) {
-                if let Some(o) = body.as_object_mut() {
-                    let groups: Vec<String> = x.group_uuid.into_iter().collect();
-                    o.insert("server_groups".into(), json!(groups));
-                }
-            }
+            put_server_groups(&ctx, x.group_uuid.into_iter().collect(), &mut body);
             return Ok(Json(json!({ "server": body })));
         }
         Located::Found(Found::Build(s)) => s,
@@ -1127,10 +1119,18 @@ pub(crate) async fn add_server_groups(
         return Ok(());
     }
     let groups = server_groups_of(app, id).await?;
+    put_server_groups(ctx, groups, body);
+    Ok(())
+}
+
+/// Puts `server_groups` (2.71) on a server's body.
+fn put_server_groups(ctx: &Ctx, groups: Vec<String>, body: &mut Value) {
+    if !ctx.mv.at_least(71) {
+        return;
+    }
     if let Some(o) = body.as_object_mut() {
         o.insert("server_groups".into(), json!(groups));
     }
-    Ok(())
 }
 
 async fn server_groups_of(app: &App, id: &str) -> ApiResult<Vec<String>> {

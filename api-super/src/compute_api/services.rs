@@ -51,13 +51,16 @@ pub(crate) fn is_up(app: &App, forced_down: bool, last_seen: Option<DateTime<Utc
 /// default zone.
 pub(crate) async fn host_zones(app: &App) -> ApiResult<(HashMap<String, String>, String)> {
     let zones = app.db().host_zones().await?.into_iter().collect();
-    let default = app
-        .conductor()
+    Ok((zones, default_zone(app)))
+}
+
+/// The zone of a host in no aggregate that names one.
+pub(crate) fn default_zone(app: &App) -> String {
+    app.conductor()
         .scheduler()
         .config()
         .default_availability_zone
-        .clone();
-    Ok((zones, default))
+        .clone()
 }
 
 /// Runs `f` on the database of every cell in parallel, each bounded by the
