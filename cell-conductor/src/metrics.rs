@@ -31,11 +31,12 @@ pub const INSTANCE_UPDATES: &str = "conductor_instance_updates_total";
 
 /// A method name as a label: one of the known names, or `unknown`.
 pub fn method_label(m: &str) -> &'static str {
-    const KNOWN: [&str; 10] = [
+    const KNOWN: [&str; 11] = [
         method::SERVICE_REGISTER,
         method::COMPUTE_NODE_UPDATE,
         method::SERVICE_HEARTBEAT,
         method::INSTANCE_UPDATE,
+        method::INSTANCE_UPDATE_STEPS,
         method::ACTION_EVENT_START,
         method::ACTION_EVENT_FINISH,
         method::INSTANCE_FAULT,

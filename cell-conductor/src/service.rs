@@ -102,6 +102,10 @@ impl Conductor {
                 let r: rpc::InstanceUpdate = decode(env, method::INSTANCE_UPDATE)?;
                 Ok(encode(&self.instance_update(r).await?))
             }
+            method::INSTANCE_UPDATE_STEPS => {
+                let r: rpc::InstanceSteps = decode(env, method::INSTANCE_UPDATE_STEPS)?;
+                Ok(encode(&self.instance_update_steps(r).await?))
+            }
             method::ACTION_EVENT_START | method::ACTION_EVENT_FINISH => {
                 let mut r: rpc::ActionEvent = decode(env, method::ACTION_EVENT_START)?;
                 r.phase = if env.method == method::ACTION_EVENT_START {
@@ -186,6 +190,69 @@ impl Conductor {
             }
         }
         Ok(row.to_record())
+    }
+
+    /// The steps in order, each applied as [`Self::instance_update`] does.
+    /// A step refused because a later step of the same batch was the last
+    /// update applied (a repeat of a batch whose reply was lost after some
+    /// steps) is skipped with the steps up to that one; any other refusal
+    /// ends the batch with that step's error (the steps before it stay
+    /// applied, as separate calls would have left them).
+    #[instrument(skip_all, fields(steps = r.steps.len()))]
+    async fn instance_update_steps(&self, r: rpc::InstanceSteps) -> Result<rpc::InstanceRecord> {
+        let steps = r.steps;
+        let Some(first) = steps.first() else {
+            return Err(ConductorError::BadRequest("no steps".into()));
+        };
+        if steps.len() > rpc::MAX_INSTANCE_STEPS {
+            return Err(ConductorError::BadRequest(format!(
+                "at most {} steps per call",
+                rpc::MAX_INSTANCE_STEPS
+            )));
+        }
+        let uuid = instance_uuid(&first.instance_uuid)?;
+        if steps.iter().any(|s| s.instance_uuid != first.instance_uuid) {
+            return Err(ConductorError::BadRequest(
+                "every step must name the same instance".into(),
+            ));
+        }
+        let keys: Vec<String> = steps.iter().map(|s| s.update_id.clone()).collect();
+        let mut last = None;
+        let mut next = 0;
+        while let Some(step) = steps.get(next) {
+            match self.instance_update(step.clone()).await {
+                Ok(row) => {
+                    last = Some(row);
+                    next += 1;
+                }
+                Err(
+                    e @ (ConductorError::UnexpectedTaskState { .. }
+                    | ConductorError::UnexpectedHost { .. }
+                    | ConductorError::InvalidTransition { .. }),
+                ) => {
+                    let Some((row, Some(applied))) = self.db.instance_with_update_id(uuid).await?
+                    else {
+                        return Err(e);
+                    };
+                    match keys
+                        .iter()
+                        .skip(next + 1)
+                        .position(|k| !k.is_empty() && *k == applied)
+                    {
+                        Some(ahead) => {
+                            info!(instance = %uuid, update_id = %applied,
+                                "repeated steps recognised; applied up to this one already");
+                            crate::metrics::repeated_update();
+                            next += ahead + 2;
+                            last = Some(row.to_record());
+                        }
+                        None => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        last.ok_or_else(|| ConductorError::BadRequest("no steps".into()))
     }
 
     #[instrument(skip_all, fields(instance = %r.instance_uuid, event = %r.event))]

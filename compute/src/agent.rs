@@ -622,41 +622,34 @@ impl Host {
         }
     }
 
-    /// One step of the build: set `to` (expecting `from`), finishing and
-    /// starting the step events in the same call.
-    async fn step(
+    /// One step of the build: `u` for the build's instance, finishing and
+    /// starting the step events with it.
+    fn step(
         &self,
         b: &rpc::BuildAndRunInstance,
         ids: &RequestIds,
         mut u: InstanceUpdate,
         finish: Option<&str>,
         start: &[&str],
-    ) -> Result<(), ComputeError> {
+    ) -> InstanceUpdate {
         let host = &self.cfg.host;
         u.instance_uuid = b.instance_uuid.clone();
-        if let Some(ev) = finish {
+        let phases = finish
+            .map(|ev| (ev, EventPhase::Finish))
+            .into_iter()
+            .chain(start.iter().map(|ev| (*ev, EventPhase::Start)));
+        for (ev, phase) in phases {
             u.events.push(event(
                 &b.instance_uuid,
                 action::CREATE,
                 ev,
                 host,
                 ids,
-                EventPhase::Finish,
+                phase,
                 None,
             ));
         }
-        for ev in start {
-            u.events.push(event(
-                &b.instance_uuid,
-                action::CREATE,
-                ev,
-                host,
-                ids,
-                EventPhase::Start,
-                None,
-            ));
-        }
-        self.conductor.update_instance(&u, ids).await.map(|_| ())
+        u
     }
 
     #[instrument(skip_all, fields(instance = %b.instance_uuid, request_id = %b.request_id,
@@ -680,8 +673,13 @@ impl Host {
         //    Only from `scheduling` (set by the API, and by the conductor on
         //    a reschedule): a build cast redelivered after the instance went
         //    on (ACTIVE or ERROR, task state NULL) is refused, not rebuilt.
+        // 2. networking. 3. spawning.
+        // No work lies between these steps here (block devices are the
+        // image's local disk, there is no network service), so they go in
+        // one call: the conductor still applies and commits each on its
+        // own, in order, with its events.
         let t = Instant::now();
-        let first = InstanceUpdate {
+        let bdm = InstanceUpdate {
             vm_state: Some(vs::BUILDING.to_owned()),
             task_state: NullableString::set(ts::BLOCK_DEVICE_MAPPING),
             expected_task_states: vec![ts::SCHEDULING.to_owned()],
@@ -689,59 +687,44 @@ impl Host {
             node: NullableString::set(node),
             ..Default::default()
         };
-        if let Err(e) = self
-            .step(
-                &b,
-                &ids,
-                first,
-                None,
-                &[action::EV_BUILD, action::EV_BLOCK_DEVICE_MAPPING],
-            )
-            .await
-        {
-            return self.abandon(&e, false, instance, &ids).await;
-        }
-        // (No volumes yet: block devices are the image's local disk.)
-        metrics::phase("block_device_mapping", t.elapsed());
-        // 2. networking.
-        let t = Instant::now();
-        let u = InstanceUpdate {
+        let networking = InstanceUpdate {
             task_state: NullableString::set(ts::NETWORKING),
             expected_task_states: vec![ts::BLOCK_DEVICE_MAPPING.to_owned()],
             ..Default::default()
         };
-        if let Err(e) = self
-            .step(
-                &b,
-                &ids,
-                u,
-                Some(action::EV_BLOCK_DEVICE_MAPPING),
-                &[action::EV_NETWORKING],
-            )
-            .await
-        {
-            return self.abandon(&e, false, instance, &ids).await;
-        }
-        metrics::phase("networking", t.elapsed());
-        // 3. spawning.
-        let t = Instant::now();
-        let u = InstanceUpdate {
+        let spawning = InstanceUpdate {
             task_state: NullableString::set(ts::SPAWNING),
             expected_task_states: vec![ts::NETWORKING.to_owned()],
             ..Default::default()
         };
-        if let Err(e) = self
-            .step(
+        let steps = vec![
+            self.step(
                 &b,
                 &ids,
-                u,
+                bdm,
+                None,
+                &[action::EV_BUILD, action::EV_BLOCK_DEVICE_MAPPING],
+            ),
+            self.step(
+                &b,
+                &ids,
+                networking,
+                Some(action::EV_BLOCK_DEVICE_MAPPING),
+                &[action::EV_NETWORKING],
+            ),
+            self.step(
+                &b,
+                &ids,
+                spawning,
                 Some(action::EV_NETWORKING),
                 &[action::EV_SPAWN],
-            )
-            .await
-        {
+            ),
+        ];
+        if let Err(e) = self.conductor.update_instance_steps(steps, &ids).await {
             return self.abandon(&e, false, instance, &ids).await;
         }
+        metrics::phase("prepare", t.elapsed());
+        let t = Instant::now();
         let spec = SpawnSpec {
             instance,
             flavor: b.flavor.clone().unwrap_or_default(),
@@ -773,7 +756,8 @@ impl Host {
             EventPhase::Finish,
             None,
         ));
-        if let Err(e) = self.step(&b, &ids, u, Some(action::EV_SPAWN), &[]).await {
+        let u = self.step(&b, &ids, u, Some(action::EV_SPAWN), &[]);
+        if let Err(e) = self.conductor.update_instance(&u, &ids).await {
             return self.abandon(&e, true, instance, &ids).await;
         }
         metrics::phase("total", total.elapsed());

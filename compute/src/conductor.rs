@@ -29,6 +29,7 @@
 //! | method | repeated | why |
 //! | --- | --- | --- |
 //! | `service_register`, `compute_node_update` | yes | idempotent upserts |
+//! | `instance_update_steps` | yes | every step carries its own `update_id`; a repeat finds the last applied step's key on the row and applies only the steps after it |
 //! | `instance_update` | yes | carries an `update_id` (one per logical update, the same on every attempt): the conductor answers a repeat of the update it applied last with the current row, without checking the expected task states again or recording the events twice |
 //! | `instance_destroyed` | yes | a repeat finds the instance deleted and answers its row; deleting absent allocations succeeds |
 //! | `instance_get_all_by_host` | yes | a read |
@@ -276,6 +277,25 @@ impl ConductorClient {
             self.call(method::INSTANCE_UPDATE, req, ids, Repeat::Safe)
                 .await
         }
+    }
+
+    /// `instance_update_steps`: `steps` applied in order, each committed
+    /// on its own, in one round trip; repeated when unanswered, each step
+    /// under its own `update_id` (fresh ones for steps without), so the
+    /// conductor skips the steps a lost reply had already applied.
+    pub async fn update_instance_steps(
+        &self,
+        steps: Vec<rpc::InstanceUpdate>,
+        ids: &RequestIds,
+    ) -> Result<rpc::InstanceRecord, ComputeError> {
+        let mut req = rpc::InstanceSteps { steps };
+        for s in &mut req.steps {
+            if s.update_id.is_empty() {
+                s.update_id = uuid::Uuid::new_v4().to_string();
+            }
+        }
+        self.call(method::INSTANCE_UPDATE_STEPS, &req, ids, Repeat::Safe)
+            .await
     }
 
     /// `instance_fault_create` (never repeated).

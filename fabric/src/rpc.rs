@@ -9,6 +9,7 @@
 //! | [`method::COMPUTE_NODE_UPDATE`] | compute → `conductor` | call | [`ComputeNodeUpdate`] → [`ComputeNodeRecord`] |
 //! | [`method::SERVICE_HEARTBEAT`] | compute → `conductor` | call | [`Heartbeat`] → [`ServiceRecord`] |
 //! | [`method::INSTANCE_UPDATE`] | compute → `conductor` | call | [`InstanceUpdate`] → [`InstanceRecord`] |
+//! | [`method::INSTANCE_UPDATE_STEPS`] | compute → `conductor` | call | [`InstanceSteps`] → [`InstanceRecord`] |
 //! | [`method::ACTION_EVENT_START`] | compute → `conductor` | call | [`ActionEvent`] → [`Ack`] |
 //! | [`method::ACTION_EVENT_FINISH`] | compute → `conductor` | call | [`ActionEvent`] → [`Ack`] |
 //! | [`method::INSTANCE_FAULT`] | compute → `conductor` | call | [`InstanceFault`] → [`Ack`] |
@@ -68,6 +69,9 @@ pub mod method {
     pub const SERVICE_HEARTBEAT: &str = "service_heartbeat";
     /// Updates fields of an instance, with an expected-task-state check.
     pub const INSTANCE_UPDATE: &str = "instance_update";
+    /// Applies several updates of one instance in order, each committed on
+    /// its own (steps with no work between them, in one round trip).
+    pub const INSTANCE_UPDATE_STEPS: &str = "instance_update_steps";
     /// Records the start of an instance action event.
     pub const ACTION_EVENT_START: &str = "instance_action_event_start";
     /// Records the end of an instance action event.
@@ -464,6 +468,27 @@ pub struct InstanceUpdate {
     /// is still its own, not after the conductor moved it to an alternate.
     #[prost(string, optional, tag = "13")]
     pub expected_host: Option<String>,
+}
+
+/// The most steps one [`InstanceSteps`] may carry.
+pub const MAX_INSTANCE_STEPS: usize = 8;
+
+/// `instance_update_steps`: [`InstanceUpdate`]s of one instance applied in
+/// order, each as its own committed update (a poller may see every state,
+/// and each step's events are recorded with it), stopping at the first one
+/// refused; the answer is the row after the last step. A compute sends the
+/// build steps that have no work between them (block_device_mapping,
+/// networking, spawning) this way: one round trip instead of three.
+///
+/// Safe to repeat when every step carries its own `update_id`: the
+/// conductor remembers the last applied key, so a repeat of a batch whose
+/// first k steps were applied (the reply lost) finds step k's key on the
+/// row, skips steps 1..=k and applies the rest.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InstanceSteps {
+    /// The updates, in order (1..=[`MAX_INSTANCE_STEPS`], one instance).
+    #[prost(message, repeated, tag = "1")]
+    pub steps: Vec<InstanceUpdate>,
 }
 
 /// An instance as the conductor sees it after a change.

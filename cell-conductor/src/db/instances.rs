@@ -170,6 +170,19 @@ impl CellDb {
             .map_err(db("instance_get"))?))
     }
 
+    /// An instance with the idempotency key of its last applied update
+    /// (`None` when there is no such instance).
+    pub async fn instance_with_update_id(
+        &self,
+        uuid: InstanceUuid,
+    ) -> Result<Option<(InstanceRow, Option<String>)>> {
+        let sql = format!("SELECT {COLUMNS}, last_update_id FROM instances WHERE uuid = $1");
+        let got: Option<WithUpdateId> = on_db!(self, p => measured("instance_get",
+            sqlx::query_as(&sql).bind(uuid.to_string()).fetch_optional(p)).await
+            .map_err(db("instance_get"))?);
+        Ok(got.map(|w| (w.row, w.last_update_id)))
+    }
+
     /// The live instances on `host`, and every instance among `uuids`
     /// (deleted, or on another host, included), each once, ordered by
     /// uuid. The uuids are looked up 500 at a time.

@@ -12,3 +12,4 @@ mod real;
 mod repeat;
 mod scenarios;
 mod single_update;
+mod steps;

@@ -16,7 +16,7 @@ use fabric::bus::{inproc::InprocTransport, BusError, Transport};
 use fabric::ids::InstanceUuid;
 use fabric::rpc::{self, action, method, task_state as ts, RequestIds, RpcError, CONDUCTOR_QUEUE};
 
-async fn instance(db: &CellDb) -> InstanceUuid {
+pub(crate) async fn instance(db: &CellDb) -> InstanceUuid {
     let uuid = InstanceUuid::new_random();
     db.create_instance(&NewInstance {
         uuid,
