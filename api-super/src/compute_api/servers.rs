@@ -709,29 +709,32 @@ async fn locate_with(
                 let read = app
                     .cells
                     .read(&cell, |db| async move {
-                        let Some(i) = db.api_instance(id).await? else {
+                        // The row with its metadata and tags: one statement
+                        // (and the fault of one in ERROR).
+                        let Some(shown) = db.api_instance_shown(id).await? else {
                             return Ok(None);
                         };
-                        if i.deleted {
+                        if shown.instance.deleted {
                             return Ok(None);
                         }
-                        let s = Server::from_cell(i);
-                        let errs = if s.vm_state == vs::ERROR {
-                            vec![s.uuid.clone()]
+                        let mut s = Server::from_cell(shown.instance);
+                        s.metadata = shown.metadata;
+                        s.tags = shown.tags;
+                        let faults = if s.vm_state == vs::ERROR {
+                            db.api_faults(std::slice::from_ref(&s.uuid)).await?
                         } else {
                             Vec::new()
                         };
-                        let details = CellDetails::read(db, vec![s.uuid.clone()], errs).await?;
-                        Ok(Some((s, details)))
+                        Ok(Some((s, faults)))
                     })
                     .await;
-                let (mut s, details) = match read {
+                let (mut s, faults) = match read {
                     Ok(Some(found)) => found,
                     Ok(None) => return Err(ApiError::server_not_found(id)),
                     Err(CellError::Down(d)) => return Ok(Located::Down(m, d)),
                     Err(e) => return Err(e.into()),
                 };
-                details.apply(std::slice::from_mut(&mut s));
+                s.fault = faults.into_iter().next();
                 if key_name {
                     s.key_name = app
                         .db

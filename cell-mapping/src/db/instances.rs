@@ -88,6 +88,25 @@ pub struct NewCellInstance {
 /// The super-conductor's event in a `create` action (upstream's name).
 pub const EV_SCHEDULE_AND_BUILD: &str = "conductor_schedule_and_build_instances";
 
+/// An instance with its metadata and tags ([`CellDb::api_instance_shown`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownInstance {
+    /// The instance.
+    pub instance: CellInstance,
+    /// Its metadata, sorted by key.
+    pub metadata: Vec<(String, String)>,
+    /// Its tags, sorted.
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct ShownRow {
+    #[sqlx(flatten)]
+    instance: CellInstance,
+    metadata_json: Option<String>,
+    tags_json: Option<String>,
+}
+
 /// An instance as the API shows it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct CellInstance {
@@ -543,6 +562,55 @@ impl CellDb {
         let sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE i.uuid = $1");
         Ok(with_pool!(self.pool(), p => measured("api_instance_get",
             sqlx::query_as(&sql).bind(uuid).fetch_optional(p)).await?))
+    }
+
+    /// The instance (deleted ones too) with its metadata (by key) and tags
+    /// (sorted), in one statement: what a single server's read needs from
+    /// its cell (the faults of one in ERROR aside).
+    pub async fn api_instance_shown(&self, uuid: &str) -> Result<Option<ShownInstance>, Error> {
+        // Each aggregate is JSON text: NULL (PostgreSQL) or `[]` (SQLite)
+        // when there is nothing; sorted below, whatever order it came in.
+        let (meta, tags) = match self.pool() {
+            Pool::Postgres(_) => (
+                "(SELECT CAST(json_agg(json_build_array(m.key, COALESCE(m.value, ''))) AS TEXT) \
+                 FROM instance_metadata m WHERE m.instance_uuid = i.uuid)",
+                "(SELECT CAST(json_agg(t.tag) AS TEXT) FROM tags t WHERE t.resource_id = i.uuid)",
+            ),
+            Pool::Sqlite(_) => (
+                "(SELECT json_group_array(json_array(m.key, COALESCE(m.value, ''))) \
+                 FROM instance_metadata m WHERE m.instance_uuid = i.uuid)",
+                "(SELECT json_group_array(t.tag) FROM tags t WHERE t.resource_id = i.uuid)",
+            ),
+        };
+        let sql = format!(
+            "SELECT {COLUMNS}, {meta} AS metadata_json, {tags} AS tags_json FROM {FROM} \
+             WHERE i.uuid = $1"
+        );
+        let row: Option<ShownRow> = with_pool!(self.pool(), p => measured("api_instance_shown",
+            sqlx::query_as(&sql).bind(uuid).fetch_optional(p)).await?);
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        fn parse<T: serde::de::DeserializeOwned + Default>(
+            json: Option<String>,
+        ) -> Result<T, Error> {
+            match json {
+                None => Ok(T::default()),
+                Some(j) => serde_json::from_str(&j).map_err(|e| Error::Db {
+                    op: "api_instance_shown",
+                    source: sqlx::Error::Decode(Box::new(e)),
+                }),
+            }
+        }
+        let mut metadata: Vec<(String, String)> = parse(row.metadata_json)?;
+        metadata.sort();
+        let mut tags: Vec<String> = parse(row.tags_json)?;
+        tags.sort();
+        Ok(Some(ShownInstance {
+            instance: row.instance,
+            metadata,
+            tags,
+        }))
     }
 
     /// Instances matching `f`, in `f.order`, after `f.after`.

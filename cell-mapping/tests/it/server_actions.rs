@@ -269,6 +269,42 @@ async fn flow(be: Be, name: &str) {
         tags.iter().map(|t| t.1.as_str()).collect::<Vec<_>>(),
         ["x", "y"]
     );
+    // A single server's read: the row with its metadata and tags in one
+    // statement, equal to the separate reads. A value that needs JSON
+    // escaping, and a key and tag that sort before the others.
+    assert_eq!(
+        db.api_metadata_set(
+            &uuid,
+            &[kv("a", "1"), kv("0 q", "say \"hi\"\n\\ é")],
+            false,
+            3
+        )
+        .await
+        .unwrap(),
+        WriteOutcome::Done
+    );
+    db.api_tags_replace(&uuid, &["y".into(), "x".into(), "0-first".into()])
+        .await
+        .unwrap();
+    let shown = db.api_instance_shown(&uuid).await.unwrap().expect("shown");
+    assert_eq!(
+        shown.instance,
+        db.api_instance(&uuid).await.unwrap().unwrap()
+    );
+    assert_eq!(
+        shown.metadata,
+        [kv("0 q", "say \"hi\"\n\\ é"), kv("a", "1")]
+    );
+    let meta = db.api_metadata(std::slice::from_ref(&uuid)).await.unwrap();
+    assert_eq!(
+        shown.metadata,
+        meta.into_iter().map(|m| (m.1, m.2)).collect::<Vec<_>>()
+    );
+    assert_eq!(shown.tags, ["0-first", "x", "y"]);
+    assert!(db.api_instance_shown("nope").await.unwrap().is_none());
+    db.api_tags_replace(&uuid, &["x".into(), "y".into()])
+        .await
+        .unwrap();
     assert!(db.api_tag_delete(&uuid, Some("x")).await.unwrap());
     assert!(!db.api_tag_delete(&uuid, Some("x")).await.unwrap());
     assert!(db.api_tag_delete(&uuid, None).await.unwrap());
@@ -278,6 +314,21 @@ async fn flow(be: Be, name: &str) {
         .unwrap()
         .is_empty());
     assert!(!db.api_tag_delete("nope", None).await.unwrap());
+    // Nothing of either: empty, not an error.
+    for (k, _) in db
+        .api_metadata(std::slice::from_ref(&uuid))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.1, m.2))
+    {
+        assert!(db.api_metadata_delete(&uuid, &k).await.unwrap());
+    }
+    let shown = db.api_instance_shown(&uuid).await.unwrap().expect("shown");
+    assert!(
+        shown.metadata.is_empty() && shown.tags.is_empty(),
+        "{shown:?}"
+    );
 
     // Gone: nothing starts.
     exec(
