@@ -131,14 +131,28 @@ pub struct ShowExtras {
     pub zone: Option<String>,
 }
 
-/// A flavor beside one of its extra specs, or none
-/// ([`ComputeDb::flavor_visible_with_specs`]).
+/// A flavor beside one of its extra specs (`kind` `s`) or one of the
+/// project's quota overrides (`q`), or neither ([`ComputeDb::flavor_for_create`]).
 #[derive(sqlx::FromRow)]
-struct FlavorSpecRow {
+struct FlavorCreateRow {
     #[sqlx(flatten)]
     flavor: Flavor,
-    spec_key: Option<String>,
+    kind: Option<String>,
+    item: Option<String>,
     spec_value: Option<String>,
+    hard_limit: Option<i64>,
+}
+
+/// What a server create reads from the API database before the image
+/// ([`ComputeDb::flavor_for_create`]).
+#[derive(Debug, Clone)]
+pub struct CreateReads {
+    /// The flavor.
+    pub flavor: Flavor,
+    /// Its extra specs.
+    pub extra_specs: BTreeMap<String, String>,
+    /// The project's quota overrides (resource, hard limit).
+    pub quotas: Vec<(String, i64)>,
 }
 
 /// The would-be instance stored in a build request (JSON).
@@ -998,32 +1012,49 @@ impl ComputeDb {
             .fetch_optional(p).await.map_err(db("flavor_get"))?))
     }
 
-    /// [`ComputeDb::flavor_visible`] with the flavor's extra specs, in one
-    /// statement (a create reads both: the flavor for the instance, the
-    /// specs for the scheduler, which finds them in the request spec).
-    pub async fn flavor_visible_with_specs(
+    /// The flavor `flavorid` if `project` may use it (`admin` sees every
+    /// flavor), with its extra specs and the project's quota overrides:
+    /// what a server create needs from the API database before the image,
+    /// in one statement (`None`: no such flavor for the project).
+    pub async fn flavor_for_create(
         &self,
         flavorid: &str,
         project: &str,
         admin: bool,
-    ) -> Result<Option<(Flavor, BTreeMap<String, String>)>, ApiError> {
+    ) -> Result<Option<CreateReads>, ApiError> {
         let sql = format!(
-            "SELECT f.*, e.key AS spec_key, e.value AS spec_value \
-             FROM (SELECT {FLAVOR_COLUMNS} {FLAVOR_VISIBLE}) f \
-             LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id"
+            "WITH f AS (SELECT {FLAVOR_COLUMNS} {FLAVOR_VISIBLE}) \
+             SELECT f.*, CASE WHEN e.key IS NULL THEN NULL ELSE 's' END AS kind, e.key AS item, \
+             e.value AS spec_value, CAST(NULL AS BIGINT) AS hard_limit \
+             FROM f LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id \
+             UNION ALL SELECT f.*, 'q', q.resource, NULL, q.hard_limit \
+             FROM f JOIN quotas q ON q.project_id = $2"
         );
-        let rows: Vec<FlavorSpecRow> = on_pool!(self.pool(), p =>
+        let rows: Vec<FlavorCreateRow> = on_pool!(self.pool(), p =>
             sqlx::query_as(&sql).bind(flavorid).bind(project).bind(admin)
-            .fetch_all(p).await.map_err(db("flavor_get"))?);
+            .fetch_all(p).await.map_err(db("flavor_for_create"))?);
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let flavor = first.flavor.clone();
-        let specs = rows
-            .into_iter()
-            .filter_map(|r| Some((r.spec_key?, r.spec_value.unwrap_or_default())))
-            .collect();
-        Ok(Some((flavor, specs)))
+        let mut out = CreateReads {
+            flavor: first.flavor.clone(),
+            extra_specs: BTreeMap::new(),
+            quotas: Vec::new(),
+        };
+        for r in rows {
+            match (r.kind.as_deref(), r.item) {
+                (Some("s"), Some(k)) => {
+                    out.extra_specs.insert(k, r.spec_value.unwrap_or_default());
+                }
+                (Some("q"), Some(res)) => {
+                    if let Some(l) = r.hard_limit {
+                        out.quotas.push((res, l));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(out))
     }
 
     /// Creates a flavor; 409 with Nova's message when its id or name is

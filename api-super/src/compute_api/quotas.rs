@@ -119,18 +119,24 @@ fn resources(ctx: &Ctx) -> Vec<&'static str> {
 
 /// A project's limits, every known resource: overrides over defaults.
 pub async fn project_limits(app: &App, project: &str) -> ApiResult<BTreeMap<String, i64>> {
+    Ok(limits_with(app, app.db.quotas(project).await?))
+}
+
+/// Every known resource's limit: the project's `overrides` over the
+/// defaults.
+fn limits_with(app: &App, overrides: Vec<(String, i64)>) -> BTreeMap<String, i64> {
     let mut out: BTreeMap<String, i64> = CORE
         .iter()
         .copied()
         .chain(INJECTED.iter().chain(NETWORK).map(|(n, _)| *n))
         .filter_map(|n| Some((n.to_owned(), app.quota.get(n)?)))
         .collect();
-    for (r, l) in app.db.quotas(project).await? {
+    for (r, l) in overrides {
         if out.contains_key(&r) {
             out.insert(r, l);
         }
     }
-    Ok(out)
+    out
 }
 
 /// One limit of a project.
@@ -142,16 +148,16 @@ pub async fn limit(app: &App, project: &str, resource: &str) -> ApiResult<i64> {
         .unwrap_or(-1))
 }
 
-/// What a server create is checked against, from one read of the
-/// project's limits: the instance limits, `metadata_items` (checked here:
-/// Nova's 403 when the server's metadata has more items) and
-/// `server_group_members`.
-pub async fn create_limits(
+/// What a server create is checked against, from the project's quota
+/// `overrides` (read with the flavor): the instance limits,
+/// `metadata_items` (checked here: Nova's 403 when the server's metadata
+/// has more items) and `server_group_members`.
+pub fn create_limits(
     app: &App,
-    project: &str,
+    overrides: Vec<(String, i64)>,
     metadata_items: usize,
 ) -> ApiResult<(InstanceLimits, i64)> {
-    let l = project_limits(app, project).await?;
+    let l = limits_with(app, overrides);
     let g = |r: &str| l.get(r).copied().unwrap_or(-1);
     let items = g("metadata_items");
     if items >= 0 && metadata_items as i64 > items {

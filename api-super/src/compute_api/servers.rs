@@ -895,19 +895,21 @@ pub async fn create(
 ) -> ApiResult<Response> {
     app.authorize(&ctx, "os_compute_api:servers:create", ctx.project_id())?;
     let req = parse_create(&ctx, &body)?;
-    let (flavor, extra_specs) = app
+    // The flavor, its extra specs and the project's quotas: one statement.
+    let reads = app
         .db
-        .flavor_visible_with_specs(&req.flavor_ref, ctx.project_id(), ctx.is_admin())
+        .flavor_for_create(&req.flavor_ref, ctx.project_id(), ctx.is_admin())
         .await?
-        .filter(|(f, _)| !f.disabled)
+        .filter(|r| !r.flavor.disabled)
         .ok_or_else(|| bad("Invalid flavorRef provided."))?;
+    let (flavor, extra_specs) = (reads.flavor, reads.extra_specs);
     if let Some(k) = &req.key_name {
         if app.db.keypair(ctx.user_id(), k).await?.is_none() {
             return Err(bad("Invalid key_name provided."));
         }
     }
     let (limits, group_members_limit) =
-        super::quotas::create_limits(&app, ctx.project_id(), req.metadata_items).await?;
+        super::quotas::create_limits(&app, reads.quotas, req.metadata_items)?;
     let (image_ref, image_props) = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
