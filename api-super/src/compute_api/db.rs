@@ -259,7 +259,32 @@ pub struct BuildRequest {
 impl ComputeDb {
     /// Wraps an API database handle.
     pub fn new(api: ApiDb) -> Self {
-        Self { api, owner: None }
+        Self {
+            api,
+            owner: None,
+            landed: Default::default(),
+        }
+    }
+
+    /// The cell and project of a landed server this process knows (see
+    /// [`LandedMappings`]); `None`: read the mapping.
+    pub fn landed(&self, uuid: &str) -> Option<(i64, String)> {
+        self.landed.get(uuid)
+    }
+
+    /// Remembers that `uuid` of `project` landed in cell `cell_id`.
+    pub fn remember_landed(&self, uuid: &str, cell_id: i64, project: &str) {
+        self.landed.put(uuid, cell_id, project);
+    }
+
+    /// Forgets a remembered landing (its cell is no longer known here).
+    pub fn forget_landed(&self, uuid: &str) {
+        self.landed.forget(uuid);
+    }
+
+    /// How many landings are remembered.
+    pub fn landed_count(&self) -> usize {
+        self.landed.len()
     }
 
     /// The same database, writing and landing builds as the process
@@ -478,8 +503,14 @@ impl ComputeDb {
     pub async fn mapping_row(&self, uuid: &str) -> Result<Option<MappingRow>, ApiError> {
         let sql =
             format!("SELECT {MAPPING_COLUMNS} FROM instance_mappings WHERE instance_uuid = $1");
-        Ok(on_pool!(self.pool(), p => sqlx::query_as(&sql)
-            .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_row"))?))
+        let row: Option<MappingRow> = on_pool!(self.pool(), p => sqlx::query_as(&sql)
+            .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_row"))?);
+        if let Some(m) = &row {
+            if let (Some(cell), false) = (m.cell_id, m.queued_for_delete) {
+                self.landed.put(uuid, cell, &m.project_id);
+            }
+        }
+        Ok(row)
     }
 
     /// The mappings of the servers in cells `cell_ids` (of `project`, or of
@@ -694,6 +725,7 @@ impl ComputeDb {
 
     /// Marks a mapping queued for delete (the instance is being deleted).
     pub async fn queue_for_delete(&self, uuid: &str) -> Result<(), ApiError> {
+        self.landed.forget(uuid);
         on_pool!(self.pool(), p => sqlx::query(
             "UPDATE instance_mappings SET queued_for_delete = TRUE, updated_at = $1 WHERE instance_uuid = $2")
             .bind(Utc::now()).bind(uuid).execute(p).await.map_err(db("instance_mapping_queue_delete"))?.rows_affected());
@@ -739,6 +771,53 @@ pub struct ComputeDb {
     /// `api_schedulers`); `None`: builds are written without an owner and
     /// landed whoever owns them.
     owner: Option<std::sync::Arc<str>>,
+    /// Landed servers' cells and projects, shared by the clones.
+    landed: std::sync::Arc<LandedMappings>,
+}
+
+/// The most landed mappings a process remembers (emptied when full).
+pub const LANDED_CACHE_MAX: usize = 65_536;
+
+/// The cell and project of servers that landed in a cell, as this process
+/// saw them (landed here, or read from `instance_mappings`). Neither
+/// changes once a build has landed (no server moves between cells), so a
+/// server found again needs no API-database read to know where it is; the
+/// cell stays the authority on whether it exists. A mapping queued for
+/// delete is forgotten here; one deleted elsewhere is found gone in its
+/// cell (404, as without the entry), and one whose cell is gone from the
+/// cell cache is forgotten and read again.
+#[derive(Debug, Default)]
+struct LandedMappings {
+    map: std::sync::Mutex<std::collections::HashMap<Box<str>, Landed>>,
+}
+
+/// A landed server's cell id and project.
+type Landed = (i64, Box<str>);
+
+impl LandedMappings {
+    fn get(&self, uuid: &str) -> Option<(i64, String)> {
+        let m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(uuid).map(|(c, p)| (*c, p.to_string()))
+    }
+
+    fn put(&self, uuid: &str, cell_id: i64, project: &str) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= LANDED_CACHE_MAX && !m.contains_key(uuid) {
+            m.clear();
+        }
+        m.insert(uuid.into(), (cell_id, project.into()));
+    }
+
+    fn forget(&self, uuid: &str) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uuid);
+    }
+
+    fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
 }
 
 // ------------------------------------------------------------ user APIs
@@ -1324,5 +1403,33 @@ impl ComputeDb {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LandedMappings, LANDED_CACHE_MAX};
+
+    #[test]
+    fn landed_mappings_are_remembered_forgotten_and_bounded() {
+        let l = LandedMappings::default();
+        assert_eq!(l.get("a"), None);
+        l.put("a", 3, "p1");
+        assert_eq!(l.get("a"), Some((3, "p1".to_owned())));
+        l.forget("a");
+        assert_eq!(l.get("a"), None);
+        for i in 0..LANDED_CACHE_MAX {
+            l.put(&i.to_string(), 1, "p");
+        }
+        assert_eq!(l.len(), LANDED_CACHE_MAX);
+        // Updating a remembered one keeps the rest.
+        l.put("0", 2, "p");
+        assert_eq!(l.len(), LANDED_CACHE_MAX);
+        assert_eq!(l.get("0"), Some((2, "p".to_owned())));
+        // One more than the most: emptied, then the new one remembered.
+        l.put("new", 1, "p");
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.get("new"), Some((1, "p".to_owned())));
+        assert_eq!(l.get("0"), None);
     }
 }

@@ -687,13 +687,21 @@ async fn locate_with(
     action: &str,
     key_name: bool,
 ) -> ApiResult<Located> {
-    // Two tries: a build may land in its cell between the two reads.
-    for _ in 0..2 {
-        let Some(m) = app.db.mapping_row(id).await? else {
-            return Err(ApiError::server_not_found(id));
+    // Two tries: a build may land in its cell between the two reads. A
+    // landed server this process knows needs no mapping read (its cell and
+    // project never change); its mapping row is read only for a down cell.
+    for attempt in 0..2 {
+        let (cell_id, project, mut row) = match app.db.landed(id).filter(|_| attempt == 0) {
+            Some((cell, project)) => (Some(cell), project, None),
+            None => {
+                let Some(m) = app.db.mapping_row(id).await? else {
+                    return Err(ApiError::server_not_found(id));
+                };
+                (m.cell_id, m.project_id.clone(), Some(m))
+            }
         };
-        check_owner(app, ctx, action, &m.project_id, id)?;
-        match m.cell_id {
+        check_owner(app, ctx, action, &project, id)?;
+        match cell_id {
             None => {
                 if let Some(b) = app.db.build_request(id).await? {
                     return Ok(Located::Found(Found::Build(Server::from_build(
@@ -702,10 +710,16 @@ async fn locate_with(
                 }
             }
             Some(cid) => {
-                let cell = app
-                    .cells
-                    .by_id(cid)
-                    .ok_or_else(|| ApiError::Internal(format!("cell {cid} is not in the cache")))?;
+                let Some(cell) = app.cells.by_id(cid) else {
+                    if row.is_none() {
+                        // Remembered, but its cell is gone: read again.
+                        app.db.forget_landed(id);
+                        continue;
+                    }
+                    return Err(ApiError::Internal(format!(
+                        "cell {cid} is not in the cache"
+                    )));
+                };
                 let read = app
                     .cells
                     .read(&cell, |db| async move {
@@ -731,7 +745,16 @@ async fn locate_with(
                 let (mut s, faults) = match read {
                     Ok(Some(found)) => found,
                     Ok(None) => return Err(ApiError::server_not_found(id)),
-                    Err(CellError::Down(d)) => return Ok(Located::Down(m, d)),
+                    Err(CellError::Down(d)) => {
+                        let m = match row.take() {
+                            Some(m) => m,
+                            None => match app.db.mapping_row(id).await? {
+                                Some(m) => m,
+                                None => return Err(ApiError::server_not_found(id)),
+                            },
+                        };
+                        return Ok(Located::Down(m, d));
+                    }
                     Err(e) => return Err(e.into()),
                 };
                 s.fault = faults.into_iter().next();

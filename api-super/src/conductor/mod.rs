@@ -227,6 +227,8 @@ impl SuperConductor {
                 .map_err(|e| chain(&e))?;
             return Ok(());
         }
+        // Landed: a later request finds it here without reading the mapping.
+        self.db.remember_landed(&b.uuid, cell.id, &b.project_id);
         let bus = self.cells.bus(cell).await.map_err(|e| chain(&e))?;
         let f = &spec.flavor;
         let build = BuildAndRunInstance {
