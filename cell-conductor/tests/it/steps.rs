@@ -113,6 +113,19 @@ async fn assert_events_once(db: &CellDb, uuid: InstanceUuid) {
     }
 }
 
+/// What a delete does first: task state `deleting`, whatever it was.
+async fn set_deleting(db: &CellDb, uuid: InstanceUuid) {
+    db.update_instance(
+        uuid,
+        &InstanceChange {
+            task_state: Some(Some(ts::DELETING.to_owned())),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
 async fn steps_scenario(url: &str) {
     let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
     let conductor =
@@ -151,15 +164,7 @@ async fn steps_scenario(url: &str) {
     // A step that is refused ends the batch with its refusal: the instance
     // is being deleted, nothing of the batch is written.
     let uuid = crate::repeat::instance(&db).await;
-    db.update_instance(
-        uuid,
-        &InstanceChange {
-            task_state: Some(Some(ts::DELETING.to_owned())),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set_deleting(&db, uuid).await;
     let err = steps(&bus, build_steps(uuid))
         .await
         .expect_err("refused while deleting");
@@ -180,15 +185,7 @@ async fn steps_scenario(url: &str) {
     let _: rpc::InstanceRecord = call(&bus, method::INSTANCE_UPDATE, &batch[0])
         .await
         .unwrap();
-    db.update_instance(
-        uuid,
-        &InstanceChange {
-            task_state: Some(Some(ts::DELETING.to_owned())),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set_deleting(&db, uuid).await;
     let err = steps(&bus, batch).await.expect_err("refused");
     assert_eq!(
         err.remote_code(),
