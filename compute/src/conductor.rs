@@ -29,7 +29,7 @@
 //! | method | repeated | why |
 //! | --- | --- | --- |
 //! | `service_register`, `compute_node_update` | yes | idempotent upserts |
-//! | `instance_update_steps` | yes | every step carries its own `update_id`; a repeat finds the last applied step's key on the row and applies only the steps after it |
+//! | `instance_update_steps` | yes | every step carries its own `update_id`; a repeat finds the last applied step's key on the row and applies only the steps after it (a conductor that does not know the method gets the steps as `instance_update` calls, under the same keys) |
 //! | `instance_update` | yes | carries an `update_id` (one per logical update, the same on every attempt): the conductor answers a repeat of the update it applied last with the current row, without checking the expected task states again or recording the events twice |
 //! | `instance_destroyed` | yes | a repeat finds the instance deleted and answers its row; deleting absent allocations succeeds |
 //! | `instance_get_all_by_host` | yes | a read |
@@ -294,8 +294,27 @@ impl ConductorClient {
                 s.update_id = uuid::Uuid::new_v4().to_string();
             }
         }
-        self.call(method::INSTANCE_UPDATE_STEPS, &req, ids, Repeat::Safe)
+        match self
+            .call(method::INSTANCE_UPDATE_STEPS, &req, ids, Repeat::Safe)
             .await
+        {
+            Err(e) if e.remote_code() == Some(rpc::code::UNKNOWN_METHOD) => {
+                // A conductor older than the method (a compute upgraded
+                // first): the steps one by one, under the same keys.
+                let Some((last, first)) = req.steps.split_last() else {
+                    return Err(e);
+                };
+                warn!(
+                    steps = req.steps.len(),
+                    "the conductor does not know instance_update_steps; sending the steps one by one"
+                );
+                for s in first {
+                    self.update_instance(s, ids).await?;
+                }
+                self.update_instance(last, ids).await
+            }
+            r => r,
+        }
     }
 
     /// `instance_fault_create` (never repeated).

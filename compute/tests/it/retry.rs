@@ -25,6 +25,8 @@ enum Answer {
     Late,
     /// Refuse it (unexpected task state).
     Refuse,
+    /// Answer as a conductor that does not know the method.
+    Unknown,
 }
 
 /// How late a [`Answer::Late`] answer comes.
@@ -114,6 +116,11 @@ async fn stub(url: &str, script: Vec<Answer>) -> Stub {
                 Answer::Refuse => {
                     let _ = d
                         .reply(env.error_reply(code::UNEXPECTED_TASK_STATE, "moved on"))
+                        .await;
+                }
+                Answer::Unknown => {
+                    let _ = d
+                        .reply(env.error_reply(code::UNKNOWN_METHOD, "unknown method"))
                         .await;
                 }
             }
@@ -379,4 +386,50 @@ async fn amqp_timeout_repeats_stop_at_the_deadline() {
     );
     bus.close().await;
     stub.bus.close().await;
+}
+
+/// A compute upgraded before its conductor: the conductor does not know
+/// `instance_update_steps`, so the steps go one by one as
+/// `instance_update`, in order, each under its own key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_steps_to_a_conductor_without_the_method_go_one_by_one() {
+    let Some(url) = testkit::rabbitmq("compute_steps_fallback") else {
+        return;
+    };
+    let old = stub(&url, vec![Answer::Unknown]).await;
+    let (bus, c) = client(&url, "compute-steps-fallback", Duration::from_secs(10)).await;
+    let steps: Vec<rpc::InstanceUpdate> = (0..3)
+        .map(|i| rpc::InstanceUpdate {
+            update_id: format!("key-{i}"),
+            ..update()
+        })
+        .collect();
+    let rec = c
+        .update_instance_steps(steps.clone(), &RequestIds::default())
+        .await
+        .expect("applied one by one");
+    assert_eq!(rec.instance_uuid, steps[2].instance_uuid);
+    let seen = old.seen();
+    let methods: Vec<&str> = seen.iter().map(|r| r.method.as_str()).collect();
+    assert_eq!(
+        methods,
+        [
+            method::INSTANCE_UPDATE_STEPS,
+            method::INSTANCE_UPDATE,
+            method::INSTANCE_UPDATE,
+            method::INSTANCE_UPDATE
+        ]
+    );
+    assert_eq!(old.updates(), steps, "each step as it was, in order");
+    old.bus.close().await;
+    // A refusal of the method itself is not taken for an old conductor.
+    let stub2 = stub(&url, vec![Answer::Refuse]).await;
+    let err = c
+        .update_instance_steps(steps.clone(), &RequestIds::default())
+        .await
+        .expect_err("refused");
+    assert_eq!(err.remote_code(), Some(code::UNEXPECTED_TASK_STATE));
+    assert_eq!(stub2.seen().len(), 1, "{:?}", stub2.seen());
+    bus.close().await;
+    stub2.bus.close().await;
 }
