@@ -218,13 +218,15 @@ impl Conductor {
         }
         let keys: Vec<String> = steps.iter().map(|s| s.update_id.clone()).collect();
         let mut last = None;
-        let mut next = 0;
-        while let Some(step) = steps.get(next) {
-            match self.instance_update(step.clone()).await {
-                Ok(row) => {
-                    last = Some(row);
-                    next += 1;
-                }
+        // Steps before this index are applied (by this call or an earlier
+        // copy of it).
+        let mut done = 0;
+        for (i, step) in steps.into_iter().enumerate() {
+            if i < done {
+                continue;
+            }
+            match self.instance_update(step).await {
+                Ok(row) => last = Some(row),
                 Err(
                     e @ (ConductorError::UnexpectedTaskState { .. }
                     | ConductorError::UnexpectedHost { .. }
@@ -234,20 +236,19 @@ impl Conductor {
                     else {
                         return Err(e);
                     };
-                    match keys
+                    let Some(j) = keys
                         .iter()
-                        .skip(next + 1)
+                        .skip(i + 1)
                         .position(|k| !k.is_empty() && *k == applied)
-                    {
-                        Some(ahead) => {
-                            info!(instance = %uuid, update_id = %applied,
-                                "repeated steps recognised; applied up to this one already");
-                            crate::metrics::repeated_update();
-                            next += ahead + 2;
-                            last = Some(row.to_record());
-                        }
-                        None => return Err(e),
-                    }
+                        .map(|ahead| i + 1 + ahead)
+                    else {
+                        return Err(e);
+                    };
+                    info!(instance = %uuid, update_id = %applied,
+                        "repeated steps recognised; applied up to this one already");
+                    metrics::repeated_update();
+                    done = j + 1;
+                    last = Some(row.to_record());
                 }
                 Err(e) => return Err(e),
             }

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-/// Build phase duration, seconds, by phase (`block_device_mapping`,
-/// `networking`, `spawning`, `total`).
+/// Build phase duration, seconds, by phase (`prepare`: the
+/// block_device_mapping, networking and spawning steps reported in one
+/// call; `spawning`: the driver's spawn; `total`).
 pub const BUILD_PHASE_SECONDS: &str = "compute_build_phase_seconds";
 /// Builds finished, by outcome (`active`, `rescheduled`, `failed`, `aborted`).
 pub const BUILDS: &str = "compute_builds_total";

@@ -131,13 +131,14 @@ pub struct ShowExtras {
     pub zone: Option<String>,
 }
 
-/// A flavor beside one of its extra specs (`kind` `s`) or one of the
-/// project's quota overrides (`q`), or neither ([`ComputeDb::flavor_for_create`]).
+/// A flavor beside one of its extra specs (`kind` `s`; no `item` when it
+/// has none) or one of the project's quota overrides (`q`)
+/// ([`ComputeDb::flavor_for_create`]).
 #[derive(sqlx::FromRow)]
 struct FlavorCreateRow {
     #[sqlx(flatten)]
     flavor: Flavor,
-    kind: Option<String>,
+    kind: String,
     item: Option<String>,
     spec_value: Option<String>,
     hard_limit: Option<i64>,
@@ -280,11 +281,6 @@ impl ComputeDb {
     /// Forgets a remembered landing (its cell is no longer known here).
     pub fn forget_landed(&self, uuid: &str) {
         self.landed.forget(uuid);
-    }
-
-    /// How many landings are remembered.
-    pub fn landed_count(&self) -> usize {
-        self.landed.len()
     }
 
     /// The same database, writing and landing builds as the process
@@ -815,6 +811,7 @@ impl LandedMappings {
             .remove(uuid);
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
@@ -1103,7 +1100,7 @@ impl ComputeDb {
     ) -> Result<Option<CreateReads>, ApiError> {
         let sql = format!(
             "WITH f AS (SELECT {FLAVOR_COLUMNS} {FLAVOR_VISIBLE}) \
-             SELECT f.*, CASE WHEN e.key IS NULL THEN NULL ELSE 's' END AS kind, e.key AS item, \
+             SELECT f.*, 's' AS kind, e.key AS item, \
              e.value AS spec_value, CAST(NULL AS BIGINT) AS hard_limit \
              FROM f LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id \
              UNION ALL SELECT f.*, 'q', q.resource, NULL, q.hard_limit \
@@ -1121,11 +1118,11 @@ impl ComputeDb {
             quotas: Vec::new(),
         };
         for r in rows {
-            match (r.kind.as_deref(), r.item) {
-                (Some("s"), Some(k)) => {
+            match (r.kind.as_str(), r.item) {
+                ("s", Some(k)) => {
                     out.extra_specs.insert(k, r.spec_value.unwrap_or_default());
                 }
-                (Some("q"), Some(res)) => {
+                ("q", Some(res)) => {
                     if let Some(l) = r.hard_limit {
                         out.quotas.push((res, l));
                     }
