@@ -7,7 +7,7 @@
 //!
 //! Ids are the cell-local integer below 2.53 and the service UUID from 2.53.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -23,6 +23,7 @@ use super::error::{ApiError, ApiResult};
 use super::servers::parse_query;
 use super::{App, Ctx};
 use crate::cells::CellError;
+use crate::scheduler::host_state::HostZones;
 
 /// `binary` of a compute service.
 pub const COMPUTE_BINARY: &str = "nova-compute";
@@ -48,9 +49,10 @@ pub(crate) fn is_up(app: &App, forced_down: bool, last_seen: Option<DateTime<Utc
 }
 
 /// The zone of every host: its aggregates' `availability_zone`, else the
-/// default zone.
-pub(crate) async fn host_zones(app: &App) -> ApiResult<(HashMap<String, String>, String)> {
-    let zones = app.db().host_zones().await?.into_iter().collect();
+/// default zone (cached with the scheduler's host state, see
+/// [`HostStateCache::zones`](crate::scheduler::host_state::HostStateCache::zones)).
+pub(crate) async fn host_zones(app: &App) -> ApiResult<(Arc<HostZones>, String)> {
+    let zones = app.conductor().scheduler().host_state().zones().await?;
     Ok((zones, default_zone(app)))
 }
 
@@ -108,12 +110,7 @@ where
     (out, down)
 }
 
-fn view(
-    ctx: &Ctx,
-    s: &ServiceRecord,
-    up: bool,
-    zones: &(HashMap<String, String>, String),
-) -> Value {
+fn view(ctx: &Ctx, s: &ServiceRecord, up: bool, zones: &(Arc<HostZones>, String)) -> Value {
     let zone = if s.binary == COMPUTE_BINARY {
         zones
             .0

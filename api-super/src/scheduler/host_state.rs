@@ -65,7 +65,12 @@ pub struct HostStateCache {
     service_down: Duration,
     default_az: String,
     cached: Mutex<Option<(Instant, Arc<HostMap>)>>,
+    zones: Mutex<Option<(Instant, Arc<HostZones>)>>,
 }
+
+/// The zone of every host in an aggregate that names one (host → zone);
+/// a host not in it is in the default zone.
+pub type HostZones = HashMap<String, String>;
 
 impl HostStateCache {
     /// A cache valid for `ttl`; a service is down after `service_down`
@@ -84,6 +89,7 @@ impl HostStateCache {
             service_down,
             default_az,
             cached: Mutex::new(None),
+            zones: Mutex::new(None),
         }
     }
 
@@ -100,9 +106,30 @@ impl HostStateCache {
         Ok(m)
     }
 
-    /// Forgets the cached map.
+    /// Forgets the cached map and zones (an operator changed an aggregate
+    /// or a service).
     pub async fn invalidate(&self) {
         *self.cached.lock().await = None;
+        *self.zones.lock().await = None;
+    }
+
+    /// The zones of hosts (reloaded when older than the ttl; one statement,
+    /// the aggregates' `availability_zone` keys). Every server show and
+    /// list shows its host's zone as it is now; cached, a show reads no
+    /// aggregate. A zone change made through this process shows at once
+    /// ([`invalidate`](Self::invalidate)); one made through another API
+    /// process within the ttl. The lock is held across the load, so an
+    /// invalidation waits for a load in progress and then clears it.
+    pub async fn zones(&self) -> Result<Arc<HostZones>, crate::compute_api::error::ApiError> {
+        let mut c = self.zones.lock().await;
+        if let Some((at, z)) = c.as_ref() {
+            if at.elapsed() < self.ttl {
+                return Ok(z.clone());
+            }
+        }
+        let z: Arc<HostZones> = Arc::new(self.db.host_zones().await?.into_iter().collect());
+        *c = Some((Instant::now(), z.clone()));
+        Ok(z)
     }
 
     async fn load(&self) -> Result<HostMap, crate::compute_api::error::ApiError> {
@@ -111,7 +138,7 @@ impl HostStateCache {
             .into_iter()
             .map(|h| (h.host, h.cell_uuid))
             .collect();
-        let zones: HashMap<String, String> = self.db.host_zones().await?.into_iter().collect();
+        let zones = self.zones().await?;
         let mut metadata: HashMap<String, BTreeMap<String, BTreeSet<String>>> = HashMap::new();
         for agg in self.db.api().aggregates(None).await? {
             for h in &agg.hosts {
