@@ -25,6 +25,13 @@ pub const IN_FLIGHT: &str = "conductor_requests_in_flight";
 /// or after its call timed out).
 pub const REPEATED_UPDATES: &str = "conductor_repeated_instance_updates_total";
 
+/// Batches of build steps applied as one change (see
+/// [`crate::model::fold_steps`]); the steps they held are counted in
+/// `conductor_folded_instance_steps_total`.
+pub const FOLDED_BATCHES: &str = "conductor_folded_step_batches_total";
+/// Steps applied within folded batches.
+pub const FOLDED_STEPS: &str = "conductor_folded_instance_steps_total";
+
 /// Applied instance updates, by how they were written (`path`:
 /// `single_statement`, `transaction`).
 pub const INSTANCE_UPDATES: &str = "conductor_instance_updates_total";
@@ -56,6 +63,12 @@ pub fn request(method: &'static str, outcome: &'static str, elapsed: Duration) {
 /// Counts one instance update answered as an already applied repeat.
 pub fn repeated_update() {
     metrics::counter!(REPEATED_UPDATES).increment(1);
+}
+
+/// Counts one batch of `steps` steps applied as one change.
+pub fn folded_steps(steps: usize) {
+    metrics::counter!(FOLDED_BATCHES).increment(1);
+    metrics::counter!(FOLDED_STEPS).increment(steps as u64);
 }
 
 /// Counts one applied instance update.

@@ -207,6 +207,74 @@ pub struct InstanceChange {
     /// Idempotency key: a repeat of the last applied update is answered
     /// with the current row (see [`rpc::InstanceUpdate::update_id`]).
     pub update_id: Option<String>,
+    /// The task state the row's current one must be allowed to go to, when
+    /// not [`task_state`](Self::task_state): the first step's of steps
+    /// folded into this change (see [`fold_steps`], which checked the
+    /// transitions between the steps).
+    pub first_task_state: Option<Option<String>>,
+}
+
+impl InstanceChange {
+    /// The task state the transition from the row's current one is checked
+    /// against (`None`: the change leaves the task state alone).
+    pub fn transition_to(&self) -> Option<&Option<String>> {
+        self.first_task_state.as_ref().or(self.task_state.as_ref())
+    }
+}
+
+/// Steps of one instance (a batch from its compute, in order) as one change
+/// leading to the same row: the first step's expectations, each field as
+/// the last step setting it left it, every step's events in order, the last
+/// step's key. `None` when the batch is not of that shape: fewer than two
+/// steps, a step without a key or a task state, a later step not expecting
+/// the task state the step before set or not allowed to follow it, or
+/// expecting a host no earlier step named. Applied at once, the steps are
+/// checked as the separate updates would have been in turn, with no other
+/// change between them; only the states between the steps are never
+/// committed (no work lies between such steps; their events still record
+/// each).
+pub fn fold_steps(steps: &[InstanceChange]) -> Option<InstanceChange> {
+    let (first, rest) = steps.split_first()?;
+    if rest.is_empty() {
+        return None;
+    }
+    let mut out = first.clone();
+    out.update_id.as_ref()?;
+    let mut state = first.task_state.clone()?;
+    let mut host = first.host.clone().or(first.expected_host.clone().map(Some));
+    for s in rest {
+        s.update_id.as_ref()?;
+        let to = s.task_state.as_ref()?;
+        if !s.expected.contains(&state) || !transition_allowed(state.as_deref(), to.as_deref()) {
+            return None;
+        }
+        if let Some(want) = &s.expected_host {
+            if host.as_ref() != Some(&Some(want.clone())) {
+                return None;
+            }
+        }
+        state = to.clone();
+        if s.host.is_some() {
+            host = s.host.clone();
+        }
+        out.task_state = s.task_state.clone();
+        macro_rules! later {
+            ($($f:ident),*) => {$( if s.$f.is_some() { out.$f = s.$f.clone(); } )*};
+        }
+        later!(
+            vm_state,
+            power_state,
+            host,
+            node,
+            launched_at,
+            launched_on,
+            progress
+        );
+        out.events.extend(s.events.iter().cloned());
+        out.update_id = s.update_id.clone();
+    }
+    out.first_task_state = Some(first.task_state.clone()?);
+    Some(out)
 }
 
 /// Longest accepted `update_id` (the column is `VARCHAR(36)`: a UUID).
@@ -265,6 +333,7 @@ impl TryFrom<rpc::InstanceUpdate> for Targeted<InstanceChange> {
                 progress: u.progress,
                 events,
                 update_id: non_empty(u.update_id),
+                first_task_state: None,
             },
         })
     }
@@ -301,6 +370,50 @@ impl TryFrom<rpc::InstanceFault> for Targeted<Fault> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn step(from: &str, to: &str, key: Option<&str>) -> InstanceChange {
+        InstanceChange {
+            task_state: Some(Some(to.into())),
+            expected: vec![Some(from.into())],
+            update_id: key.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn steps_that_follow_one_another_fold_into_one_change() {
+        let mut bdm = step(ts::SCHEDULING, ts::BLOCK_DEVICE_MAPPING, Some("k1"));
+        bdm.vm_state = Some("building".into());
+        bdm.host = Some(Some("h1".into()));
+        let net = step(ts::BLOCK_DEVICE_MAPPING, ts::NETWORKING, Some("k2"));
+        let mut spawn = step(ts::NETWORKING, ts::SPAWNING, Some("k3"));
+        spawn.expected_host = Some("h1".into());
+        spawn.progress = Some(5);
+        let f = fold_steps(&[bdm.clone(), net.clone(), spawn.clone()]).expect("folds");
+        assert_eq!(f.expected, bdm.expected);
+        assert_eq!(f.expected_host, None);
+        assert_eq!(f.task_state, Some(Some(ts::SPAWNING.into())));
+        assert_eq!(
+            f.transition_to(),
+            Some(&Some(ts::BLOCK_DEVICE_MAPPING.into()))
+        );
+        assert_eq!(f.vm_state.as_deref(), Some("building"));
+        assert_eq!(f.host, Some(Some("h1".into())));
+        assert_eq!(f.progress, Some(5));
+        assert_eq!(f.update_id.as_deref(), Some("k3"));
+
+        // One step, a gap, a step without a key, an unknown host: no fold.
+        assert_eq!(fold_steps(&[bdm.clone()]), None);
+        assert_eq!(fold_steps(&[bdm.clone(), spawn.clone()]), None);
+        let keyless = step(ts::BLOCK_DEVICE_MAPPING, ts::NETWORKING, None);
+        assert_eq!(fold_steps(&[bdm.clone(), keyless]), None);
+        let mut elsewhere = net.clone();
+        elsewhere.expected_host = Some("h2".into());
+        assert_eq!(fold_steps(&[bdm.clone(), elsewhere]), None);
+        // A step the state machine does not allow after the one before.
+        let back = step(ts::BLOCK_DEVICE_MAPPING, ts::REBUILDING, Some("k2"));
+        assert_eq!(fold_steps(&[bdm, back]), None);
+    }
 
     #[test]
     fn build_walk_is_allowed_and_shortcuts_are_not() {

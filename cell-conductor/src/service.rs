@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use fabric::bus::{Delivery, Transport};
-use fabric::ids::ProviderUuid;
+use fabric::ids::{InstanceUuid, ProviderUuid};
 use fabric::rpc::{
     self, action, method, task_state as ts, RequestIds, RescheduleOutcome, RescheduleResult,
 };
@@ -18,7 +18,7 @@ use tracing::{info, instrument, warn};
 use crate::db::{truncate, CellDb};
 use crate::error::{chain, ConductorError, Result};
 use crate::metrics;
-use crate::model::{instance_uuid, Event, Fault, InstanceChange, Phase, Targeted};
+use crate::model::{fold_steps, instance_uuid, Event, Fault, InstanceChange, Phase, Targeted};
 use crate::placement::{PlacementClient, PlacementError, Resources};
 
 /// The conductor's state: its cell database, its cell bus, placement.
@@ -176,8 +176,13 @@ impl Conductor {
     #[instrument(skip_all, fields(instance = %r.instance_uuid))]
     async fn instance_update(&self, r: rpc::InstanceUpdate) -> Result<rpc::InstanceRecord> {
         let t: Targeted<InstanceChange> = r.try_into()?;
-        let success = is_build_success(&t.value);
-        let done = self.db.apply_update(t.instance, &t.value, success).await?;
+        self.apply(t.instance, &t.value).await
+    }
+
+    /// Applies one change and answers the row after it.
+    async fn apply(&self, uuid: InstanceUuid, c: &InstanceChange) -> Result<rpc::InstanceRecord> {
+        let success = is_build_success(c);
+        let done = self.db.apply_update(uuid, c, success).await?;
         let row = done.row;
         // Nothing to reset when the update's own statement read a count of 0.
         if success && done.node_failed_builds != Some(0) {
@@ -192,12 +197,18 @@ impl Conductor {
         Ok(row.to_record())
     }
 
-    /// The steps in order, each applied as [`Self::instance_update`] does.
-    /// A step refused because a later step of the same batch was the last
-    /// update applied (a repeat of a batch whose reply was lost after some
-    /// steps) is skipped with the steps up to that one; any other refusal
-    /// ends the batch with that step's error (the steps before it stay
-    /// applied, as separate calls would have left them).
+    /// The steps in order, checked as [`Self::instance_update`] checks each.
+    /// Steps that follow one another ([`fold_steps`]: each expects the task
+    /// state the one before set) are applied as one change, in one
+    /// transaction: the states between them are not committed, their
+    /// events are all recorded. When that change is refused (a concurrent
+    /// change, or a repeat of the batch), or the steps do not fold, they
+    /// are applied one by one, each committed on its own: a step refused
+    /// because a later step of the same batch was the last update applied
+    /// (a repeat of a batch whose reply was lost) is skipped with the steps
+    /// up to that one; any other refusal ends the batch with that step's
+    /// error (the steps before it stay applied, as separate calls would
+    /// have left them).
     #[instrument(skip_all, fields(steps = r.steps.len()))]
     async fn instance_update_steps(&self, r: rpc::InstanceSteps) -> Result<rpc::InstanceRecord> {
         let steps = r.steps;
@@ -217,15 +228,33 @@ impl Conductor {
             ));
         }
         let keys: Vec<String> = steps.iter().map(|s| s.update_id.clone()).collect();
+        let changes = steps
+            .into_iter()
+            .map(|s| Targeted::<InstanceChange>::try_from(s).map(|t| t.value))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(folded) = fold_steps(&changes) {
+            match self.apply(uuid, &folded).await {
+                Ok(row) => {
+                    metrics::folded_steps(changes.len());
+                    return Ok(row);
+                }
+                Err(
+                    ConductorError::UnexpectedTaskState { .. }
+                    | ConductorError::UnexpectedHost { .. }
+                    | ConductorError::InvalidTransition { .. },
+                ) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut last = None;
         // Steps before this index are applied (by this call or an earlier
         // copy of it).
         let mut done = 0;
-        for (i, step) in steps.into_iter().enumerate() {
+        for (i, step) in changes.iter().enumerate() {
             if i < done {
                 continue;
             }
-            match self.instance_update(step).await {
+            match self.apply(uuid, step).await {
                 Ok(row) => last = Some(row),
                 Err(
                     e @ (ConductorError::UnexpectedTaskState { .. }

@@ -676,8 +676,8 @@ impl Host {
         // 2. networking. 3. spawning.
         // No work lies between these steps here (block devices are the
         // image's local disk, there is no network service), so they go in
-        // one call: the conductor still applies and commits each on its
-        // own, in order, with its events.
+        // one call: the conductor checks each in turn and, as they follow
+        // one another, commits them as one change with all their events.
         let t = Instant::now();
         let bdm = InstanceUpdate {
             vm_state: Some(vs::BUILDING.to_owned()),

@@ -474,11 +474,16 @@ pub struct InstanceUpdate {
 pub const MAX_INSTANCE_STEPS: usize = 8;
 
 /// `instance_update_steps`: [`InstanceUpdate`]s of one instance applied in
-/// order, each as its own committed update (a poller may see every state,
-/// and each step's events are recorded with it), stopping at the first one
-/// refused; the answer is the row after the last step. A compute sends the
-/// build steps that have no work between them (block_device_mapping,
-/// networking, spawning) this way: one round trip instead of three.
+/// order, each checked as its own update would be (expected task state,
+/// host, the state machine), stopping at the first one refused; the answer
+/// is the row after the last step. A compute sends the build steps that
+/// have no work between them (block_device_mapping, networking, spawning)
+/// this way: one round trip instead of three. Steps that follow one
+/// another (each expects the task state the one before set, and carries an
+/// `update_id`) are committed together as one change with every step's
+/// events: the states between them are never committed, since nothing
+/// happens between them. Otherwise, or when that change is refused, each
+/// step is committed on its own.
 ///
 /// Safe to repeat when every step carries its own `update_id`: the
 /// conductor remembers the last applied key, so a repeat of a batch whose

@@ -445,18 +445,23 @@ struct SinglePlan<'a> {
     from: Vec<String>,
     /// The events' common action, when there are events.
     action: Option<&'a Event>,
+    /// The events to write, in order: an event started and finished in this
+    /// same change (steps folded into one, see
+    /// [`fold_steps`](crate::model::fold_steps)) is one entry, its finish
+    /// with the start's time.
+    events: Vec<(&'a Event, Option<DateTime<Utc>>)>,
 }
 
 impl<'a> SinglePlan<'a> {
     /// `None` when the change needs the transaction way: no expected task
     /// states, none of them allowed to go to the new state, events of
-    /// several actions, an event named twice, or a failed event (which
-    /// marks its action failed).
+    /// several actions, an event named twice (other than a start and then
+    /// its finish), or a failed event (which marks its action failed).
     fn of(c: &'a InstanceChange) -> Option<Self> {
         let from: Vec<String> = c
             .expected
             .iter()
-            .filter(|e| match &c.task_state {
+            .filter(|e| match c.transition_to() {
                 Some(to) => transition_allowed(e.as_deref(), to.as_deref()),
                 None => true,
             })
@@ -466,21 +471,32 @@ impl<'a> SinglePlan<'a> {
             return None;
         }
         let first = c.events.first();
+        let mut events: Vec<(&Event, Option<DateTime<Utc>>)> = Vec::with_capacity(c.events.len());
         if let Some(f) = first {
-            for (i, ev) in c.events.iter().enumerate() {
+            for ev in &c.events {
                 if ev.action != f.action
                     || ev.request_id != f.request_id
                     || ev.global_request_id != f.global_request_id
                     || ev.result.as_deref() == Some(rpc::action::ERROR)
-                    || c.events[..i].iter().any(|o| o.event == ev.event)
                 {
                     return None;
+                }
+                match events.iter_mut().find(|(o, _)| o.event == ev.event) {
+                    None => events.push((ev, None)),
+                    // Started earlier in this change, finished now.
+                    Some(open @ (_, None))
+                        if open.0.phase == Phase::Start && ev.phase == Phase::Finish =>
+                    {
+                        *open = (ev, Some(open.0.at));
+                    }
+                    Some(_) => return None,
                 }
             }
         }
         Some(Self {
             from,
             action: first,
+            events,
         })
     }
 }
@@ -517,23 +533,25 @@ async fn single_statement_update(
          ON CONFLICT (instance_uuid, request_id) DO UPDATE SET updated_at = excluded.updated_at \
          RETURNING id), \
          ev AS (SELECT * FROM unnest($28::VARCHAR[], $29::BOOLEAN[], $30::TIMESTAMPTZ[], \
-         $31::VARCHAR[], $32::VARCHAR[], $33::TEXT[], $34::TEXT[]) WITH ORDINALITY \
-         AS e(event, finish, at, host, result, traceback, details, ord)), \
+         $31::VARCHAR[], $32::VARCHAR[], $33::TEXT[], $34::TEXT[], $36::TIMESTAMPTZ[]) WITH ORDINALITY \
+         AS e(event, finish, at, host, result, traceback, details, started, ord)), \
          fin AS (UPDATE instance_actions_events x SET finish_time = ev.at, result = ev.result, \
          traceback = ev.traceback, details = ev.details, updated_at = ev.at \
-         FROM act, ev WHERE ev.finish AND x.action_id = act.id AND x.event = ev.event \
-         AND x.finish_time IS NULL RETURNING x.event), \
+         FROM act, ev WHERE ev.finish AND ev.started IS NULL AND x.action_id = act.id \
+         AND x.event = ev.event AND x.finish_time IS NULL RETURNING x.event), \
          ins AS (INSERT INTO instance_actions_events (action_id, event, host, result, traceback, \
          request_id, global_request_id, start_time, finish_time, created_at, details) \
-         SELECT act.id, ev.event, ev.host, ev.result, ev.traceback, $23, $24, ev.at, \
-         CASE WHEN ev.finish THEN ev.at END, ev.at, ev.details FROM act, ev \
-         WHERE NOT ev.finish OR NOT EXISTS (SELECT 1 FROM fin WHERE fin.event = ev.event) \
+         SELECT act.id, ev.event, ev.host, ev.result, ev.traceback, $23, $24, COALESCE(ev.started, ev.at), \
+         CASE WHEN ev.finish THEN ev.at END, COALESCE(ev.started, ev.at), ev.details FROM act, ev \
+         WHERE NOT ev.finish OR ev.started IS NOT NULL \
+         OR NOT EXISTS (SELECT 1 FROM fin WHERE fin.event = ev.event) \
          ORDER BY ev.ord) \
          SELECT upd.*, (SELECT n.stats FROM compute_nodes n WHERE $35 AND n.host = upd.host \
          AND n.hypervisor_hostname = upd.node AND NOT n.deleted) AS node_stats FROM upd"
     );
-    let evs = &c.events;
-    let col = |f: &dyn Fn(&Event) -> Option<String>| evs.iter().map(f).collect::<Vec<_>>();
+    let evs = &plan.events;
+    let col =
+        |f: &dyn Fn(&Event) -> Option<String>| evs.iter().map(|(e, _)| f(e)).collect::<Vec<_>>();
     let (action, request_id, global_request_id) = match plan.action {
         Some(a) => (
             a.action.as_str(),
@@ -542,8 +560,8 @@ async fn single_statement_update(
         ),
         None => ("", "", None),
     };
-    let first_at = evs.first().map(|e| e.at);
-    let last_at = evs.last().map(|e| e.at);
+    let first_at = c.events.first().map(|e| e.at);
+    let last_at = c.events.last().map(|e| e.at);
     let got: Option<WithNodeStats> = measured(
         "instance_update_single",
         bind_change!(sqlx::query_as(&sql), c)
@@ -558,18 +576,19 @@ async fn single_statement_update(
             .bind(first_at)
             .bind(last_at)
             .bind(!evs.is_empty())
-            .bind(evs.iter().map(|e| e.event.clone()).collect::<Vec<_>>())
+            .bind(evs.iter().map(|(e, _)| e.event.clone()).collect::<Vec<_>>())
             .bind(
                 evs.iter()
-                    .map(|e| e.phase == Phase::Finish)
+                    .map(|(e, _)| e.phase == Phase::Finish)
                     .collect::<Vec<_>>(),
             )
-            .bind(evs.iter().map(|e| e.at).collect::<Vec<_>>())
+            .bind(evs.iter().map(|(e, _)| e.at).collect::<Vec<_>>())
             .bind(col(&|e| e.host.clone()))
             .bind(col(&|e| e.result.clone()))
             .bind(col(&|e| e.traceback.clone()))
             .bind(col(&|e| e.details.clone()))
             .bind(node_failures)
+            .bind(evs.iter().map(|(_, started)| *started).collect::<Vec<_>>())
             .fetch_optional(p),
     )
     .await
@@ -604,7 +623,7 @@ fn check(key: &str, cur: &InstanceRow, c: &InstanceChange) -> Result<()> {
             });
         }
     }
-    if let Some(to) = &c.task_state {
+    if let Some(to) = c.transition_to() {
         if !transition_allowed(from, to.as_deref()) {
             if from == Some(ts::DELETING) {
                 return Err(ConductorError::UnexpectedTaskState {

@@ -7,7 +7,7 @@
 
 use cell_conductor::db::actions::EventRow;
 use cell_conductor::db::instances::{InstanceRow, NewInstance, UpdatePath};
-use cell_conductor::model::{Event, InstanceChange, Phase};
+use cell_conductor::model::{fold_steps, Event, InstanceChange, Phase};
 use cell_conductor::{CellDb, ConductorError};
 use chrono::{DateTime, TimeZone, Utc};
 use fabric::ids::InstanceUuid;
@@ -294,6 +294,90 @@ async fn build_steps_are_one_statement_each_on_postgres_with_the_same_rows() {
     let u = pg.apply_update(d, &steps[3], true).await.unwrap();
     assert_eq!(u.path, UpdatePath::SingleStatement);
     assert_eq!(u.node_failed_builds, Some(2));
+    pg.close().await;
+    lite.close().await;
+}
+
+/// The build, its first three steps folded into one change (as the
+/// conductor applies a compute's batch): the paths taken, the final row,
+/// the events.
+async fn walk_folded(
+    db: &CellDb,
+    uuid: InstanceUuid,
+) -> (Vec<UpdatePath>, InstanceRow, Vec<EventRow>) {
+    new_instance(db, uuid).await;
+    let steps = build_steps(uuid);
+    let folded = fold_steps(&steps[..3]).expect("the build's steps fold");
+    let first = db.apply_update(uuid, &folded, false).await.expect("folded");
+    assert_eq!(first.row.task_state.as_deref(), Some(ts::SPAWNING));
+    let last = db
+        .apply_update(uuid, &steps[3], true)
+        .await
+        .expect("active");
+    let events = db.events(uuid).await.expect("events");
+    (vec![first.path, last.path], last.row, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folded_build_steps_are_one_statement_on_postgres_with_the_rows_of_the_steps() {
+    let Some(pg) = testkit::postgres("conductor_folded_steps").await else {
+        return;
+    };
+    let lite = testkit::sqlite("conductor_folded_steps");
+    let pg = CellDb::open(&pg.url, 4).await.expect("open pg");
+    let lite = CellDb::open(&lite.url, 1).await.expect("open sqlite");
+    node(&pg).await;
+    node(&lite).await;
+
+    // The steps one by one, then folded: the same row and events (each
+    // event with the times its own step gave it), on both backends.
+    let a = InstanceUuid::new_random();
+    let (_, row, events) = walk(&pg, a).await;
+    let b = InstanceUuid::new_random();
+    let (paths, frow, fevents) = walk_folded(&pg, b).await;
+    assert_eq!(paths, vec![UpdatePath::SingleStatement; 2]);
+    assert_eq!(comparable(&frow, &fevents), comparable(&row, &events));
+    let (lpaths, lrow, levents) = walk_folded(&lite, b).await;
+    assert_eq!(lpaths, vec![UpdatePath::Transaction; 2]);
+    assert_eq!(comparable(&lrow, &levents), comparable(&row, &events));
+    let bdm = fevents
+        .iter()
+        .find(|e| e.event == rpc::action::EV_BLOCK_DEVICE_MAPPING)
+        .expect("bdm event");
+    assert_eq!(
+        (bdm.start_time, bdm.finish_time),
+        (Some(at(11)), Some(at(20)))
+    );
+
+    // A repeat of the folded change (its reply lost): recognised by the
+    // last step's key, nothing written again.
+    let c = InstanceUuid::new_random();
+    new_instance(&pg, c).await;
+    let folded = fold_steps(&build_steps(c)[..3]).unwrap();
+    let once = pg.apply_update(c, &folded, false).await.unwrap();
+    let evs = pg.events(c).await.unwrap();
+    let again = pg.apply_update(c, &folded, false).await.expect("repeat");
+    assert_eq!(again.path, UpdatePath::Transaction);
+    assert_eq!(again.row, once.row);
+    assert_eq!(pg.events(c).await.unwrap(), evs);
+
+    // Not from the first step's state: refused whole, nothing written.
+    let d = InstanceUuid::new_random();
+    new_instance(&pg, d).await;
+    pg.apply_update(d, &build_steps(d)[0], false).await.unwrap();
+    let before = (pg.instance(d).await.unwrap(), pg.events(d).await.unwrap());
+    let err = pg
+        .apply_update(d, &fold_steps(&build_steps(d)[..3]).unwrap(), false)
+        .await
+        .expect_err("in block_device_mapping already");
+    assert!(
+        matches!(err, ConductorError::UnexpectedTaskState { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        (pg.instance(d).await.unwrap(), pg.events(d).await.unwrap()),
+        before
+    );
     pg.close().await;
     lite.close().await;
 }
