@@ -99,7 +99,7 @@ impl Default for RegionSection {
 
 /// The candidates the region's scheduler asks placement for first
 /// (`SchedulerConfig::candidate_sample`).
-pub const REGION_CANDIDATE_SAMPLE: usize = 64;
+pub const REGION_CANDIDATE_SAMPLE: usize = 16;
 
 /// The region's configuration file (`REGION` prefix).
 #[derive(Debug, Clone, Serialize, Deserialize)]
