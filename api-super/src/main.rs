@@ -10,6 +10,11 @@ use clap::{Parser, Subcommand};
 use fabric::config::TelemetryConfig;
 use serde::{Deserialize, Serialize};
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and
+/// free took about a fifth of the region process's CPU (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(

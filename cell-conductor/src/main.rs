@@ -10,6 +10,11 @@ use cell_conductor::{ConductorOptions, HttpPlacement, NoPlacement, PlacementClie
 use clap::Parser;
 use fabric::config;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and
+/// free took about a fifth of the region process's CPU (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(name = "cell-conductor", about = "Run the conductor of one cell")]

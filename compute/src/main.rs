@@ -11,6 +11,11 @@ use compute::driver::fake::FakeHypervisor;
 use compute::placement::{HttpPlacement, NoPlacement, Placement};
 use fabric::config;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and
+/// free took about a fifth of the region process's CPU (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(

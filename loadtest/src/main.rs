@@ -8,6 +8,11 @@ use clap::{Args, Parser, Subcommand};
 use loadtest::placement_load::{self, FleetSpec, Target};
 use serde_json::json;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and
+/// free took about a fifth of the region process's CPU (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "loadtest", about = "Load generator and macro-benchmark")]
 struct Cli {

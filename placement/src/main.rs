@@ -5,6 +5,11 @@ use std::path::PathBuf;
 use clap::Parser;
 use placement::PlacementConfig;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and
+/// free took about a fifth of the region process's CPU (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(name = "placement", about = "OpenStack-Placement-compatible API")]

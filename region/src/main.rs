@@ -6,6 +6,11 @@ use anyhow::Result;
 use clap::Parser;
 use region::{Region, RegionConfig};
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and
+/// free took about a fifth of the region process's CPU (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line of the all-in-one region.
 #[derive(Debug, Parser)]
 #[command(
