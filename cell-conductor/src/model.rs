@@ -238,30 +238,27 @@ pub fn fold_steps(steps: &[InstanceChange]) -> Option<InstanceChange> {
     if rest.is_empty() {
         return None;
     }
+    first.update_id.as_ref()?;
+    let first_state = first.task_state.clone()?;
     let mut out = first.clone();
-    out.update_id.as_ref()?;
-    let mut state = first.task_state.clone()?;
-    let mut host = first.host.clone().or(first.expected_host.clone().map(Some));
     for s in rest {
         s.update_id.as_ref()?;
         let to = s.task_state.as_ref()?;
+        let state = out.task_state.clone().flatten();
         if !s.expected.contains(&state) || !transition_allowed(state.as_deref(), to.as_deref()) {
             return None;
         }
         if let Some(want) = &s.expected_host {
-            if host.as_ref() != Some(&Some(want.clone())) {
+            let host = out.host.clone().or(first.expected_host.clone().map(Some));
+            if host != Some(Some(want.clone())) {
                 return None;
             }
         }
-        state = to.clone();
-        if s.host.is_some() {
-            host = s.host.clone();
-        }
-        out.task_state = s.task_state.clone();
         macro_rules! later {
             ($($f:ident),*) => {$( if s.$f.is_some() { out.$f = s.$f.clone(); } )*};
         }
         later!(
+            task_state,
             vm_state,
             power_state,
             host,
@@ -273,7 +270,7 @@ pub fn fold_steps(steps: &[InstanceChange]) -> Option<InstanceChange> {
         out.events.extend(s.events.iter().cloned());
         out.update_id = s.update_id.clone();
     }
-    out.first_task_state = Some(first.task_state.clone()?);
+    out.first_task_state = Some(first_state);
     Some(out)
 }
 
