@@ -43,6 +43,11 @@ pub struct ImageConfig {
     pub limit_param_default: u32,
     /// A policy file (YAML or JSON) overriding default rules; empty for none.
     pub policy_file: String,
+    /// How long a boot's lookup of an image by id may answer from memory,
+    /// in milliseconds (0: read the database every time). Every write
+    /// through this service drops the image's entry at once; a write by
+    /// another process is seen within this time.
+    pub boot_lookup_cache_ms: u64,
 }
 
 impl Default for ImageConfig {
@@ -56,6 +61,7 @@ impl Default for ImageConfig {
             api_limit_max: 1000,
             limit_param_default: 25,
             policy_file: String::new(),
+            boot_lookup_cache_ms: 1000,
         }
     }
 }

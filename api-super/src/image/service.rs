@@ -3,8 +3,10 @@
 //! ([`super::db`] holds it).
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use fabric::token::{Authenticator, Claims};
@@ -171,6 +173,69 @@ pub struct ImageService {
     /// Turns `X-Auth-Token` into claims.
     pub auth: Arc<dyn Authenticator>,
     public_url: RwLock<String>,
+    boot_cache: BootCache,
+}
+
+/// Images a boot looked up by id, kept for `boot_lookup_cache_ms`: a
+/// server create reads its image once per boot, and the image rarely
+/// changes. Only rows read from the database are kept (never a miss), the
+/// caller's visibility is checked on every use, and a write through this
+/// service drops the entry; a read that started before a write is not
+/// kept (the write counter moved).
+struct BootCache {
+    ttl: Duration,
+    writes: AtomicU64,
+    rows: Mutex<HashMap<String, (Image, Instant)>>,
+}
+
+/// Drops an image's boot cache entry when dropped (after a write, on every
+/// way out of it).
+struct ForgetOnDrop<'a>(&'a BootCache, &'a str);
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.forget(self.1);
+    }
+}
+
+/// Largest number of images the boot cache keeps (it starts over past it).
+const BOOT_CACHE_MAX: usize = 1024;
+
+impl BootCache {
+    fn new(ttl_ms: u64) -> Self {
+        Self {
+            ttl: Duration::from_millis(ttl_ms),
+            writes: AtomicU64::new(0),
+            rows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, id: &str) -> Option<Image> {
+        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        rows.get(id)
+            .filter(|(_, at)| at.elapsed() < self.ttl)
+            .map(|(img, _)| img.clone())
+    }
+
+    fn put(&self, img: &Image, writes_before: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        if self.writes.load(AtomicOrdering::Acquire) != writes_before {
+            return;
+        }
+        if rows.len() >= BOOT_CACHE_MAX {
+            rows.clear();
+        }
+        rows.insert(img.row.id.clone(), (img.clone(), Instant::now()));
+    }
+
+    fn forget(&self, id: &str) {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        self.writes.fetch_add(1, AtomicOrdering::AcqRel);
+        rows.remove(id);
+    }
 }
 
 impl std::fmt::Debug for ImageService {
@@ -194,6 +259,7 @@ impl ImageService {
             super::policy::load(&cfg.policy_file).map_err(|e| ImageError::Config(e.to_string()))?;
         Ok(Self {
             public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
+            boot_cache: BootCache::new(cfg.boot_lookup_cache_ms),
             cfg,
             db,
             store,
@@ -245,6 +311,26 @@ impl ImageService {
         match self.db.get(id).await? {
             Some(img) if visible(claims, &img.row) => Ok(img),
             _ => Err(ImageError::no_image(id)),
+        }
+    }
+
+    /// [`Self::get_visible`] through the boot cache.
+    async fn get_visible_for_boot(&self, claims: &Claims, id: &str) -> Result<Image> {
+        let img = match self.boot_cache.get(id) {
+            Some(img) => img,
+            None => {
+                let writes = self.boot_cache.writes.load(AtomicOrdering::Acquire);
+                let Some(img) = self.db.get(id).await? else {
+                    return Err(ImageError::no_image(id));
+                };
+                self.boot_cache.put(&img, writes);
+                img
+            }
+        };
+        if visible(claims, &img.row) {
+            Ok(img)
+        } else {
+            Err(ImageError::no_image(id))
         }
     }
 
@@ -427,7 +513,9 @@ impl ImageService {
         self.check_visibility_change(caller, &img, Some(&old.row.visibility))?;
         if img != old {
             img.row.updated_at = now();
-            if !self.db.update(&img).await? {
+            let updated = self.db.update(&img).await;
+            self.boot_cache.forget(id);
+            if !updated? {
                 return Err(ImageError::no_image(id));
             }
         }
@@ -443,7 +531,9 @@ impl ImageService {
                 "Image {id} is protected and cannot be deleted."
             )));
         }
-        if !self.db.delete(id).await? {
+        let deleted = self.db.delete(id).await;
+        self.boot_cache.forget(id);
+        if !deleted? {
             return Err(ImageError::no_image(id));
         }
         if let Some(loc) = &img.row.location {
@@ -472,6 +562,8 @@ impl ImageService {
         E: std::fmt::Display,
     {
         let id = img.row.id.clone();
+        // Every status change of the upload below goes through this guard.
+        let _forget = ForgetOnDrop(&self.boot_cache, &id);
         if !self.db.transition(&id, "queued", "saving", now()).await? {
             let status = self
                 .db
@@ -529,7 +621,7 @@ impl ImageService {
             .next()
             .unwrap_or_default();
         if tail.parse::<ImageId>().is_ok() {
-            return self.get_visible(claims, tail).await;
+            return self.get_visible_for_boot(claims, tail).await;
         }
         let filter = ListFilter {
             name: Some(image_ref.to_owned()),

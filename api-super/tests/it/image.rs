@@ -1046,3 +1046,72 @@ async fn openstack_image_cli() {
     .unwrap();
     let _ = std::fs::remove_dir_all(work);
 }
+
+/// A boot's lookup by id answers from memory for `boot_lookup_cache_ms`
+/// (a write behind the service's back, as another process would make, is
+/// not seen until then), while every write through the service is seen
+/// by the next lookup at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boot_lookups_by_id_are_cached_and_see_writes_through_the_service_at_once() {
+    let env = start_images("image_boot_cache", None).await;
+    let lookup = env.img.lookup();
+    let member = fabric::token::TokenValidator::decode_unverified(&env.member)
+        .unwrap()
+        .1;
+    let created = env
+        .create(
+            &env.admin,
+            json!({"name": "shared", "visibility": "public"}),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    // Read (and kept) while queued; the upload is a write: active at once.
+    assert!(matches!(
+        lookup.find_bootable(&member, &id, 512, 1).await,
+        Err(LookupError::NotActive { .. })
+    ));
+    assert_eq!(env.upload(&env.admin, &id, b"bytes").await.status, 204);
+    lookup.find_bootable(&member, &id, 512, 1).await.unwrap();
+
+    // Behind the service's back: not seen while the entry lives, seen after.
+    let url = env._db.as_ref().unwrap().url.clone();
+    let other = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("UPDATE images SET min_ram = 4096 WHERE id = $1")
+        .bind(&id)
+        .execute(&other)
+        .await
+        .unwrap();
+    lookup.find_bootable(&member, &id, 512, 1).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert!(matches!(
+        lookup.find_bootable(&member, &id, 512, 1).await,
+        Err(LookupError::FlavorMemoryTooSmall)
+    ));
+
+    // Through the service: each write is seen by the very next lookup.
+    let patch = |ops: Value| {
+        let path = format!("/v2/images/{id}");
+        let env = &env;
+        async move {
+            let r = env.call(&env.admin, "PATCH", &path, Some(ops)).await;
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.bytes));
+        }
+    };
+    patch(json!([{"op": "replace", "path": "/min_ram", "value": 256}])).await;
+    lookup.find_bootable(&member, &id, 512, 1).await.unwrap();
+    patch(json!([{"op": "replace", "path": "/visibility", "value": "private"}])).await;
+    assert!(matches!(
+        lookup.find(&member, &id).await,
+        Err(LookupError::NotFound)
+    ));
+    patch(json!([{"op": "replace", "path": "/visibility", "value": "public"}])).await;
+    lookup.find_bootable(&member, &id, 512, 1).await.unwrap();
+    let r = env
+        .call(&env.admin, "DELETE", &format!("/v2/images/{id}"), None)
+        .await;
+    assert_eq!(r.status, 204);
+    assert!(matches!(
+        lookup.find(&member, &id).await,
+        Err(LookupError::NotFound)
+    ));
+}
