@@ -273,9 +273,27 @@ impl ComputeDb {
         self.landed.get(uuid)
     }
 
-    /// Remembers that `uuid` of `project` landed in cell `cell_id`.
-    pub fn remember_landed(&self, uuid: &str, cell_id: i64, project: &str) {
-        self.landed.put(uuid, cell_id, project);
+    /// Remembers that `uuid` of `project` landed in cell `cell_id`, with
+    /// its key pair name when it is in no server group (`in_group:
+    /// Some(false)`; see [`RequestSpec::in_group`]): a show then needs no
+    /// read of the API database ([`Self::landed_key_name`]).
+    pub fn remember_landed(
+        &self,
+        uuid: &str,
+        cell_id: i64,
+        project: &str,
+        key_name: Option<&str>,
+        in_group: Option<bool>,
+    ) {
+        let shown = (in_group == Some(false)).then_some(key_name);
+        self.landed.put(uuid, cell_id, project, shown);
+    }
+
+    /// The key pair name (`Some(None)`: none) of a server that landed
+    /// through this process outside any server group; `None`: read it
+    /// ([`Self::show_extras`]).
+    pub fn landed_key_name(&self, uuid: &str) -> Option<Option<String>> {
+        self.landed.shown(uuid)
     }
 
     /// Forgets a remembered landing (its cell is no longer known here).
@@ -503,7 +521,7 @@ impl ComputeDb {
             .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_row"))?);
         if let Some(m) = &row {
             if let (Some(cell), false) = (m.cell_id, m.queued_for_delete) {
-                self.landed.put(uuid, cell, &m.project_id);
+                self.landed.put(uuid, cell, &m.project_id, None);
             }
         }
         Ok(row)
@@ -787,21 +805,57 @@ struct LandedMappings {
     map: std::sync::Mutex<std::collections::HashMap<Box<str>, Landed>>,
 }
 
-/// A landed server's cell id and project.
-type Landed = (i64, Box<str>);
+/// A landed server as this process knows it.
+#[derive(Debug)]
+struct Landed {
+    cell_id: i64,
+    project: Box<str>,
+    /// What a show needs beside the cell's row, when it cannot change:
+    /// the key pair name of a server that landed here outside any server
+    /// group (a server joins a group only when it is created, and no API
+    /// changes its key name). `None`: not known here (read from the
+    /// mapping, or in a group, whose deletion ends the membership), the
+    /// show reads it.
+    shown: Option<Option<Box<str>>>,
+}
 
 impl LandedMappings {
     fn get(&self, uuid: &str) -> Option<(i64, String)> {
         let m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(uuid).map(|(c, p)| (*c, p.to_string()))
+        m.get(uuid).map(|l| (l.cell_id, l.project.to_string()))
     }
 
-    fn put(&self, uuid: &str, cell_id: i64, project: &str) {
+    /// The key name (`Some(None)`: none) of a server remembered with it.
+    fn shown(&self, uuid: &str) -> Option<Option<String>> {
+        let m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(uuid)?
+            .shown
+            .as_ref()
+            .map(|k| k.as_deref().map(str::to_owned))
+    }
+
+    /// Remembers a landing; `shown` as in [`Landed::shown`] (`None` keeps
+    /// what an entry of the same cell and project already knew).
+    fn put(&self, uuid: &str, cell_id: i64, project: &str, shown: Option<Option<&str>>) {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= LANDED_CACHE_MAX && !m.contains_key(uuid) {
             m.clear();
         }
-        m.insert(uuid.into(), (cell_id, project.into()));
+        let kept = match (shown, m.get(uuid)) {
+            (Some(k), _) => Some(k.map(Box::from)),
+            (None, Some(old)) if old.cell_id == cell_id && *old.project == *project => {
+                old.shown.clone()
+            }
+            (None, _) => None,
+        };
+        m.insert(
+            uuid.into(),
+            Landed {
+                cell_id,
+                project: project.into(),
+                shown: kept,
+            },
+        );
     }
 
     fn forget(&self, uuid: &str) {
@@ -1411,20 +1465,30 @@ mod tests {
     fn landed_mappings_are_remembered_forgotten_and_bounded() {
         let l = LandedMappings::default();
         assert_eq!(l.get("a"), None);
-        l.put("a", 3, "p1");
+        l.put("a", 3, "p1", None);
         assert_eq!(l.get("a"), Some((3, "p1".to_owned())));
+        assert_eq!(l.shown("a"), None);
+        // A key name remembered at landing is kept when the mapping is
+        // read again (same cell and project), dropped when they differ.
+        l.put("a", 3, "p1", Some(Some("k")));
+        l.put("a", 3, "p1", None);
+        assert_eq!(l.shown("a"), Some(Some("k".to_owned())));
+        l.put("a", 4, "p1", None);
+        assert_eq!(l.shown("a"), None);
+        l.put("a", 3, "p1", Some(None));
+        assert_eq!(l.shown("a"), Some(None));
         l.forget("a");
         assert_eq!(l.get("a"), None);
         for i in 0..LANDED_CACHE_MAX {
-            l.put(&i.to_string(), 1, "p");
+            l.put(&i.to_string(), 1, "p", None);
         }
         assert_eq!(l.len(), LANDED_CACHE_MAX);
         // Updating a remembered one keeps the rest.
-        l.put("0", 2, "p");
+        l.put("0", 2, "p", None);
         assert_eq!(l.len(), LANDED_CACHE_MAX);
         assert_eq!(l.get("0"), Some((2, "p".to_owned())));
         // One more than the most: emptied, then the new one remembered.
-        l.put("new", 1, "p");
+        l.put("new", 1, "p", None);
         assert_eq!(l.len(), 1);
         assert_eq!(l.get("new"), Some((1, "p".to_owned())));
         assert_eq!(l.get("0"), None);

@@ -1101,6 +1101,15 @@ pub async fn show(
 ) -> ApiResult<Json<Value>> {
     let mut s = match locate_with(&app, &ctx, &id, "os_compute_api:servers:show", false).await? {
         Located::Found(Found::Cell(_, mut s)) => {
+            // Landed here outside any group: the key name is remembered,
+            // the zone comes from the hosts' zone cache (as in lists).
+            if let Some(key_name) = app.db.landed_key_name(&s.uuid) {
+                s.key_name = key_name;
+                current_zones(&app, std::slice::from_mut(&mut s)).await?;
+                let mut body = detail_view(&app, &ctx, &s);
+                put_server_groups(&ctx, Vec::new(), &mut body);
+                return Ok(Json(json!({ "server": body })));
+            }
             // Key name, group and the host's zone: one statement.
             let x = app.db.show_extras(&s.uuid, s.host.as_deref()).await?;
             s.key_name = x.key_name;

@@ -228,7 +228,13 @@ impl SuperConductor {
             return Ok(());
         }
         // Landed: a later request finds it here without reading the mapping.
-        self.db.remember_landed(&b.uuid, cell.id, &b.project_id);
+        self.db.remember_landed(
+            &b.uuid,
+            cell.id,
+            &b.project_id,
+            spec.key_name.as_deref(),
+            spec.in_group,
+        );
         let bus = self.cells.bus(cell).await.map_err(|e| chain(&e))?;
         let f = &spec.flavor;
         let build = BuildAndRunInstance {

@@ -1502,6 +1502,71 @@ async fn os_server_groups_and_the_scheduler_honouring_their_policies() {
     hosts.dedup();
     assert_eq!(hosts.len(), 1, "{later:?}");
     assert!(later.iter().all(|s| s["status"] == "ACTIVE"), "{later:?}");
+    // A member shows its group (2.71); a server outside any group shows
+    // none, its key name and its host's zone (this process landed it: no
+    // read of the API database for them).
+    let in_pack = later[0]["id"].as_str().unwrap().to_owned();
+    let show = |id: String| {
+        let region = &region;
+        let member = member.clone();
+        async move {
+            let r = at(
+                region,
+                &member,
+                "2.71",
+                "GET",
+                &format!("/v2.1/servers/{id}"),
+                None,
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            body(&r)["server"].clone()
+        }
+    };
+    assert_eq!(show(in_pack.clone()).await["server_groups"], json!([pack]));
+    let r = region
+        .call(
+            &member,
+            "POST",
+            "/v2.1/os-keypairs",
+            Some(json!({"keypair": {"name": "k1", "public_key": crate::user_apis::RSA}})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = region
+        .call(
+            &member,
+            "POST",
+            "/v2.1/servers",
+            Some(
+                json!({"server": {"name": "keyed", "flavorRef": "1", "key_name": "k1",
+                "imageRef": crate::compute::IMAGE, "networks": "none"}}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let keyed = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    region.wait(&keyed, |s| s["status"] == "ACTIVE").await;
+    let k = show(keyed.clone()).await;
+    assert_eq!(
+        (
+            &k["key_name"],
+            &k["server_groups"],
+            &k["OS-EXT-AZ:availability_zone"]
+        ),
+        (&json!("k1"), &json!([]), &json!("nova")),
+        "{k}"
+    );
+    let r = at(
+        &region,
+        &member,
+        "2.71",
+        "GET",
+        "/v2.1/servers/detail?name=keyed",
+        None,
+    )
+    .await;
+    assert_eq!(body(&r)["servers"][0]["key_name"], "k1", "{}", r.body);
 
     let r = at(
         &region,
@@ -1513,6 +1578,8 @@ async fn os_server_groups_and_the_scheduler_honouring_their_policies() {
     )
     .await;
     assert_eq!(r.status, 204, "{}", r.body);
+    // A deleted group's former members show none.
+    assert_eq!(show(in_pack).await["server_groups"], json!([]));
     let r = at(
         &region,
         &member,

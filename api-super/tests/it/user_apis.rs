@@ -19,7 +19,7 @@ use crate::common::{self, json as body, Env, ADMIN_PW, MEMBER_PW};
 
 const IMAGE: &str = "155d900f-4e14-4e4c-a73d-069cbf4541e6";
 /// Made with `ssh-keygen`; `ssh-keygen -l -E md5` gives [`RSA_FP`].
-const RSA: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDCY1fb/jaZKOc+i/NOz0mLhm2/OVBBVQ7fAoPW0TCC/BSYNTISIZ7G5FlzCcxZ0kSueg/kPPDOxlmXGwuSZzP4Ss1zNPNXpBRJZ9jZeEOibGkECxPYO4C+8FZggZQUvA0ftKznBWVOB38qLIItUSy06H5y9KdHXzWgZqs+CXaC6Q== test@example";
+pub(crate) const RSA: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDCY1fb/jaZKOc+i/NOz0mLhm2/OVBBVQ7fAoPW0TCC/BSYNTISIZ7G5FlzCcxZ0kSueg/kPPDOxlmXGwuSZzP4Ss1zNPNXpBRJZ9jZeEOibGkECxPYO4C+8FZggZQUvA0ftKznBWVOB38qLIItUSy06H5y9KdHXzWgZqs+CXaC6Q== test@example";
 const RSA_FP: &str = "c1:61:81:b2:0e:29:e4:ce:3d:a3:d3:0b:5a:c2:37:c9";
 
 struct Stack {
