@@ -23,6 +23,7 @@ pub mod compare;
 pub mod embed;
 pub mod fleet;
 pub mod inspect;
+pub mod machine;
 pub mod mem;
 pub mod outage;
 pub mod placement_load;

@@ -186,6 +186,13 @@ pub fn summary(r: &RunReport) -> String {
         "scenario {}: {:.1}s, {} hypervisors in {} cells (up in {:.1}s)",
         r.scenario, r.seconds, r.target.hypervisors, r.target.cells, r.target.start_seconds
     );
+    if let Some(c) = r.machine["calibration_ms"].as_f64() {
+        let _ = writeln!(
+            s,
+            "machine: {} cores, fixed-loop calibration {c:.1} ms before the run (lower is faster; compare runs with close figures)",
+            r.machine["cores"]
+        );
+    }
     if r.target.embedded {
         let _ = writeln!(
             s,

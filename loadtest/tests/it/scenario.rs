@@ -47,6 +47,9 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
     assert_eq!(v["scenario"], "tiny");
     assert_eq!(v["target"]["embedded"], true);
     assert_eq!(v["target"]["hypervisors"], 3);
+    let calibration = v["machine"]["calibration_ms"].as_f64().unwrap();
+    assert!(calibration > 0.0 && calibration < 60_000.0, "{calibration}");
+    assert!(report::summary(&r).contains("fixed-loop calibration"));
     assert!(v["memory"]["rss_after_fleet"].as_u64().unwrap() > 0);
     assert!(
         v["memory"]["peak_bytes"].as_u64().unwrap()
