@@ -10,9 +10,10 @@ use std::time::Instant;
 const ROUNDS: u64 = 10_000_000;
 
 /// Milliseconds one core takes for a fixed integer loop (a xorshift,
-/// 10 million rounds; ~17 ms on this project's machines in a release build), the best of
-/// three (the least disturbed). Lower is faster; two runs compare when
-/// their figures are close. Take it before the load starts.
+/// 10 million rounds; ~17 ms on this project's machines in a release
+/// build), the best of three (the least disturbed). Lower is faster; two
+/// runs compare when their figures are close. Take it before the load
+/// starts.
 pub fn calibration_ms() -> f64 {
     (0..3).map(|_| one_pass()).fold(f64::INFINITY, f64::min)
 }
