@@ -57,7 +57,14 @@ pub struct Comparison {
     pub unmatched: Vec<String>,
     /// Whether each run's invariants held (`None`: not checked).
     pub invariants_hold: (Option<bool>, Option<bool>),
+    /// Each machine's speed before its run (`machine.calibration_ms`:
+    /// lower is faster; `None`: not recorded, an older report).
+    pub calibration_ms: (Option<f64>, Option<f64>),
 }
+
+/// How far apart two runs' calibrations may be before the table warns
+/// that their machines ran at different speeds (B / A outside 1 ± this).
+pub const CALIBRATION_TOLERANCE: f64 = 0.15;
 
 /// The figures compared, as (label, JSON pointer inside a phase).
 const FIGURES: [(&str, &str); 13] = [
@@ -156,6 +163,10 @@ pub fn compare(a: &Value, b: &Value, label_a: &str, label_b: &str) -> Comparison
         rows,
         unmatched,
         invariants_hold: (invariants_hold(a), invariants_hold(b)),
+        calibration_ms: (
+            a.pointer("/machine/calibration_ms").and_then(Value::as_f64),
+            b.pointer("/machine/calibration_ms").and_then(Value::as_f64),
+        ),
     }
 }
 
@@ -204,6 +215,18 @@ pub fn table(c: &Comparison) -> String {
     );
     for u in &c.unmatched {
         let _ = writeln!(s, "phase only in {u}");
+    }
+    if let (Some(ca), Some(cb)) = c.calibration_ms {
+        let ratio = if ca > 0.0 { cb / ca } else { f64::NAN };
+        let note = if (ratio - 1.0).abs() <= CALIBRATION_TOLERANCE {
+            "the machines ran at about the same speed"
+        } else {
+            "the machines ran at different speeds: part of any difference above is the machine's"
+        };
+        let _ = writeln!(
+            s,
+            "machine calibration: A {ca:.1} ms, B {cb:.1} ms (B/A {ratio:.2}): {note}"
+        );
     }
     s
 }
@@ -323,6 +346,8 @@ mod tests {
         );
         b["invariants_checked"] = json!(false);
         let c = compare(&a, &b, "A", "B");
+        assert_eq!(c.calibration_ms, (None, None));
+        assert!(!table(&c).contains("calibration"));
         assert_eq!(c.rows.len(), 1);
         assert_eq!((c.rows[0].a, c.rows[0].b), (Some(10.0), Some(0.0)));
         assert_eq!(c.rows[0].ratio(), Some(0.0));
@@ -348,6 +373,24 @@ mod tests {
             compare(&b, &b, "A", "B").invariants_hold,
             (Some(true), Some(true))
         );
+    }
+
+    /// Two runs whose machines ran at different speeds are flagged; close
+    /// calibrations are not.
+    #[test]
+    fn calibrations_far_apart_are_flagged() {
+        let mut a = report("s", json!([{"name": "p"}]), true);
+        let mut b = a.clone();
+        a["machine"] = json!({"cores": 2, "calibration_ms": 16.0});
+        b["machine"] = json!({"cores": 2, "calibration_ms": 32.0});
+        let c = compare(&a, &b, "A", "B");
+        assert_eq!(c.calibration_ms, (Some(16.0), Some(32.0)));
+        let t = table(&c);
+        assert!(t.contains("A 16.0 ms, B 32.0 ms (B/A 2.00)"), "{t}");
+        assert!(t.contains("different speeds"), "{t}");
+        b["machine"]["calibration_ms"] = json!(17.0);
+        let t = table(&compare(&a, &b, "A", "B"));
+        assert!(t.contains("about the same speed"), "{t}");
     }
 
     #[test]
