@@ -127,8 +127,6 @@ pub struct ShowExtras {
     pub key_name: Option<String>,
     /// Its server group, if any.
     pub group_uuid: Option<String>,
-    /// The zone its host's aggregates name, if any.
-    pub zone: Option<String>,
 }
 
 /// A flavor beside one of its extra specs (`kind` `s`; no `item` when it
@@ -1404,27 +1402,17 @@ impl ComputeDb {
 
     /// What a `GET /servers/{id}` of a server in its cell needs from the
     /// API database beside the mapping, in one statement: its key name
-    /// (from the request spec), the uuid of its server group, and the
-    /// availability zone of `host` from the aggregates (`None`: no
-    /// aggregate of the host names a zone, or no host).
-    pub async fn show_extras(
-        &self,
-        uuid: &str,
-        host: Option<&str>,
-    ) -> Result<ShowExtras, ApiError> {
-        let (spec, group_uuid, zone): (Option<String>, Option<String>, Option<String>) = on_pool!(self.pool(), p => sqlx::query_as(
+    /// (from the request spec) and the uuid of its server group.
+    pub async fn show_extras(&self, uuid: &str) -> Result<ShowExtras, ApiError> {
+        let (spec, group_uuid): (Option<String>, Option<String>) = on_pool!(self.pool(), p => sqlx::query_as(
                 "SELECT (SELECT spec FROM request_specs WHERE instance_uuid = $1), \
                  (SELECT g.uuid FROM instance_groups g JOIN instance_group_member gm \
-                  ON gm.group_id = g.id WHERE gm.instance_uuid = $1 LIMIT 1), \
-                 (SELECT m.value FROM aggregate_hosts h JOIN aggregate_metadata m \
-                  ON m.aggregate_id = h.aggregate_id AND m.key = 'availability_zone' \
-                  WHERE h.host = $2 LIMIT 1)")
-                .bind(uuid).bind(host)
+                  ON gm.group_id = g.id WHERE gm.instance_uuid = $1 LIMIT 1)")
+                .bind(uuid)
                 .fetch_one(p).await.map_err(db("show_extras"))?);
         Ok(ShowExtras {
             key_name: spec.as_deref().and_then(key_name_of),
             group_uuid,
-            zone,
         })
     }
 

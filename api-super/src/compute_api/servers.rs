@@ -1101,26 +1101,24 @@ pub async fn show(
 ) -> ApiResult<Json<Value>> {
     let mut s = match locate_with(&app, &ctx, &id, "os_compute_api:servers:show", false).await? {
         Located::Found(Found::Cell(_, mut s)) => {
-            // Landed here outside any group: the key name is remembered,
-            // the zone comes from the hosts' zone cache (as in lists).
-            if let Some(key_name) = app.db.landed_key_name(&s.uuid) {
-                s.key_name = key_name;
-                current_zones(&app, std::slice::from_mut(&mut s)).await?;
-                let mut body = detail_view(&app, &ctx, &s);
-                put_server_groups(&ctx, Vec::new(), &mut body);
-                return Ok(Json(json!({ "server": body })));
-            }
-            // Key name, group and the host's zone: one statement.
-            let x = app.db.show_extras(&s.uuid, s.host.as_deref()).await?;
-            s.key_name = x.key_name;
-            if s.host.is_some() {
-                s.availability_zone = Some(
-                    x.zone
-                        .unwrap_or_else(|| super::services::default_zone(&app)),
-                );
-            }
+            // Landed here outside any group: the key name was remembered
+            // and there is no group; otherwise both are read (one
+            // statement). The zone comes from the hosts' zone cache, as in
+            // lists.
+            let groups = match app.db.landed_key_name(&s.uuid) {
+                Some(key_name) => {
+                    s.key_name = key_name;
+                    Vec::new()
+                }
+                None => {
+                    let x = app.db.show_extras(&s.uuid).await?;
+                    s.key_name = x.key_name;
+                    x.group_uuid.into_iter().collect()
+                }
+            };
+            current_zones(&app, std::slice::from_mut(&mut s)).await?;
             let mut body = detail_view(&app, &ctx, &s);
-            put_server_groups(&ctx, x.group_uuid.into_iter().collect(), &mut body);
+            put_server_groups(&ctx, groups, &mut body);
             return Ok(Json(json!({ "server": body })));
         }
         Located::Found(Found::Build(s)) => s,

@@ -50,6 +50,14 @@ pub fn visible(claims: &Claims, img: &ImageRow) -> bool {
         || matches!(img.visibility.as_str(), "public" | "community")
 }
 
+/// `img` if the caller may see it, else the 404 of image `id`.
+fn if_visible(claims: &Claims, id: &str, img: Option<Image>) -> Result<Image> {
+    match img {
+        Some(img) if visible(claims, &img.row) => Ok(img),
+        _ => Err(ImageError::no_image(id)),
+    }
+}
+
 /// A sort key of `GET /v2/images`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortKey {
@@ -217,12 +225,18 @@ impl BootCache {
             .map(|(img, _)| img.clone())
     }
 
+    /// The write counter, taken before a read whose row [`Self::put`]
+    /// may keep.
+    fn writes(&self) -> u64 {
+        self.writes.load(AtomicOrdering::Acquire)
+    }
+
     fn put(&self, img: &Image, writes_before: u64) {
         if self.ttl.is_zero() {
             return;
         }
         let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
-        if self.writes.load(AtomicOrdering::Acquire) != writes_before {
+        if self.writes() != writes_before {
             return;
         }
         if rows.len() >= BOOT_CACHE_MAX {
@@ -308,30 +322,23 @@ impl ImageService {
         if id.parse::<ImageId>().is_err() {
             return Err(ImageError::no_image(id));
         }
-        match self.db.get(id).await? {
-            Some(img) if visible(claims, &img.row) => Ok(img),
-            _ => Err(ImageError::no_image(id)),
-        }
+        if_visible(claims, id, self.db.get(id).await?)
     }
 
     /// [`Self::get_visible`] through the boot cache.
     async fn get_visible_for_boot(&self, claims: &Claims, id: &str) -> Result<Image> {
         let img = match self.boot_cache.get(id) {
-            Some(img) => img,
+            Some(img) => Some(img),
             None => {
-                let writes = self.boot_cache.writes.load(AtomicOrdering::Acquire);
-                let Some(img) = self.db.get(id).await? else {
-                    return Err(ImageError::no_image(id));
-                };
-                self.boot_cache.put(&img, writes);
+                let writes = self.boot_cache.writes();
+                let img = self.db.get(id).await?;
+                if let Some(img) = &img {
+                    self.boot_cache.put(img, writes);
+                }
                 img
             }
         };
-        if visible(claims, &img.row) {
-            Ok(img)
-        } else {
-            Err(ImageError::no_image(id))
-        }
+        if_visible(claims, id, img)
     }
 
     /// Creates an image (status `queued`) from a create body.

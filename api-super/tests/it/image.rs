@@ -25,7 +25,9 @@ struct ImageEnv {
     reader: String,
     http: reqwest::Client,
     store: PathBuf,
-    _db: Option<testkit::SqliteDb>,
+    /// The SQLite metadata store (kept alive; a test writes behind the
+    /// service through its URL).
+    db: Option<testkit::SqliteDb>,
 }
 
 /// A free local port (for a catalog entry that must name the image port
@@ -89,7 +91,7 @@ async fn start_images(name: &str, pg_url: Option<&str>) -> ImageEnv {
         reader,
         http: reqwest::Client::new(),
         store,
-        _db: Some(db),
+        db: Some(db),
     }
 }
 
@@ -1074,7 +1076,7 @@ async fn boot_lookups_by_id_are_cached_and_see_writes_through_the_service_at_onc
     lookup.find_bootable(&member, &id, 512, 1).await.unwrap();
 
     // Behind the service's back: not seen while the entry lives, seen after.
-    let url = env._db.as_ref().unwrap().url.clone();
+    let url = env.db.as_ref().unwrap().url.clone();
     let other = sqlx::SqlitePool::connect(&url).await.unwrap();
     sqlx::query("UPDATE images SET min_ram = 4096 WHERE id = $1")
         .bind(&id)
