@@ -53,6 +53,32 @@ fn skip_or_panic(what: &str, why: &str) {
     eprintln!("SKIP: {what} unavailable ({why}); set {REQUIRE_ENV}=1 to make this a failure");
 }
 
+/// Ports [`free_port`] hands out: below Linux's ephemeral range (32768 and
+/// up), so that no outgoing connection of a test running beside this one
+/// can be given the port between the probe and the service's bind.
+const FREE_PORTS: std::ops::Range<u32> = 20_000..32_000;
+
+/// A local port that was free a moment ago, for a service whose address
+/// must be known before it starts (e.g. to appear in the identity catalog).
+/// Each test process starts its walk at a place of its own (its process
+/// id), so tests running side by side rarely probe the same ports; a port
+/// taken in between is still possible, only much less likely than with an
+/// ephemeral port (`bind(":0")`), which any connect may be given next.
+pub fn free_port() -> u16 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let span = u64::from(FREE_PORTS.end - FREE_PORTS.start);
+    let start = u64::from(std::process::id()).wrapping_mul(97);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let offset = u32::try_from(start.wrapping_add(n) % span).expect("below the span");
+        let port = u16::try_from(FREE_PORTS.start + offset).expect("ports fit in u16");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FREE_PORTS:?}")
+}
+
 /// Turns a test name into a safe identifier: lowercase alphanumerics and `_`.
 pub fn ident(name: &str) -> String {
     let mut s: String = name

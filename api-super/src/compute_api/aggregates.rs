@@ -259,7 +259,7 @@ pub async fn update(
         .aggregate_update(id, name.as_deref(), zone.as_ref().map(|z| z.as_deref()))
         .await?
         .map_err(|r| refused(id, r, name.as_deref()))?;
-    app.conductor().scheduler().host_state().invalidate().await;
+    app.conductor().scheduler().host_state().invalidate();
     let a = get(&app, id).await?;
     Ok(Json(json!({ "aggregate": view(&ctx, &a, true) })))
 }
@@ -281,7 +281,7 @@ pub async fn delete(
         .aggregate_delete(id)
         .await?
         .map_err(|r| refused(id, r, None))?;
-    app.conductor().scheduler().host_state().invalidate().await;
+    app.conductor().scheduler().host_state().invalidate();
     Ok(Json(json!({})))
 }
 
@@ -379,7 +379,7 @@ async fn set_metadata(
         .aggregate_set_metadata(id, &changes)
         .await?
         .map_err(|r| refused(id, r, None))?;
-    app.conductor().scheduler().host_state().invalidate().await;
+    app.conductor().scheduler().host_state().invalidate();
     let a = get(app, id).await?;
     Ok(Json(json!({ "aggregate": view(ctx, &a, true) })))
 }
@@ -439,7 +439,7 @@ async fn host_change(
         // A host whose compute is gone has no provider to update.
         host_providers(app, host).await.unwrap_or_default()
     };
-    app.conductor().scheduler().host_state().invalidate().await;
+    app.conductor().scheduler().host_state().invalidate();
     let placement = app.conductor().scheduler().placement().clone();
     for rp in providers {
         if let Err(e) = change_provider_aggregate(placement.as_ref(), &rp, &a.uuid, add).await {

@@ -229,7 +229,7 @@ async fn write(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("Service {} could not be found.", s.uuid)))?;
     // The scheduler must see a disabled or forced-down compute at once.
-    app.conductor().scheduler().host_state().invalidate().await;
+    app.conductor().scheduler().host_state().invalidate();
     Ok(row)
 }
 
@@ -470,7 +470,7 @@ pub async fn delete(
                     "could not delete the resource provider of a deleted compute service");
             }
         }
-        app.conductor().scheduler().host_state().invalidate().await;
+        app.conductor().scheduler().host_state().invalidate();
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -9,12 +9,12 @@
 //! Loaded from every enabled cell in parallel and cached for a short time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cell_mapping::CellMapping;
 use chrono::Utc;
-use tokio::sync::Mutex;
 
 use crate::cells::Cells;
 use crate::compute_api::db::ComputeDb;
@@ -64,8 +64,102 @@ pub struct HostStateCache {
     ttl: Duration,
     service_down: Duration,
     default_az: String,
-    cached: Mutex<Option<(Instant, Arc<HostMap>)>>,
-    zones: Mutex<Option<(Instant, Arc<HostZones>)>>,
+    cached: Reloading<HostMap>,
+    zones: Reloading<HostZones>,
+}
+
+/// A value loaded at most once per ttl by whoever asks first after it
+/// expired; while that caller reloads it, everyone else is answered with
+/// the value it replaces (for at most another ttl) instead of waiting.
+/// Scheduling and server shows read the host map and zones on every
+/// request; with a lock held across the reload (several statements, every
+/// cell read) all of them stood still once per ttl, which showed as the
+/// scheduling phase's tail in the boot benchmark.
+///
+/// [`invalidate`](Self::invalidate) forgets the value at once: callers
+/// after it wait for a fresh load, and a load that started before it is
+/// not kept (an epoch), though it still answers its own caller, who asked
+/// before the change.
+#[derive(Debug)]
+struct Reloading<T> {
+    slot: Mutex<Slot<T>>,
+    /// Held by the one caller that is loading.
+    loading: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    value: Option<(Instant, Arc<T>)>,
+    /// Bumped by every invalidation.
+    epoch: u64,
+}
+
+impl<T> Reloading<T> {
+    fn new() -> Self {
+        Self {
+            slot: Mutex::new(Slot {
+                value: None,
+                epoch: 0,
+            }),
+            loading: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot<T>> {
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The value if younger than `ttl`; else the caller reloads it, unless
+    /// another caller is doing so and the old value is younger than twice
+    /// `ttl` (then the old value).
+    async fn get<F, Fut>(
+        &self,
+        ttl: Duration,
+        load: F,
+    ) -> Result<Arc<T>, crate::compute_api::error::ApiError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, crate::compute_api::error::ApiError>>,
+    {
+        let stale = match &self.slot().value {
+            Some((at, v)) if at.elapsed() < ttl => return Ok(v.clone()),
+            Some((at, v)) if at.elapsed() < ttl.saturating_mul(2) => Some(v.clone()),
+            _ => None,
+        };
+        let _loading = match stale {
+            Some(v) => match self.loading.try_lock() {
+                Ok(g) => g,
+                Err(_) => return Ok(v),
+            },
+            None => self.loading.lock().await,
+        };
+        // A caller that held the lock before this one may have loaded it.
+        let epoch = {
+            let slot = self.slot();
+            if let Some((at, v)) = &slot.value {
+                if at.elapsed() < ttl {
+                    return Ok(v.clone());
+                }
+            }
+            slot.epoch
+        };
+        let started = Instant::now();
+        let v = Arc::new(load().await?);
+        let mut slot = self.slot();
+        if slot.epoch == epoch {
+            slot.value = Some((started, v.clone()));
+        }
+        Ok(v)
+    }
+
+    /// Forgets the value (see the type's documentation).
+    fn invalidate(&self) {
+        let mut slot = self.slot();
+        slot.value = None;
+        slot.epoch += 1;
+    }
 }
 
 /// The zone of every host in an aggregate that names one (host → zone);
@@ -88,48 +182,36 @@ impl HostStateCache {
             ttl,
             service_down,
             default_az,
-            cached: Mutex::new(None),
-            zones: Mutex::new(None),
+            cached: Reloading::new(),
+            zones: Reloading::new(),
         }
     }
 
-    /// The current host map (reloaded when older than the ttl).
+    /// The current host map (reloaded when older than the ttl; while one
+    /// caller reloads it, the others get the map it replaces).
     pub async fn get(&self) -> Result<Arc<HostMap>, crate::compute_api::error::ApiError> {
-        let mut c = self.cached.lock().await;
-        if let Some((at, m)) = c.as_ref() {
-            if at.elapsed() < self.ttl {
-                return Ok(m.clone());
-            }
-        }
-        let m = Arc::new(self.load().await?);
-        *c = Some((Instant::now(), m.clone()));
-        Ok(m)
+        self.cached.get(self.ttl, || self.load()).await
     }
 
     /// Forgets the cached map and zones (an operator changed an aggregate
-    /// or a service).
-    pub async fn invalidate(&self) {
-        *self.cached.lock().await = None;
-        *self.zones.lock().await = None;
+    /// or a service): every later caller waits for maps read after this.
+    pub fn invalidate(&self) {
+        self.cached.invalidate();
+        self.zones.invalidate();
     }
 
-    /// The zones of hosts (reloaded when older than the ttl; one statement,
-    /// the aggregates' `availability_zone` keys). Every server show and
-    /// list shows its host's zone as it is now; cached, a show reads no
-    /// aggregate. A zone change made through this process shows at once
-    /// ([`invalidate`](Self::invalidate)); one made through another API
-    /// process within the ttl. The lock is held across the load, so an
-    /// invalidation waits for a load in progress and then clears it.
+    /// The zones of hosts (reloaded when older than the ttl, as the map;
+    /// one statement, the aggregates' `availability_zone` keys). Every
+    /// server show and list shows its host's zone as it is now; cached, a
+    /// show reads no aggregate. A zone change made through this process
+    /// shows at once ([`invalidate`](Self::invalidate)); one made through
+    /// another API process within the ttl.
     pub async fn zones(&self) -> Result<Arc<HostZones>, crate::compute_api::error::ApiError> {
-        let mut c = self.zones.lock().await;
-        if let Some((at, z)) = c.as_ref() {
-            if at.elapsed() < self.ttl {
-                return Ok(z.clone());
-            }
-        }
-        let z: Arc<HostZones> = Arc::new(self.db.host_zones().await?.into_iter().collect());
-        *c = Some((Instant::now(), z.clone()));
-        Ok(z)
+        self.zones
+            .get(self.ttl, || async {
+                Ok(self.db.host_zones().await?.into_iter().collect())
+            })
+            .await
     }
 
     async fn load(&self) -> Result<HostMap, crate::compute_api::error::ApiError> {
@@ -203,5 +285,122 @@ impl HostStateCache {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute_api::error::ApiError;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    const TTL: Duration = Duration::from_millis(200);
+
+    /// Loads count up; each load waits for `gate` when given.
+    async fn load(
+        n: &AtomicU32,
+        gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> Result<u32, ApiError> {
+        let v = n.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(g) = gate {
+            g.await.expect("gate");
+        }
+        Ok(v)
+    }
+
+    #[tokio::test]
+    async fn a_reload_holds_up_only_its_own_caller_and_an_invalidation_wins_over_it() {
+        let r = Arc::new(Reloading::<u32>::new());
+        let n = Arc::new(AtomicU32::new(0));
+        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 1);
+        // Fresh: no load.
+        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 1);
+        assert_eq!(n.load(Ordering::SeqCst), 1);
+
+        // Expired: the first caller reloads (held at the gate) ...
+        tokio::time::sleep(TTL).await;
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let reloading = {
+            let (r, n) = (r.clone(), n.clone());
+            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
+        };
+        while n.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // ... and everyone else gets the old value at once, loading nothing.
+        let old = tokio::time::timeout(Duration::from_secs(5), r.get(TTL, || load(&n, None)))
+            .await
+            .expect("not held up by the reload");
+        assert_eq!(*old.unwrap(), 1);
+        assert_eq!(n.load(Ordering::SeqCst), 2);
+        open.send(()).unwrap();
+        assert_eq!(reloading.await.unwrap(), 2);
+        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 2);
+
+        // An invalidation during a load: the load answers its caller but
+        // is not kept; the next caller loads again.
+        r.invalidate();
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let before = {
+            let (r, n) = (r.clone(), n.clone());
+            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
+        };
+        while n.load(Ordering::SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        r.invalidate();
+        open.send(()).unwrap();
+        assert_eq!(before.await.unwrap(), 3);
+        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 4);
+        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 4);
+    }
+
+    #[tokio::test]
+    async fn with_nothing_or_a_value_older_than_twice_the_ttl_callers_wait_for_the_load() {
+        let r = Arc::new(Reloading::<u32>::new());
+        let n = Arc::new(AtomicU32::new(0));
+        // Nothing yet: a second caller waits for the first one's load and
+        // takes its value.
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let first = {
+            let (r, n) = (r.clone(), n.clone());
+            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
+        };
+        while n.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+        let second = {
+            let (r, n) = (r.clone(), n.clone());
+            tokio::spawn(async move { *r.get(TTL, || load(&n, None)).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!second.is_finished(), "waits for the load in progress");
+        open.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), 1);
+        assert_eq!(second.await.unwrap(), 1);
+
+        // Too old to stand in: a caller waits for the reload in progress.
+        tokio::time::sleep(TTL * 2).await;
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let reload = {
+            let (r, n) = (r.clone(), n.clone());
+            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
+        };
+        while n.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let waiting = {
+            let (r, n) = (r.clone(), n.clone());
+            tokio::spawn(async move { *r.get(TTL, || load(&n, None)).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a value older than twice the ttl is not served"
+        );
+        open.send(()).unwrap();
+        assert_eq!(reload.await.unwrap(), 2);
+        assert_eq!(waiting.await.unwrap(), 2);
+        assert_eq!(n.load(Ordering::SeqCst), 2);
     }
 }

@@ -30,18 +30,8 @@ struct ImageEnv {
     db: Option<testkit::SqliteDb>,
 }
 
-/// A free local port (for a catalog entry that must name the image port
-/// before the image service starts).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn start_images(name: &str, pg_url: Option<&str>) -> ImageEnv {
-    let port = free_port();
+    let port = testkit::free_port();
     let id = start(name, |c| {
         c.endpoints.image = format!("http://127.0.0.1:{port}");
     })

@@ -111,7 +111,7 @@ fn wait_line(p: &mut Proc, marker: &str) -> String {
 }
 
 fn port() -> String {
-    format!("127.0.0.1:{}", super::free_port())
+    format!("127.0.0.1:{}", testkit::free_port())
 }
 
 fn cell_manage(api_db: &str, args: &[&str]) -> String {

@@ -138,35 +138,37 @@ fn start(dir: &std::path::Path) -> Running {
     start_with(dir, &[])
 }
 
-/// A port that was free a moment ago (for services whose address must be
-/// known before they start, e.g. to appear in the identity catalog).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_with(dir: &std::path::Path, env: &[(&str, String)]) -> Running {
     let mut cmd = region(dir);
     for (k, v) in env {
         cmd.env(k, v);
     }
+    // Its log is kept beside its data, and shown when it does not come up.
+    let log = dir.join("region.log");
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("region log"))
         .spawn()
         .expect("start region");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = Vec::new();
+    let mut up = false;
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("read line");
-        let done = line.contains("region is up");
+        up = line.contains("region is up");
         lines.push(line);
-        if done {
+        if up {
             break;
         }
+    }
+    if !up {
+        let status = child.wait().expect("wait for the region");
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        panic!(
+            "the region did not come up ({status}); stdout {lines:?}; its log ends:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
     }
     Running { child, lines }
 }

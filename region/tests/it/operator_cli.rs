@@ -32,7 +32,7 @@ fn openstack_cli_runs_the_operator_apis_with(extra: &[(&'static str, String)]) {
     };
     let dir = testkit::temp_dir("region_operator_cli");
     // The catalog must name the ports really used.
-    let port = || format!("127.0.0.1:{}", super::free_port());
+    let port = || format!("127.0.0.1:{}", testkit::free_port());
     let r = super::start_with(
         &dir,
         &[

@@ -74,7 +74,7 @@ fn openstack_cli_drives_placement() {
         &dir,
         &[(
             "REGION__REGION__PLACEMENT_LISTEN",
-            format!("127.0.0.1:{}", super::free_port()),
+            format!("127.0.0.1:{}", testkit::free_port()),
         )],
     );
     let env = |user: &str, nth: usize, project: &str| Cli {

@@ -54,7 +54,7 @@ fn openstack_cli_server_actions_properties_tags_and_events_with(extra: &[(&'stat
         return;
     };
     let dir = testkit::temp_dir("region_server_actions_cli");
-    let port = || format!("127.0.0.1:{}", super::free_port());
+    let port = || format!("127.0.0.1:{}", testkit::free_port());
     let r = super::start_with(
         &dir,
         &[

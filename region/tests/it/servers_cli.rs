@@ -12,7 +12,7 @@ use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
 /// Starts the region binary in `dir` with `extra` settings, on ports the
 /// catalog can name before they are bound.
 fn start(dir: &Path, extra: &[(&str, String)]) -> super::Running {
-    let port = || format!("127.0.0.1:{}", super::free_port());
+    let port = || format!("127.0.0.1:{}", testkit::free_port());
     let mut env = vec![
         ("REGION__REGION__PLACEMENT_LISTEN", port()),
         ("REGION__REGION__COMPUTE_LISTEN", port()),

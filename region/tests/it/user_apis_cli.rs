@@ -49,7 +49,7 @@ fn openstack_cli_keypairs_flavors_quotas_and_limits_with(extra: &[(&'static str,
         return;
     };
     let dir = testkit::temp_dir("region_user_apis_cli");
-    let port = || format!("127.0.0.1:{}", super::free_port());
+    let port = || format!("127.0.0.1:{}", testkit::free_port());
     let r = super::start_with(
         &dir,
         &[
