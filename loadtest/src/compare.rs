@@ -60,11 +60,17 @@ pub struct Comparison {
     /// Each machine's speed before its run (`machine.calibration_ms`:
     /// lower is faster; `None`: not recorded, an older report).
     pub calibration_ms: (Option<f64>, Option<f64>),
+    /// Each machine's cache probe before its run
+    /// (`machine.cache_probe_ns`: lower is faster; `None`: not recorded).
+    pub cache_probe_ns: (Option<f64>, Option<f64>),
 }
 
 /// How far apart two runs' calibrations may be before the table warns
 /// that their machines ran at different speeds (B / A outside 1 ± this).
 pub const CALIBRATION_TOLERANCE: f64 = 0.15;
+
+/// The same for the cache probe, whose passes spread more.
+pub const CACHE_PROBE_TOLERANCE: f64 = 0.25;
 
 /// The figures compared, as (label, JSON pointer inside a phase).
 const FIGURES: [(&str, &str); 13] = [
@@ -167,6 +173,10 @@ pub fn compare(a: &Value, b: &Value, label_a: &str, label_b: &str) -> Comparison
             a.pointer("/machine/calibration_ms").and_then(Value::as_f64),
             b.pointer("/machine/calibration_ms").and_then(Value::as_f64),
         ),
+        cache_probe_ns: (
+            a.pointer("/machine/cache_probe_ns").and_then(Value::as_f64),
+            b.pointer("/machine/cache_probe_ns").and_then(Value::as_f64),
+        ),
     }
 }
 
@@ -216,19 +226,45 @@ pub fn table(c: &Comparison) -> String {
     for u in &c.unmatched {
         let _ = writeln!(s, "phase only in {u}");
     }
-    if let (Some(ca), Some(cb)) = c.calibration_ms {
-        let ratio = if ca > 0.0 { cb / ca } else { f64::NAN };
-        let note = if (ratio - 1.0).abs() <= CALIBRATION_TOLERANCE {
+    machine_line(
+        &mut s,
+        "machine calibration",
+        "ms",
+        c.calibration_ms,
+        CALIBRATION_TOLERANCE,
+    );
+    machine_line(
+        &mut s,
+        "machine cache probe",
+        "ns",
+        c.cache_probe_ns,
+        CACHE_PROBE_TOLERANCE,
+    );
+    s
+}
+
+/// One machine figure of both runs, and whether they are close enough for
+/// the runs to compare (B / A within 1 ± `tolerance`); nothing when
+/// either run did not record it.
+fn machine_line(
+    s: &mut String,
+    what: &str,
+    unit: &str,
+    (a, b): (Option<f64>, Option<f64>),
+    tolerance: f64,
+) {
+    if let (Some(a), Some(b)) = (a, b) {
+        let ratio = if a > 0.0 { b / a } else { f64::NAN };
+        let note = if (ratio - 1.0).abs() <= tolerance {
             "the machines ran at about the same speed"
         } else {
             "the machines ran at different speeds: part of any difference above is the machine's"
         };
         let _ = writeln!(
             s,
-            "machine calibration: A {ca:.1} ms, B {cb:.1} ms (B/A {ratio:.2}): {note}"
+            "{what}: A {a:.1} {unit}, B {b:.1} {unit} (B/A {ratio:.2}): {note}"
         );
     }
-    s
 }
 
 /// Reads `report.json` at `path`, or inside the directory `path`.
@@ -347,7 +383,8 @@ mod tests {
         b["invariants_checked"] = json!(false);
         let c = compare(&a, &b, "A", "B");
         assert_eq!(c.calibration_ms, (None, None));
-        assert!(!table(&c).contains("calibration"));
+        assert_eq!(c.cache_probe_ns, (None, None));
+        assert!(!table(&c).contains("machine"));
         assert_eq!(c.rows.len(), 1);
         assert_eq!((c.rows[0].a, c.rows[0].b), (Some(10.0), Some(0.0)));
         assert_eq!(c.rows[0].ratio(), Some(0.0));
@@ -391,6 +428,25 @@ mod tests {
         b["machine"]["calibration_ms"] = json!(17.0);
         let t = table(&compare(&a, &b, "A", "B"));
         assert!(t.contains("about the same speed"), "{t}");
+        assert!(!t.contains("cache probe"), "not recorded: {t}");
+
+        // Close calibrations, cache probes far apart (the shared cache
+        // taken by other tenants during one run): flagged.
+        a["machine"]["cache_probe_ns"] = json!(30.0);
+        b["machine"]["cache_probe_ns"] = json!(150.0);
+        let c = compare(&a, &b, "A", "B");
+        assert_eq!(c.cache_probe_ns, (Some(30.0), Some(150.0)));
+        let t = table(&c);
+        assert!(
+            t.contains("machine cache probe: A 30.0 ns, B 150.0 ns (B/A 5.00): the machines ran at different speeds"),
+            "{t}"
+        );
+        b["machine"]["cache_probe_ns"] = json!(36.0);
+        let t = table(&compare(&a, &b, "A", "B"));
+        assert!(
+            t.contains("machine cache probe: A 30.0 ns, B 36.0 ns (B/A 1.20): the machines ran at about the same speed"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -37,6 +37,10 @@ enum Command {
     /// deployment by URL): a table of every figure per phase with B / A,
     /// compare.json and plots.
     Compare(CompareArgs),
+    /// The machine's figures a run records before its load (fixed-loop
+    /// calibration, cache probe), without running anything: to see how
+    /// fast the machine is before benchmarking.
+    Machine,
 }
 
 #[derive(Debug, Args)]
@@ -610,5 +614,14 @@ async fn main() -> Result<()> {
         Command::Boot(a) => boot(*a).await,
         Command::Run(a) => run(a).await,
         Command::Compare(a) => compare(a),
+        Command::Machine => {
+            let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+            println!(
+                "{cores} cores, fixed-loop calibration {:.1} ms, cache probe {:.0} ns (lower is faster)",
+                loadtest::machine::calibration_ms(),
+                loadtest::machine::cache_probe_ns()
+            );
+            Ok(())
+        }
     }
 }

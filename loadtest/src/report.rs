@@ -187,9 +187,13 @@ pub fn summary(r: &RunReport) -> String {
         r.scenario, r.seconds, r.target.hypervisors, r.target.cells, r.target.start_seconds
     );
     if let Some(c) = r.machine["calibration_ms"].as_f64() {
+        let probe = r.machine["cache_probe_ns"]
+            .as_f64()
+            .map(|p| format!(", cache probe {p:.0} ns"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "machine: {} cores, fixed-loop calibration {c:.1} ms before the run (lower is faster; compare runs with close figures)",
+            "machine: {} cores, fixed-loop calibration {c:.1} ms{probe} before the run (lower is faster; compare runs with close figures)",
             r.machine["cores"]
         );
     }

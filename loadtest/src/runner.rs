@@ -1104,9 +1104,14 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     s.validate()?;
     let started_at = Utc::now();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let calibration_ms = tokio::task::spawn_blocking(crate::machine::calibration_ms)
-        .await
-        .context("machine calibration")?;
+    let (calibration_ms, cache_probe_ns) = tokio::task::spawn_blocking(|| {
+        (
+            crate::machine::calibration_ms(),
+            crate::machine::cache_probe_ns(),
+        )
+    })
+    .await
+    .context("machine calibration")?;
     let mut rng = Rng::new(s.seed);
     let poll = Duration::from_millis(s.target.poll_interval_ms.unwrap_or(100));
     let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
@@ -1419,6 +1424,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             "loadavg_before": load_before.trim(),
             "loadavg_after": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
             "calibration_ms": calibration_ms,
+            "cache_probe_ns": cache_probe_ns,
         }),
         target,
         memory,

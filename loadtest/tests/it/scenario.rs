@@ -49,7 +49,10 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
     assert_eq!(v["target"]["hypervisors"], 3);
     let calibration = v["machine"]["calibration_ms"].as_f64().unwrap();
     assert!(calibration > 0.0 && calibration < 60_000.0, "{calibration}");
+    let probe = v["machine"]["cache_probe_ns"].as_f64().unwrap();
+    assert!(probe > 0.0 && probe < 100_000.0, "{probe}");
     assert!(report::summary(&r).contains("fixed-loop calibration"));
+    assert!(report::summary(&r).contains("cache probe"));
     assert!(v["memory"]["rss_after_fleet"].as_u64().unwrap() > 0);
     assert!(
         v["memory"]["peak_bytes"].as_u64().unwrap()
@@ -1179,4 +1182,28 @@ async fn boot_command_attaches_over_https_with_domains_and_microversion() {
     );
     region.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// `loadtest machine` prints the figures a run records before its load.
+#[test]
+fn the_machine_command_prints_the_calibration_and_the_cache_probe() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .arg("machine")
+        .output()
+        .expect("run loadtest machine");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let figure = |after: &str, unit: &str| -> f64 {
+        let rest = text
+            .split(after)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {after:?} in {text}"));
+        rest.trim_start()
+            .split(unit)
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no number after {after:?} in {text}"))
+    };
+    assert!(figure("calibration", " ms") > 0.0, "{text}");
+    assert!(figure("cache probe", " ns") > 0.0, "{text}");
 }
