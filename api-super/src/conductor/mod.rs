@@ -124,6 +124,15 @@ impl SuperConductor {
             Ok(selections) => {
                 for ((b, s), sel) in builds.iter().zip(selections) {
                     if let Err(e) = self.land(b, s, &sel, started).await {
+                        // Taken over meanwhile (this process's heartbeat
+                        // was late and a healer cleaned up after it):
+                        // the claim under this uuid is the new owner's
+                        // now, and so is the build. Releasing it would
+                        // leave that owner's server without allocation.
+                        if self.taken_over(&b.uuid).await {
+                            tracing::error!(instance = %b.uuid, error = %e, "build could not be handed to its cell, and another scheduler has taken it over meanwhile: its claim and its build are that one's");
+                            continue;
+                        }
                         tracing::error!(instance = %b.uuid, error = %e, "build could not be handed to its cell");
                         if let Err(e) = self.scheduler.placement().delete_allocations(&b.uuid).await
                         {
@@ -299,11 +308,30 @@ impl SuperConductor {
             tracing::error!(instance = %b.uuid, "no cell0 mapped: the build request stays");
             return;
         };
+        // A build another scheduler has taken over is that one's to
+        // finish; a row written into cell0 here would stay beside it.
+        if self.taken_over(&b.uuid).await {
+            tracing::error!(instance = %b.uuid, "build failed here and another scheduler has taken it over meanwhile; leaving it to that one");
+            return;
+        }
         if let Err(e) = self
             .try_bury(started, &cell0, b, spec, message, details)
             .await
         {
             tracing::error!(instance = %b.uuid, error = %e, "could not record the failed build in cell0");
+        }
+    }
+
+    /// Whether another scheduler process owns this build now (see
+    /// [`heal`]); `false` when that cannot be read (the build is then
+    /// treated as this process's, as before the question was asked).
+    async fn taken_over(&self, uuid: &str) -> bool {
+        match self.db.build_taken_over(uuid).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(instance = %uuid, error = %e, "cannot tell whether another scheduler has taken the build over");
+                false
+            }
         }
     }
 

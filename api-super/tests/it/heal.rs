@@ -24,6 +24,7 @@ use crate::compute::{placement_get, Region, IMAGE};
 
 const DEAD: &str = "00000000-dead-4000-8000-000000000000";
 const LIVE: &str = "00000000-a11e-4000-8000-000000000000";
+const LATE: &str = "00000000-1a7e-4000-8000-000000000000";
 
 /// One create of `n` instances as `servers::create` builds it.
 async fn builds(
@@ -446,6 +447,88 @@ async fn a_scheduler_with_a_stale_heartbeat_gives_its_builds_up() {
     assert_eq!(rows_across_cells(&cells, &id).await, (0, 0));
     let s = crate::common::json(&region.show(&region.admin, &id).await);
     assert_eq!(s["server"]["status"], "BUILD", "{s}");
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
+
+/// A scheduler process whose build was taken over while it was landing it
+/// (its heartbeat was late; a healer cleaned up after it and claimed and
+/// wrote the instance itself) must leave the claim under that uuid and the
+/// build alone when its own cell write fails: the claim is the new owner's
+/// by then, and a row it buried in cell0 would stay beside the new
+/// owner's instance. Here the new owner's row is already in the only cell,
+/// so the late process's create fails there.
+#[tokio::test]
+async fn a_build_taken_over_while_it_lands_is_left_to_its_new_owner() {
+    let region = Region::start_with("heal_taken_over", 1, 2, |_| {}).await;
+    let api_db = ComputeDb::new(region.api.clone());
+    api_db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
+    let taken = create(&region, Some(LIVE), "taken", 1, Utc::now()).await;
+    let (b, spec) = &taken[0];
+    let cells = cell_dbs(&region).await;
+    cells[1]
+        .create_api_instance(&NewCellInstance {
+            uuid: b.uuid.clone(),
+            project_id: b.project_id.clone(),
+            user_id: b.user_id.clone(),
+            display_name: Some(b.display_name.clone()),
+            flavor: b.flavor.clone(),
+            image_ref: b.image_ref.clone(),
+            host: Some("c1-host2".into()),
+            node: Some("c1-host2".into()),
+            availability_zone: Some("nova".into()),
+            created_at: b.created_at,
+            request_id: spec.request_id.clone(),
+            global_request_id: spec.global_request_id.clone(),
+            reservation_id: b.reservation_id.clone(),
+            launch_index: 0,
+            error: None,
+            scheduled_from: Some(Utc::now()),
+        })
+        .await
+        .unwrap();
+
+    // The late process: its own scheduler and super-conductor on the same
+    // databases and placement, owner `LATE`.
+    let cache = cell_mapping::CellCache::start(
+        region.api.clone(),
+        cell_mapping::CacheConfig {
+            refresh_interval_ms: 60_000,
+        },
+    )
+    .await
+    .unwrap();
+    let cells_of_late = api_super::cells::Cells::new(cache);
+    let db = ComputeDb::new(region.api.clone()).with_owner(LATE);
+    let hosts = api_super::scheduler::host_state::HostStateCache::new(
+        db.clone(),
+        cells_of_late.clone(),
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+        "nova".into(),
+    );
+    let placement: std::sync::Arc<dyn SchedulerPlacement> = std::sync::Arc::new(
+        HttpPlacement::new(&format!("http://{}", region.placement.addr), "admin").unwrap(),
+    );
+    let scheduler = std::sync::Arc::new(api_super::scheduler::Scheduler::new(
+        Default::default(),
+        placement,
+        hosts,
+    ));
+    let late = api_super::conductor::SuperConductor::new(db, cells_of_late, scheduler);
+    late.schedule_and_build(taken.clone()).await;
+
+    // Its claim went through and its cell write did not; it released
+    // nothing, buried nothing, and the build is still the new owner's.
+    assert_eq!(allocations(&region, &b.uuid).await.len(), 1);
+    assert_eq!(rows_across_cells(&cells, &b.uuid).await, (1, 0));
+    assert_eq!(
+        api_db.build_owner(&b.uuid).await.unwrap(),
+        Some(Some(LIVE.to_owned()))
+    );
+    assert_eq!(api_db.rows_for(&b.uuid).await.unwrap(), (1, 1, 1));
     for c in cells {
         c.close().await;
     }
