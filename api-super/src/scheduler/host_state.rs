@@ -308,71 +308,76 @@ mod tests {
         Ok(v)
     }
 
+    type Shared = (Arc<Reloading<u32>>, Arc<AtomicU32>);
+
+    /// A caller of `get` in a task of its own; with a gate, a load it
+    /// starts waits for the gate.
+    fn spawn_get(
+        (r, n): &Shared,
+        gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> tokio::task::JoinHandle<u32> {
+        let (r, n) = (r.clone(), n.clone());
+        tokio::spawn(async move { *r.get(TTL, || load(&n, gate)).await.unwrap() })
+    }
+
+    /// Waits until `k` loads have started.
+    async fn loads_started((_, n): &Shared, k: u32) {
+        while n.load(Ordering::SeqCst) < k {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn shared() -> Shared {
+        (Arc::new(Reloading::new()), Arc::new(AtomicU32::new(0)))
+    }
+
     #[tokio::test]
     async fn a_reload_holds_up_only_its_own_caller_and_an_invalidation_wins_over_it() {
-        let r = Arc::new(Reloading::<u32>::new());
-        let n = Arc::new(AtomicU32::new(0));
-        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 1);
+        let sh = shared();
+        let (r, n) = &sh;
+        assert_eq!(*r.get(TTL, || load(n, None)).await.unwrap(), 1);
         // Fresh: no load.
-        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 1);
+        assert_eq!(*r.get(TTL, || load(n, None)).await.unwrap(), 1);
         assert_eq!(n.load(Ordering::SeqCst), 1);
 
         // Expired: the first caller reloads (held at the gate) ...
         tokio::time::sleep(TTL).await;
         let (open, gate) = tokio::sync::oneshot::channel();
-        let reloading = {
-            let (r, n) = (r.clone(), n.clone());
-            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
-        };
-        while n.load(Ordering::SeqCst) < 2 {
-            tokio::task::yield_now().await;
-        }
+        let reloading = spawn_get(&sh, Some(gate));
+        loads_started(&sh, 2).await;
         // ... and everyone else gets the old value at once, loading nothing.
-        let old = tokio::time::timeout(Duration::from_secs(5), r.get(TTL, || load(&n, None)))
+        let old = tokio::time::timeout(Duration::from_secs(5), r.get(TTL, || load(n, None)))
             .await
             .expect("not held up by the reload");
         assert_eq!(*old.unwrap(), 1);
         assert_eq!(n.load(Ordering::SeqCst), 2);
         open.send(()).unwrap();
         assert_eq!(reloading.await.unwrap(), 2);
-        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 2);
+        assert_eq!(*r.get(TTL, || load(n, None)).await.unwrap(), 2);
 
         // An invalidation during a load: the load answers its caller but
         // is not kept; the next caller loads again.
         r.invalidate();
         let (open, gate) = tokio::sync::oneshot::channel();
-        let before = {
-            let (r, n) = (r.clone(), n.clone());
-            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
-        };
-        while n.load(Ordering::SeqCst) < 3 {
-            tokio::task::yield_now().await;
-        }
+        let before = spawn_get(&sh, Some(gate));
+        loads_started(&sh, 3).await;
         r.invalidate();
         open.send(()).unwrap();
         assert_eq!(before.await.unwrap(), 3);
-        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 4);
-        assert_eq!(*r.get(TTL, || load(&n, None)).await.unwrap(), 4);
+        assert_eq!(*r.get(TTL, || load(n, None)).await.unwrap(), 4);
+        assert_eq!(*r.get(TTL, || load(n, None)).await.unwrap(), 4);
     }
 
     #[tokio::test]
     async fn with_nothing_or_a_value_older_than_twice_the_ttl_callers_wait_for_the_load() {
-        let r = Arc::new(Reloading::<u32>::new());
-        let n = Arc::new(AtomicU32::new(0));
+        let sh = shared();
+        let (_, n) = &sh;
         // Nothing yet: a second caller waits for the first one's load and
         // takes its value.
         let (open, gate) = tokio::sync::oneshot::channel();
-        let first = {
-            let (r, n) = (r.clone(), n.clone());
-            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
-        };
-        while n.load(Ordering::SeqCst) < 1 {
-            tokio::task::yield_now().await;
-        }
-        let second = {
-            let (r, n) = (r.clone(), n.clone());
-            tokio::spawn(async move { *r.get(TTL, || load(&n, None)).await.unwrap() })
-        };
+        let first = spawn_get(&sh, Some(gate));
+        loads_started(&sh, 1).await;
+        let second = spawn_get(&sh, None);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!second.is_finished(), "waits for the load in progress");
         open.send(()).unwrap();
@@ -382,17 +387,9 @@ mod tests {
         // Too old to stand in: a caller waits for the reload in progress.
         tokio::time::sleep(TTL * 2).await;
         let (open, gate) = tokio::sync::oneshot::channel();
-        let reload = {
-            let (r, n) = (r.clone(), n.clone());
-            tokio::spawn(async move { *r.get(TTL, || load(&n, Some(gate))).await.unwrap() })
-        };
-        while n.load(Ordering::SeqCst) < 2 {
-            tokio::task::yield_now().await;
-        }
-        let waiting = {
-            let (r, n) = (r.clone(), n.clone());
-            tokio::spawn(async move { *r.get(TTL, || load(&n, None)).await.unwrap() })
-        };
+        let reload = spawn_get(&sh, Some(gate));
+        loads_started(&sh, 2).await;
+        let waiting = spawn_get(&sh, None);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(
             !waiting.is_finished(),
