@@ -73,8 +73,8 @@ pub struct HostStateCache {
 /// the value it replaces (for at most another ttl) instead of waiting.
 /// Scheduling and server shows read the host map and zones on every
 /// request; with a lock held across the reload (several statements, every
-/// cell read) all of them stood still once per ttl, which showed as the
-/// scheduling phase's tail in the boot benchmark.
+/// cell read) all of them stood still once per ttl. (The boot benchmark's
+/// figures did not move with this; see docs/BENCHMARKS.md.)
 ///
 /// [`invalidate`](Self::invalidate) forgets the value at once: callers
 /// after it wait for a fresh load, and a load that started before it is

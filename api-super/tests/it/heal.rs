@@ -92,6 +92,34 @@ async fn create(
     b
 }
 
+/// The instance row a scheduler process writes into a cell for build `b`
+/// on `host` (a leftover of a half-done landing, or another owner's row).
+fn row_of(
+    b: &BuildInstance,
+    spec: &RequestSpec,
+    host: &str,
+    scheduled_from: DateTime<Utc>,
+) -> NewCellInstance {
+    NewCellInstance {
+        uuid: b.uuid.clone(),
+        project_id: b.project_id.clone(),
+        user_id: b.user_id.clone(),
+        display_name: Some(b.display_name.clone()),
+        flavor: b.flavor.clone(),
+        image_ref: b.image_ref.clone(),
+        host: Some(host.into()),
+        node: Some(host.into()),
+        availability_zone: Some("nova".into()),
+        created_at: b.created_at,
+        request_id: spec.request_id.clone(),
+        global_request_id: spec.global_request_id.clone(),
+        reservation_id: b.reservation_id.clone(),
+        launch_index: b.launch_index,
+        error: None,
+        scheduled_from: Some(scheduled_from),
+    }
+}
+
 /// The cell databases of a region (cell0 first).
 async fn cell_dbs(region: &Region) -> Vec<CellDb> {
     let mut out = Vec::new();
@@ -220,24 +248,7 @@ async fn builds_of_a_dead_scheduler_are_healed_exactly_once() {
         .unwrap());
     let cells = cell_dbs(&region).await;
     cells[1]
-        .create_api_instance(&NewCellInstance {
-            uuid: hb.uuid.clone(),
-            project_id: hb.project_id.clone(),
-            user_id: hb.user_id.clone(),
-            display_name: Some(hb.display_name.clone()),
-            flavor: hb.flavor.clone(),
-            image_ref: hb.image_ref.clone(),
-            host: Some("c1-host1".into()),
-            node: Some("c1-host1".into()),
-            availability_zone: Some("nova".into()),
-            created_at: hb.created_at,
-            request_id: hs.request_id.clone(),
-            global_request_id: hs.global_request_id.clone(),
-            reservation_id: hb.reservation_id.clone(),
-            launch_index: 0,
-            error: None,
-            scheduled_from: Some(an_hour_ago),
-        })
+        .create_api_instance(&row_of(hb, hs, "c1-host1", an_hour_ago))
         .await
         .unwrap();
     assert_eq!(rows_across_cells(&cells, &hb.uuid).await, (1, 0));
@@ -469,24 +480,7 @@ async fn a_build_taken_over_while_it_lands_is_left_to_its_new_owner() {
     let (b, spec) = &taken[0];
     let cells = cell_dbs(&region).await;
     cells[1]
-        .create_api_instance(&NewCellInstance {
-            uuid: b.uuid.clone(),
-            project_id: b.project_id.clone(),
-            user_id: b.user_id.clone(),
-            display_name: Some(b.display_name.clone()),
-            flavor: b.flavor.clone(),
-            image_ref: b.image_ref.clone(),
-            host: Some("c1-host2".into()),
-            node: Some("c1-host2".into()),
-            availability_zone: Some("nova".into()),
-            created_at: b.created_at,
-            request_id: spec.request_id.clone(),
-            global_request_id: spec.global_request_id.clone(),
-            reservation_id: b.reservation_id.clone(),
-            launch_index: 0,
-            error: None,
-            scheduled_from: Some(Utc::now()),
-        })
+        .create_api_instance(&row_of(b, spec, "c1-host2", Utc::now()))
         .await
         .unwrap();
 
