@@ -103,6 +103,13 @@ impl Error {
         }
     }
 
+    /// Whether a statement failed on a unique constraint (a row with that
+    /// key exists already).
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, Error::Db { source, .. }
+            if source.as_database_error().is_some_and(|d| d.is_unique_violation()))
+    }
+
     /// The error and all its causes on one line, `a: b: c`.
     pub fn one_line(&self) -> String {
         let mut s = self.to_string();

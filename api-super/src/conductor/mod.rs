@@ -199,7 +199,7 @@ impl SuperConductor {
             }
         }
         let cdb = self.cells.db(cell).await.map_err(|e| chain(&e))?;
-        cdb.create_api_instance(&new_instance(
+        let row = new_instance(
             b,
             spec,
             Some((&sel.host.host, &sel.host.node)),
@@ -210,9 +210,40 @@ impl SuperConductor {
             ),
             None,
             started,
-        ))
-        .await
-        .map_err(|e| chain(&e))?;
+        );
+        let row_id = match cdb.create_api_instance(&row).await {
+            Ok(id) => id,
+            Err(e) if e.is_duplicate() => {
+                // A row of this uuid is in the cell already. Either another
+                // process took the build over and wrote it (its business:
+                // leave everything to it), or a process this one took the
+                // build over from wrote it late, after the take-over's
+                // clean-up: that row can never land (landing needs the
+                // build), so it goes, unless a compute launched it, and the
+                // create is tried once more.
+                // Unknown owner: nothing is removed.
+                if self.db.build_taken_over(&b.uuid).await.map_err(|o| {
+                    format!(
+                        "{}; and who owns the build cannot be read: {}",
+                        chain(&e),
+                        chain(&o)
+                    )
+                })? {
+                    tracing::error!(instance = %b.uuid, cell = %cell.uuid, "build taken over by another scheduler before it landed; leaving it to that one");
+                    return Ok(());
+                }
+                if !cdb
+                    .api_purge_unlanded(&b.uuid)
+                    .await
+                    .map_err(|e| chain(&e))?
+                {
+                    return Err(chain(&e));
+                }
+                tracing::warn!(instance = %b.uuid, cell = %cell.uuid, "removed a row a previous owner of the build wrote after it lost the build; creating the instance again");
+                cdb.create_api_instance(&row).await.map_err(|e| chain(&e))?
+            }
+            Err(e) => return Err(chain(&e)),
+        };
         let landed = self
             .db
             .finish_build(&b.uuid, cell.id)
@@ -222,9 +253,16 @@ impl SuperConductor {
             if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
                 // Another process found this one's heartbeat stale and
                 // drives the build now: the claim and the instance are
-                // its business. The row just created here is left for it
-                // (it may already have been replaced by the other's own).
+                // its business. The row just created here will never land
+                // and goes (by its id: a row the new owner wrote since in
+                // this cell is another one).
                 tracing::error!(instance = %b.uuid, cell = %cell.uuid, "build taken over by another scheduler before it landed; leaving it to that one");
+                match cdb.api_remove_unlanded_row(&b.uuid, row_id).await {
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(instance = %b.uuid, cell = %cell.uuid, error = %chain(&e), "could not remove the row this scheduler wrote for a build it lost");
+                    }
+                }
                 return Ok(());
             }
             tracing::info!(instance = %b.uuid, "server deleted while it was scheduled");

@@ -120,6 +120,38 @@ fn row_of(
     }
 }
 
+/// Another scheduler process beside the region's: its own cell cache,
+/// scheduler and super-conductor on the region's databases and placement,
+/// writing builds as `owner`.
+async fn scheduler_process(region: &Region, owner: &str) -> api_super::conductor::SuperConductor {
+    let cache = cell_mapping::CellCache::start(
+        region.api.clone(),
+        cell_mapping::CacheConfig {
+            refresh_interval_ms: 60_000,
+        },
+    )
+    .await
+    .unwrap();
+    let cells = api_super::cells::Cells::new(cache);
+    let db = ComputeDb::new(region.api.clone()).with_owner(owner);
+    let hosts = api_super::scheduler::host_state::HostStateCache::new(
+        db.clone(),
+        cells.clone(),
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+        "nova".into(),
+    );
+    let placement: std::sync::Arc<dyn SchedulerPlacement> = std::sync::Arc::new(
+        HttpPlacement::new(&format!("http://{}", region.placement.addr), "admin").unwrap(),
+    );
+    let scheduler = std::sync::Arc::new(api_super::scheduler::Scheduler::new(
+        Default::default(),
+        placement,
+        hosts,
+    ));
+    api_super::conductor::SuperConductor::new(db, cells, scheduler)
+}
+
 /// The cell databases of a region (cell0 first).
 async fn cell_dbs(region: &Region) -> Vec<CellDb> {
     let mut out = Vec::new();
@@ -484,34 +516,8 @@ async fn a_build_taken_over_while_it_lands_is_left_to_its_new_owner() {
         .await
         .unwrap();
 
-    // The late process: its own scheduler and super-conductor on the same
-    // databases and placement, owner `LATE`.
-    let cache = cell_mapping::CellCache::start(
-        region.api.clone(),
-        cell_mapping::CacheConfig {
-            refresh_interval_ms: 60_000,
-        },
-    )
-    .await
-    .unwrap();
-    let cells_of_late = api_super::cells::Cells::new(cache);
-    let db = ComputeDb::new(region.api.clone()).with_owner(LATE);
-    let hosts = api_super::scheduler::host_state::HostStateCache::new(
-        db.clone(),
-        cells_of_late.clone(),
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-        "nova".into(),
-    );
-    let placement: std::sync::Arc<dyn SchedulerPlacement> = std::sync::Arc::new(
-        HttpPlacement::new(&format!("http://{}", region.placement.addr), "admin").unwrap(),
-    );
-    let scheduler = std::sync::Arc::new(api_super::scheduler::Scheduler::new(
-        Default::default(),
-        placement,
-        hosts,
-    ));
-    let late = api_super::conductor::SuperConductor::new(db, cells_of_late, scheduler);
+    // The late process.
+    let late = scheduler_process(&region, LATE).await;
     late.schedule_and_build(taken.clone()).await;
 
     // Its claim went through and its cell write did not; it released
@@ -523,6 +529,89 @@ async fn a_build_taken_over_while_it_lands_is_left_to_its_new_owner() {
         Some(Some(LIVE.to_owned()))
     );
     assert_eq!(api_db.rows_for(&b.uuid).await.unwrap(), (1, 1, 1));
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
+
+/// A process that lost its build (its heartbeat was late) and then wrote
+/// the instance into a cell other than the one the new owner chose: its
+/// landing fails, and the row it wrote goes with it (only that row: the
+/// new owner's, in the other cell, stays).
+#[tokio::test]
+async fn a_late_process_removes_the_row_it_wrote_for_a_build_it_lost() {
+    let region = Region::start_with("heal_late_row", 2, 1, |_| {}).await;
+    let api_db = ComputeDb::new(region.api.clone());
+    api_db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
+    let mut taken = create(&region, Some(LIVE), "lost", 1, Utc::now()).await;
+    let cells = cell_dbs(&region).await;
+    let owners_row = cells[1]
+        .create_api_instance(&row_of(&taken[0].0, &taken[0].1, "c1-host1", Utc::now()))
+        .await
+        .unwrap();
+    // The late process's scheduler picks the other cell's host.
+    taken[0].1.force_host = Some("c2-host1".into());
+    let uuid = taken[0].0.uuid.clone();
+
+    scheduler_process(&region, LATE)
+        .await
+        .schedule_and_build(taken)
+        .await;
+
+    assert_eq!(rows_across_cells(&cells, &uuid).await, (1, 0));
+    assert!(cells[2].api_instance(&uuid).await.unwrap().is_none());
+    assert!(cells[1].api_instance(&uuid).await.unwrap().is_some());
+    // The owner's row is untouched by that removal (another id).
+    assert!(!cells[1]
+        .api_remove_unlanded_row(&uuid, owners_row + 1_000_000)
+        .await
+        .unwrap());
+    assert_eq!(
+        api_db.build_owner(&uuid).await.unwrap(),
+        Some(Some(LIVE.to_owned()))
+    );
+    assert_eq!(api_db.rows_for(&uuid).await.unwrap(), (1, 1, 1));
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
+
+/// The other order: a process that lost a build wrote its row after the
+/// new owner's clean-up, into the cell the new owner then chose. The new
+/// owner's create meets that row; since the build is still its own, the
+/// row can never land, so it goes and the create is made again: the
+/// server ends ACTIVE with one row, not in cell0 with a leftover beside it.
+#[tokio::test]
+async fn a_row_written_late_by_a_previous_owner_gives_way_to_the_owners_create() {
+    let region = Region::start_with("heal_late_row_same_cell", 1, 2, |_| {}).await;
+    let api_db = ComputeDb::new(region.api.clone());
+    api_db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
+    let builds = create(&region, Some(LIVE), "owned", 1, Utc::now()).await;
+    let (b, spec) = &builds[0];
+    let cells = cell_dbs(&region).await;
+    let leftover = cells[1]
+        .create_api_instance(&row_of(b, spec, "c1-host2", Utc::now()))
+        .await
+        .unwrap();
+    let uuid = b.uuid.clone();
+
+    scheduler_process(&region, LIVE)
+        .await
+        .schedule_and_build(builds)
+        .await;
+
+    let (build_requests, specs, mappings) = api_db.rows_for(&uuid).await.unwrap();
+    assert_eq!((build_requests, specs, mappings), (0, 1, 1));
+    assert_eq!(rows_across_cells(&cells, &uuid).await, (1, 0));
+    assert!(cells[0].api_instance(&uuid).await.unwrap().is_none());
+    // Not the leftover: that row is gone.
+    assert!(!cells[1]
+        .api_remove_unlanded_row(&uuid, leftover)
+        .await
+        .unwrap());
+    assert_healed(&region, &cells, &api_db, &uuid).await;
     for c in cells {
         c.close().await;
     }

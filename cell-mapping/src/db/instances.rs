@@ -448,7 +448,11 @@ impl CellDb {
     /// Creates the instance row, its flavor, its `create` action and (in
     /// ERROR) its fault, in one transaction. Building instances start in
     /// `building` / `scheduling`; failed ones in `error` with no task.
-    pub async fn create_api_instance(&self, n: &NewCellInstance) -> Result<(), Error> {
+    /// Returns the new row's id (what tells this row from another one of
+    /// the same uuid written later: [`CellDb::api_remove_unlanded_row`]).
+    /// A row of that uuid already in this cell fails it with an error for
+    /// which [`Error::is_duplicate`] holds.
+    pub async fn create_api_instance(&self, n: &NewCellInstance) -> Result<i64, Error> {
         let (vm_state, task_state) = match n.error {
             None => (
                 fabric::rpc::vm_state::BUILDING,
@@ -487,19 +491,20 @@ impl CellDb {
             // its scheduling event in one statement (one round trip, no
             // BEGIN/COMMIT; the foreign keys are checked at its end).
             let sql = format!(
-                "WITH i AS ({INSERT_INSTANCE} RETURNING uuid), \
+                "WITH i AS ({INSERT_INSTANCE} RETURNING uuid, id), \
                  x AS (INSERT INTO instance_extra (instance_uuid, flavor, created_at) \
                  SELECT uuid, $20, $19 FROM i), \
                  a AS (INSERT INTO instance_actions (instance_uuid, action, request_id, \
                  global_request_id, user_id, project_id, start_time, created_at) \
-                 SELECT uuid, $21, $22, $23, $2, $3, $24, $24 FROM i RETURNING id) \
-                 INSERT INTO instance_actions_events (action_id, event, result, request_id, \
+                 SELECT uuid, $21, $22, $23, $2, $3, $24, $24 FROM i RETURNING id), \
+                 e AS (INSERT INTO instance_actions_events (action_id, event, result, request_id, \
                  global_request_id, start_time, finish_time, created_at) \
-                 SELECT id, $25, $26, $22, $23, $27, $19, $19 FROM a WHERE $27::TIMESTAMPTZ IS NOT NULL"
+                 SELECT id, $25, $26, $22, $23, $27, $19, $19 FROM a WHERE $27::TIMESTAMPTZ IS NOT NULL) \
+                 SELECT id FROM i"
             );
-            measured(
+            return measured(
                 "api_instance_create",
-                bind_instance!(sqlx::query(&sql))
+                bind_instance!(sqlx::query_scalar::<_, i64>(&sql))
                     .bind(&flavor)
                     .bind(fabric::rpc::action::CREATE)
                     .bind(&n.request_id)
@@ -508,15 +513,15 @@ impl CellDb {
                     .bind(EV_SCHEDULE_AND_BUILD)
                     .bind(fabric::rpc::action::SUCCESS)
                     .bind(n.scheduled_from)
-                    .execute(p),
+                    .fetch_one(p),
             )
-            .await?;
-            return Ok(());
+            .await;
         }
-        with_pool!(self.pool(), p => {
+        Ok(with_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
-            measured("api_instance_insert", bind_instance!(sqlx::query(INSERT_INSTANCE))
-                .execute(&mut *tx)).await?;
+            let id: i64 = measured("api_instance_insert",
+                bind_instance!(sqlx::query_scalar(&format!("{INSERT_INSTANCE} RETURNING id")))
+                .fetch_one(&mut *tx)).await?;
             measured("api_instance_extra_insert", sqlx::query(
                 "INSERT INTO instance_extra (instance_uuid, flavor, created_at) VALUES ($1, $2, $3)")
                 .bind(&n.uuid).bind(&flavor).bind(t)
@@ -553,8 +558,8 @@ impl CellDb {
                     .execute(&mut *tx)).await?;
             }
             tx.commit().await.map_err(db("commit"))?;
-        });
-        Ok(())
+            id
+        }))
     }
 
     /// The instance (deleted ones too).
@@ -792,6 +797,19 @@ impl CellDb {
         let n = with_pool!(self.pool(), p => measured("api_instance_purge_unlanded", sqlx::query(
             "DELETE FROM instances WHERE uuid = $1 AND launched_at IS NULL")
             .bind(uuid).execute(p)).await?.rows_affected());
+        Ok(n > 0)
+    }
+
+    /// Removes the row `id` of `uuid` that this caller created
+    /// ([`CellDb::create_api_instance`]'s answer) and then could not land
+    /// (another scheduler process had taken the build over), unless a
+    /// compute launched it. Unlike [`CellDb::api_purge_unlanded`] it
+    /// cannot remove a row of the same uuid that the new owner wrote since.
+    /// Returns whether the row was removed.
+    pub async fn api_remove_unlanded_row(&self, uuid: &str, id: i64) -> Result<bool, Error> {
+        let n = with_pool!(self.pool(), p => measured("api_instance_remove_unlanded", sqlx::query(
+            "DELETE FROM instances WHERE uuid = $1 AND id = $2 AND launched_at IS NULL")
+            .bind(uuid).bind(id).execute(p)).await?.rows_affected());
         Ok(n > 0)
     }
 

@@ -25,8 +25,16 @@ async fn count(db: &CellDb, sql: &str, uuid: &str) -> i64 {
 
 async fn create(db: &CellDb, host: Option<&str>) -> String {
     let uuid = uuid::Uuid::new_v4().to_string();
-    db.create_api_instance(&NewCellInstance {
-        uuid: uuid.clone(),
+    db.create_api_instance(&building(&uuid, host))
+        .await
+        .expect("create");
+    uuid
+}
+
+/// A building instance `uuid` on `host`, as the super-conductor writes it.
+pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
+    NewCellInstance {
+        uuid: uuid.to_owned(),
         project_id: "p1".into(),
         user_id: "u1".into(),
         display_name: Some("vm".into()),
@@ -50,10 +58,7 @@ async fn create(db: &CellDb, host: Option<&str>) -> String {
         launch_index: 0,
         error: None,
         scheduled_from: None,
-    })
-    .await
-    .expect("create");
-    uuid
+    }
 }
 
 fn record(rid: &str) -> ActionRecord {

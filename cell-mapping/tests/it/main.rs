@@ -11,3 +11,4 @@ mod flows;
 mod local_delete;
 mod operator_db;
 mod server_actions;
+mod unlanded;
