@@ -220,8 +220,8 @@ impl SuperConductor {
                 // build over from wrote it late, after the take-over's
                 // clean-up: that row can never land (landing needs the
                 // build), so it goes, unless a compute launched it, and the
-                // create is tried once more.
-                // Unknown owner: nothing is removed.
+                // create is tried once more. If the owner cannot be read,
+                // nothing is removed.
                 if self.db.build_taken_over(&b.uuid).await.map_err(|o| {
                     format!(
                         "{}; and who owns the build cannot be read: {}",
