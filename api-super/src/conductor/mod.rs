@@ -414,7 +414,10 @@ impl SuperConductor {
     }
 }
 
-fn new_instance(
+/// The cell row a scheduler process writes for build `b`: on `host`
+/// (`(host, node)`) in `availability_zone`, or in ERROR with `error`
+/// (cell0), its create action scheduled from `scheduled_from`.
+pub fn new_instance(
     b: &BuildInstance,
     spec: &RequestSpec,
     host: Option<(&str, &str)>,

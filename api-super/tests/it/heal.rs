@@ -93,31 +93,22 @@ async fn create(
 }
 
 /// The instance row a scheduler process writes into a cell for build `b`
-/// on `host` (a leftover of a half-done landing, or another owner's row).
+/// on `host` (a leftover of a half-done landing, or another owner's row):
+/// the conductor's own.
 fn row_of(
     b: &BuildInstance,
     spec: &RequestSpec,
     host: &str,
     scheduled_from: DateTime<Utc>,
 ) -> NewCellInstance {
-    NewCellInstance {
-        uuid: b.uuid.clone(),
-        project_id: b.project_id.clone(),
-        user_id: b.user_id.clone(),
-        display_name: Some(b.display_name.clone()),
-        flavor: b.flavor.clone(),
-        image_ref: b.image_ref.clone(),
-        host: Some(host.into()),
-        node: Some(host.into()),
-        availability_zone: Some("nova".into()),
-        created_at: b.created_at,
-        request_id: spec.request_id.clone(),
-        global_request_id: spec.global_request_id.clone(),
-        reservation_id: b.reservation_id.clone(),
-        launch_index: b.launch_index,
-        error: None,
-        scheduled_from: Some(scheduled_from),
-    }
+    api_super::conductor::new_instance(
+        b,
+        spec,
+        Some((host, host)),
+        Some("nova".into()),
+        None,
+        scheduled_from,
+    )
 }
 
 /// Another scheduler process beside the region's: its own cell cache,
