@@ -128,8 +128,13 @@ pub async fn announce(
     Ok(())
 }
 
-/// How long the announcer waits after a change for more to send with it.
-const LINGER: Duration = Duration::from_millis(2);
+/// How long the announcer waits after a change for more to send with it:
+/// at most one notification (of each kind) per `LINGER` from a busy
+/// process. Every notification is a statement here and wakes every
+/// listening backend and process (this one's too); another process's index
+/// lags by up to this much more, which can only cost it a claim answered
+/// 409 (see the module's notes), never an over-allocation.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// Sends this process's announcements from one background task, merging
 /// what arrives within [`LINGER`] of each other into as few notifications

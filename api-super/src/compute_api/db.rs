@@ -262,7 +262,15 @@ impl ComputeDb {
             api,
             owner: None,
             landed: Default::default(),
+            create_reads: Default::default(),
         }
+    }
+
+    /// The same database, answering [`Self::flavor_for_create`] from memory
+    /// for `ttl` after a read (zero: never; see [`CreateReadsCache`]).
+    pub fn with_create_reads_cache(mut self, ttl: std::time::Duration) -> Self {
+        self.create_reads = std::sync::Arc::new(CreateReadsCache::new(ttl));
+        self
     }
 
     /// The cell and project of a landed server this process knows (see
@@ -338,6 +346,7 @@ impl ComputeDb {
 
     /// Creates `f` unless a flavor with its id or name exists.
     pub async fn create_flavor_if_absent(&self, f: &NewFlavor) -> Result<bool, ApiError> {
+        let _forget = self.create_reads.forget_after();
         let n = on_pool!(self.pool(), p => sqlx::query(
             "INSERT INTO flavors (flavorid, name, memory_mb, vcpus, root_gb, created_at) \
              SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS \
@@ -785,6 +794,98 @@ pub struct ComputeDb {
     owner: Option<std::sync::Arc<str>>,
     /// Landed servers' cells and projects, shared by the clones.
     landed: std::sync::Arc<LandedMappings>,
+    /// What server creates read before the image, shared by the clones.
+    create_reads: std::sync::Arc<CreateReadsCache>,
+}
+
+/// The most `(flavor, project, admin)` answers [`CreateReadsCache`] keeps
+/// (emptied when full).
+const CREATE_READS_CACHE_MAX: usize = 1024;
+
+/// What [`ComputeDb::flavor_for_create`] answered (the flavor, its extra
+/// specs, the project's quota overrides), kept for a short time
+/// ([`ComputeDb::with_create_reads_cache`]; off until set): every server
+/// create read them, one of the boot path's statements, and they rarely
+/// change. Only flavors found are kept (never a miss). Every write through
+/// this handle (or its clones) to flavors, extra specs, flavor access or
+/// quotas empties it when it is done, and an answer read while such a
+/// write was under way is not kept (the write counter moved), so this
+/// process sees its own writes at once; another process's writes (a
+/// second `api-super` on the same API database) within the cache time.
+/// [`CreateReadsCache`]'s answers by (flavor id, project, admin), with
+/// when each was read.
+type CreateReadsRows =
+    std::collections::HashMap<(String, String, bool), (CreateReads, std::time::Instant)>;
+
+#[derive(Debug, Default)]
+struct CreateReadsCache {
+    ttl: std::time::Duration,
+    writes: std::sync::atomic::AtomicU64,
+    rows: std::sync::Mutex<CreateReadsRows>,
+}
+
+/// Empties the create-reads cache when dropped: on every way out of a
+/// write to what it keeps.
+struct ForgetCreateReads<'a>(&'a CreateReadsCache);
+
+impl Drop for ForgetCreateReads<'_> {
+    fn drop(&mut self) {
+        self.0.forget_all();
+    }
+}
+
+impl CreateReadsCache {
+    fn new(ttl: std::time::Duration) -> Self {
+        Self {
+            ttl,
+            ..Default::default()
+        }
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, CreateReadsRows> {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, key: &(String, String, bool)) -> Option<CreateReads> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        self.rows()
+            .get(key)
+            .filter(|(_, at)| at.elapsed() < self.ttl)
+            .map(|(r, _)| r.clone())
+    }
+
+    /// The write counter, taken before a read that [`Self::put`] may keep.
+    fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn put(&self, key: (String, String, bool), reads: &CreateReads, writes_before: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut rows = self.rows();
+        if self.writes() != writes_before {
+            return;
+        }
+        if rows.len() >= CREATE_READS_CACHE_MAX {
+            rows.clear();
+        }
+        rows.insert(key, (reads.clone(), std::time::Instant::now()));
+    }
+
+    fn forget_all(&self) {
+        let mut rows = self.rows();
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        rows.clear();
+    }
+
+    /// Call before a write to what the cache keeps; hold it to the end.
+    fn forget_after(&self) -> ForgetCreateReads<'_> {
+        ForgetCreateReads(self)
+    }
 }
 
 /// The most landed mappings a process remembers (emptied when full).
@@ -1150,6 +1251,11 @@ impl ComputeDb {
         project: &str,
         admin: bool,
     ) -> Result<Option<CreateReads>, ApiError> {
+        let key = (flavorid.to_owned(), project.to_owned(), admin);
+        if let Some(hit) = self.create_reads.get(&key) {
+            return Ok(Some(hit));
+        }
+        let writes_before = self.create_reads.writes();
         let sql = format!(
             "WITH f AS (SELECT {FLAVOR_COLUMNS} {FLAVOR_VISIBLE}) \
              SELECT f.*, 's' AS kind, e.key AS item, \
@@ -1182,12 +1288,14 @@ impl ComputeDb {
                 _ => {}
             }
         }
+        self.create_reads.put(key, &out, writes_before);
         Ok(Some(out))
     }
 
     /// Creates a flavor; 409 with Nova's message when its id or name is
     /// taken.
     pub async fn flavor_create(&self, f: &FlavorSpec) -> Result<Flavor, ApiError> {
+        let _forget = self.create_reads.forget_after();
         let sql = format!(
             "INSERT INTO flavors (flavorid, name, memory_mb, vcpus, root_gb, ephemeral_gb, swap, \
              rxtx_factor, is_public, description, created_at) \
@@ -1229,6 +1337,7 @@ impl ComputeDb {
     /// Deletes a flavor with its extra specs and access list; false when
     /// there was none.
     pub async fn flavor_delete(&self, flavorid: &str) -> Result<bool, ApiError> {
+        let _forget = self.create_reads.forget_after();
         Ok(on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let id: Option<i64> = sqlx::query_scalar("SELECT id FROM flavors WHERE flavorid = $1")
@@ -1252,6 +1361,7 @@ impl ComputeDb {
         flavorid: &str,
         description: Option<&str>,
     ) -> Result<bool, ApiError> {
+        let _forget = self.create_reads.forget_after();
         Ok(on_pool!(self.pool(), p => sqlx::query(
             "UPDATE flavors SET description = $1, updated_at = $2 WHERE flavorid = $3")
             .bind(description).bind(Utc::now()).bind(flavorid)
@@ -1294,6 +1404,7 @@ impl ComputeDb {
         flavor_id: i64,
         specs: &[(String, String)],
     ) -> Result<(), ApiError> {
+        let _forget = self.create_reads.forget_after();
         let now = Utc::now();
         on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
@@ -1311,6 +1422,7 @@ impl ComputeDb {
 
     /// Deletes one extra spec; false when there was none.
     pub async fn extra_spec_delete(&self, flavor_id: i64, key: &str) -> Result<bool, ApiError> {
+        let _forget = self.create_reads.forget_after();
         Ok(on_pool!(self.pool(), p => sqlx::query(
             "DELETE FROM flavor_extra_specs WHERE flavor_id = $1 AND key = $2")
             .bind(flavor_id).bind(key).execute(p).await.map_err(db("flavor_extra_spec_delete"))?
@@ -1327,6 +1439,7 @@ impl ComputeDb {
 
     /// Gives `project` access to a flavor; false when it had it already.
     pub async fn flavor_access_add(&self, flavor_id: i64, project: &str) -> Result<bool, ApiError> {
+        let _forget = self.create_reads.forget_after();
         let r = on_pool!(self.pool(), p => sqlx::query(
             "INSERT INTO flavor_projects (flavor_id, project_id, created_at) VALUES ($1, $2, $3)")
             .bind(flavor_id).bind(project).bind(Utc::now()).execute(p).await.map(|_| ()));
@@ -1343,6 +1456,7 @@ impl ComputeDb {
         flavor_id: i64,
         project: &str,
     ) -> Result<bool, ApiError> {
+        let _forget = self.create_reads.forget_after();
         Ok(on_pool!(self.pool(), p => sqlx::query(
             "DELETE FROM flavor_projects WHERE flavor_id = $1 AND project_id = $2")
             .bind(flavor_id).bind(project).execute(p).await.map_err(db("flavor_access_remove"))?
@@ -1369,6 +1483,7 @@ impl ComputeDb {
         project: &str,
         limits: &[(String, i64)],
     ) -> Result<(), ApiError> {
+        let _forget = self.create_reads.forget_after();
         let now = Utc::now();
         on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
@@ -1386,6 +1501,7 @@ impl ComputeDb {
 
     /// Deletes a project's overrides (back to the defaults).
     pub async fn quotas_delete(&self, project: &str) -> Result<(), ApiError> {
+        let _forget = self.create_reads.forget_after();
         on_pool!(self.pool(), p => sqlx::query("DELETE FROM quotas WHERE project_id = $1")
             .bind(project).execute(p).await.map_err(db("quota_delete"))?.rows_affected());
         Ok(())

@@ -86,6 +86,11 @@ pub struct ComputeConfig {
     /// Healing of builds whose scheduler died (`[compute.build_heal]`,
     /// see [`crate::conductor::heal`]).
     pub build_heal: crate::conductor::heal::BuildHealConfig,
+    /// How long (ms) a server create reuses its read of the flavor, its
+    /// extra specs and the project's quota overrides (0: read every time).
+    /// Writes through this process are seen at once; another process's
+    /// within this time.
+    pub flavor_cache_ms: u64,
 }
 
 impl Default for ComputeConfig {
@@ -101,6 +106,7 @@ impl Default for ComputeConfig {
             cell_down_retry_ms: 1000,
             list_records_by_skipping_down_cells: true,
             build_heal: Default::default(),
+            flavor_cache_ms: 1000,
         }
     }
 }
@@ -462,7 +468,9 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     // This process's id: the owner of the builds it creates, kept alive by
     // its heartbeat (the first beat before any build is written).
     let me = crate::conductor::heal::new_process_id();
-    let db = ComputeDb::new(api).with_owner(&me);
+    let db = ComputeDb::new(api)
+        .with_owner(&me)
+        .with_create_reads_cache(Duration::from_millis(cfg.flavor_cache_ms));
     db.scheduler_heartbeat(&me, chrono::Utc::now())
         .await
         .map_err(|e| anyhow::anyhow!("cannot record this scheduler's heartbeat: {e}"))?;

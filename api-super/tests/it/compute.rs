@@ -666,3 +666,102 @@ async fn no_valid_host_lands_in_cell0_with_a_fault() {
     assert_eq!(region.show(&region.member, &id).await.status, 404);
     region.stop().await;
 }
+
+/// A server create's read of its flavor, extra specs and quota overrides
+/// is answered from memory within the cache time, every write through the
+/// same handle (or a clone) is seen by the next read, another handle's
+/// writes (another process) once the entry expires, and a flavor not found
+/// is never kept.
+#[tokio::test]
+async fn create_reads_are_cached_and_see_writes_through_this_process_at_once() {
+    use api_super::compute_api::db::ComputeDb;
+    let file = testkit::sqlite("create_reads_cache");
+    migrations::migrate(migrations::Kind::Api, &file.url)
+        .await
+        .expect("api migrations");
+    let api = ApiDb::open(&file.url).await.expect("api db");
+    let ttl = Duration::from_millis(700);
+    let cached = ComputeDb::new(api.clone()).with_create_reads_cache(ttl);
+    let here = cached.clone();
+    let elsewhere = ComputeDb::new(api.clone());
+    here.seed_flavors().await.unwrap();
+    let read = |project: &'static str| {
+        let cached = cached.clone();
+        async move {
+            cached
+                .flavor_for_create("1", project, false)
+                .await
+                .unwrap()
+                .expect("m1.tiny")
+        }
+    };
+    let first = read("p").await;
+    assert_eq!(first.flavor.name, "m1.tiny");
+    assert!(first.extra_specs.is_empty() && first.quotas.is_empty());
+    let id = first.flavor.id;
+
+    // Another process's writes: not seen while the entry lives.
+    elsewhere
+        .extra_specs_set(id, &[("a".into(), "1".into())])
+        .await
+        .unwrap();
+    elsewhere
+        .quotas_set("p", &[("instances".into(), 7)])
+        .await
+        .unwrap();
+    let again = read("p").await;
+    assert!(again.extra_specs.is_empty() && again.quotas.is_empty());
+    // Another project's answer is its own entry, read now.
+    assert!(read("q").await.extra_specs.contains_key("a"));
+
+    // A write through this process (a clone of the handle): seen by the
+    // very next read, with everything written before it.
+    here.extra_specs_set(id, &[("b".into(), "2".into())])
+        .await
+        .unwrap();
+    let after = read("p").await;
+    assert_eq!(after.extra_specs.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+    assert_eq!(after.quotas, vec![("instances".to_owned(), 7)]);
+    here.quotas_delete("p").await.unwrap();
+    assert!(read("p").await.quotas.is_empty());
+    here.extra_spec_delete(id, "a").await.unwrap();
+    assert!(!read("p").await.extra_specs.contains_key("a"));
+
+    // Another process's write is seen once the entry expired.
+    elsewhere
+        .quotas_set("p", &[("cores".into(), 3)])
+        .await
+        .unwrap();
+    assert!(read("p").await.quotas.is_empty());
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert_eq!(read("p").await.quotas, vec![("cores".to_owned(), 3)]);
+
+    // A miss is not kept: a flavor created elsewhere is found at once.
+    assert!(cached
+        .flavor_for_create("new", "p", false)
+        .await
+        .unwrap()
+        .is_none());
+    elsewhere
+        .create_flavor_if_absent(&NewFlavor {
+            flavorid: "new".into(),
+            name: "m1.new".into(),
+            memory_mb: 64,
+            vcpus: 1,
+            root_gb: 1,
+        })
+        .await
+        .unwrap();
+    assert!(cached
+        .flavor_for_create("new", "p", false)
+        .await
+        .unwrap()
+        .is_some());
+    // Deleted through this process: gone at once.
+    here.flavor_delete("new").await.unwrap();
+    assert!(cached
+        .flavor_for_create("new", "p", false)
+        .await
+        .unwrap()
+        .is_none());
+}
