@@ -802,6 +802,11 @@ pub struct ComputeDb {
 /// (emptied when full).
 const CREATE_READS_CACHE_MAX: usize = 1024;
 
+/// [`CreateReadsCache`]'s answers by (flavor id, project, admin), with
+/// when each was read.
+type CreateReadsRows =
+    std::collections::HashMap<(String, String, bool), (CreateReads, std::time::Instant)>;
+
 /// What [`ComputeDb::flavor_for_create`] answered (the flavor, its extra
 /// specs, the project's quota overrides), kept for a short time
 /// ([`ComputeDb::with_create_reads_cache`]; off until set): every server
@@ -812,11 +817,6 @@ const CREATE_READS_CACHE_MAX: usize = 1024;
 /// write was under way is not kept (the write counter moved), so this
 /// process sees its own writes at once; another process's writes (a
 /// second `api-super` on the same API database) within the cache time.
-/// [`CreateReadsCache`]'s answers by (flavor id, project, admin), with
-/// when each was read.
-type CreateReadsRows =
-    std::collections::HashMap<(String, String, bool), (CreateReads, std::time::Instant)>;
-
 #[derive(Debug, Default)]
 struct CreateReadsCache {
     ttl: std::time::Duration,
