@@ -1533,28 +1533,56 @@ impl ComputeDb {
     }
 
     /// Key pair names recorded in the request specs of `uuids`.
+    ///
+    /// Only the specs that name a key are read: a spec is written with
+    /// `key_name` only when the server has one ([`RequestSpec::key_name`]
+    /// is skipped when `None`), so a text match on `"key_name"` leaves out
+    /// the rest in the database (a page of a thousand servers without keys
+    /// no longer carries a thousand specs over the wire and through the
+    /// JSON parser). The match only narrows: what it lets through is parsed
+    /// as before, so a `"key_name"` elsewhere in a spec (an extra spec of
+    /// that name) changes nothing. On PostgreSQL one statement with the
+    /// uuids as one array; on SQLite chunks of 200.
     pub async fn key_names(
         &self,
         uuids: &[String],
     ) -> Result<std::collections::HashMap<String, String>, ApiError> {
+        const NAMES_A_KEY: &str = "spec LIKE '%\"key_name\"%'";
         let mut out = std::collections::HashMap::new();
-        for chunk in uuids.chunks(200) {
-            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
-            let sql = format!(
-                "SELECT instance_uuid, spec FROM request_specs WHERE instance_uuid IN ({})",
-                marks.join(",")
-            );
-            let rows: Vec<(String, String)> = on_pool!(self.pool(), p => {
-                let mut q = sqlx::query_as(&sql);
-                for u in chunk {
-                    q = q.bind(u);
+        if uuids.is_empty() {
+            return Ok(out);
+        }
+        let mut rows: Vec<(String, String)> = Vec::new();
+        match self.pool() {
+            Pool::Postgres(p) => {
+                rows = sqlx::query_as(&format!(
+                    "SELECT instance_uuid, spec FROM request_specs \
+                     WHERE instance_uuid = ANY($1) AND {NAMES_A_KEY}"
+                ))
+                .bind(uuids)
+                .fetch_all(p)
+                .await
+                .map_err(db("request_spec_key_names"))?;
+            }
+            Pool::Sqlite(p) => {
+                for chunk in uuids.chunks(200) {
+                    let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+                    let sql = format!(
+                        "SELECT instance_uuid, spec FROM request_specs \
+                         WHERE instance_uuid IN ({}) AND {NAMES_A_KEY}",
+                        marks.join(",")
+                    );
+                    let mut q = sqlx::query_as(&sql);
+                    for u in chunk {
+                        q = q.bind(u);
+                    }
+                    rows.extend(q.fetch_all(p).await.map_err(db("request_spec_key_names"))?);
                 }
-                q.fetch_all(p).await.map_err(db("request_spec_key_names"))?
-            });
-            for (u, spec) in rows {
-                if let Some(k) = key_name_of(&spec) {
-                    out.insert(u, k);
-                }
+            }
+        }
+        for (u, spec) in rows {
+            if let Some(k) = key_name_of(&spec) {
+                out.insert(u, k);
             }
         }
         Ok(out)

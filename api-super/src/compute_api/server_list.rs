@@ -622,7 +622,14 @@ async fn merge(
     sources: &mut [Source],
     limit: usize,
 ) -> ApiResult<Vec<(usize, Vec<SortValue>, Server)>> {
-    let cells = sources.iter().filter(|s| s.cell.is_some()).count().max(1);
+    // cell0 holds only the builds that found no host: it is read like any
+    // cell but not counted when the page is shared out, so that the cells
+    // that hold the servers are each asked for enough in one round.
+    let cells = sources
+        .iter()
+        .filter(|s| s.cell.as_ref().is_some_and(|c| !c.is_cell0()))
+        .count()
+        .max(1);
     // First pages: a cell's share of the page and a margin.
     let mut want = (limit as i64 * 11 / 10 / cells as i64 + 8).min(MAX_PAGE);
     let mut out: Vec<(usize, Vec<SortValue>, Server)> = Vec::new();
@@ -683,7 +690,20 @@ async fn with_details(
             .await;
         (src, read)
     });
-    for (src, read) in futures_util::future::join_all(jobs).await {
+    let ids: Vec<String> = page
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Entry::Full(s) if s.key_name.is_none() => Some(s.uuid.clone()),
+            _ => None,
+        })
+        .collect();
+    // The cells' details and the API database's key names are read at the
+    // same time: neither needs the other.
+    let (reads, names) =
+        futures_util::future::join(futures_util::future::join_all(jobs), app.db.key_names(&ids))
+            .await;
+    let mut names = names?;
+    for (src, read) in reads {
         let details = read?;
         details.apply(page.iter_mut().filter_map(|(s, e)| {
             if *s == Some(src) {
@@ -693,14 +713,6 @@ async fn with_details(
             }
         }));
     }
-    let ids: Vec<String> = page
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Entry::Full(s) if s.key_name.is_none() => Some(s.uuid.clone()),
-            _ => None,
-        })
-        .collect();
-    let mut names = app.db.key_names(&ids).await?;
     for s in page.iter_mut().filter_map(|(_, e)| e.full_mut()) {
         if let Some(k) = names.remove(&s.uuid) {
             s.key_name = Some(k);

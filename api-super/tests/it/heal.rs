@@ -27,7 +27,7 @@ const LIVE: &str = "00000000-a11e-4000-8000-000000000000";
 const LATE: &str = "00000000-1a7e-4000-8000-000000000000";
 
 /// One create of `n` instances as `servers::create` builds it.
-async fn builds(
+pub(crate) async fn builds(
     db: &ComputeDb,
     name: &str,
     n: usize,

@@ -327,3 +327,45 @@ async fn sort_keys_paging_host_and_changes_since_across_cells() {
     assert_eq!(got, live, "newest first once vcpus is dropped");
     region.stop().await;
 }
+
+/// The key names a detailed list shows come from the request specs that
+/// name a key: a spec whose text holds `"key_name"` elsewhere (an extra
+/// spec of that name) gives none, unknown uuids give none, and a page of
+/// 450 uuids (one array on PostgreSQL, chunks of 200 on SQLite) finds the
+/// keyed one at its end.
+async fn key_names_of_a_page(url: &str) {
+    migrations::migrate(migrations::Kind::Api, url)
+        .await
+        .expect("api migrations");
+    let api = cell_mapping::ApiDb::open(url).await.unwrap();
+    let db = api_super::compute_api::db::ComputeDb::new(api.clone());
+    db.seed_flavors().await.unwrap();
+    let mut b = crate::heal::builds(&db, "keys", 3, chrono::Utc::now()).await;
+    b[0].1.key_name = Some("k1".into());
+    b[0].0.key_name = Some("k1".into());
+    b[1].1.flavor_extra_specs = Some([("key_name".to_owned(), "x".to_owned())].into());
+    db.create_builds(&b, None, None).await.unwrap();
+    let mut page: Vec<String> = (0..447).map(|i| format!("no-such-{i}")).collect();
+    page.extend(b.iter().rev().map(|(i, _)| i.uuid.clone()));
+    let names = db.key_names(&page).await.unwrap();
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        [(b[0].0.uuid.clone(), "k1".to_owned())]
+    );
+    assert!(db.key_names(&[]).await.unwrap().is_empty());
+    api.close().await;
+}
+
+#[tokio::test]
+async fn key_names_of_a_page_on_sqlite() {
+    let d = testkit::sqlite("list_key_names");
+    key_names_of_a_page(&d.url).await;
+}
+
+#[tokio::test]
+async fn key_names_of_a_page_on_postgres() {
+    let Some(pg) = testkit::postgres("list_key_names_pg").await else {
+        return;
+    };
+    key_names_of_a_page(&pg.url).await;
+}

@@ -412,28 +412,40 @@ impl CellDb {
         &self,
         uuids: &[String],
     ) -> Result<(Vec<(String, String, String)>, Vec<(String, String)>), Error> {
+        const SQL: &str = "SELECT 'm', instance_uuid, key, COALESCE(value, '') \
+            FROM instance_metadata WHERE instance_uuid IN ({list}) UNION ALL \
+            SELECT 't', resource_id, tag, '' FROM tags WHERE resource_id IN ({list}) \
+            ORDER BY 1, 2, 3";
+        let mut rows: Vec<(String, String, String, String)> = Vec::new();
+        match self.pool() {
+            // One statement, the uuids bound as one array (a page's worth of
+            // `IN` placeholders is a statement text per page size, each
+            // planned anew).
+            super::Pool::Postgres(p) => {
+                let sql = SQL.replace("IN ({list})", "= ANY($1)");
+                rows = measured(
+                    "api_metadata_and_tags",
+                    sqlx::query_as(&sql).bind(uuids).fetch_all(p),
+                )
+                .await?;
+            }
+            super::Pool::Sqlite(p) => {
+                for chunk in uuids.chunks(CHUNK) {
+                    let sql = SQL.replace("{list}", &placeholders(1, chunk.len()));
+                    let mut q = sqlx::query_as(&sql);
+                    for u in chunk {
+                        q = q.bind(u);
+                    }
+                    rows.extend(measured("api_metadata_and_tags", q.fetch_all(p)).await?);
+                }
+            }
+        }
         let (mut meta, mut tags) = (Vec::new(), Vec::new());
-        for chunk in uuids.chunks(CHUNK) {
-            let marks = placeholders(1, chunk.len());
-            let sql = format!(
-                "SELECT 'm', instance_uuid, key, COALESCE(value, '') FROM instance_metadata \
-                 WHERE instance_uuid IN ({marks}) UNION ALL \
-                 SELECT 't', resource_id, tag, '' FROM tags WHERE resource_id IN ({marks}) \
-                 ORDER BY 1, 2, 3"
-            );
-            let rows: Vec<(String, String, String, String)> = with_pool!(self.pool(), p => {
-                let mut q = sqlx::query_as(&sql);
-                for u in chunk {
-                    q = q.bind(u);
-                }
-                measured("api_metadata_and_tags", q.fetch_all(p)).await?
-            });
-            for (kind, uuid, k, v) in rows {
-                if kind == "m" {
-                    meta.push((uuid, k, v));
-                } else {
-                    tags.push((uuid, k));
-                }
+        for (kind, uuid, k, v) in rows {
+            if kind == "m" {
+                meta.push((uuid, k, v));
+            } else {
+                tags.push((uuid, k));
             }
         }
         Ok((meta, tags))

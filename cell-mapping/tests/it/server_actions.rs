@@ -301,6 +301,24 @@ async fn flow(be: Be, name: &str) {
         meta.into_iter().map(|m| (m.1, m.2)).collect::<Vec<_>>()
     );
     assert_eq!(shown.tags, ["0-first", "x", "y"]);
+    // A list page's read: the metadata and tags of many servers at once,
+    // unknown uuids giving nothing (PostgreSQL binds the uuids as one
+    // array, SQLite in chunks of 200: the known one is in the third).
+    let mut page: Vec<String> = (0..449).map(|i| format!("no-such-{i}")).collect();
+    page.push(uuid.clone());
+    let (meta, tags) = db.api_metadata_and_tags(&page).await.unwrap();
+    assert!(
+        meta.iter().all(|m| m.0 == uuid) && tags.iter().all(|t| t.0 == uuid),
+        "{meta:?} {tags:?}"
+    );
+    assert_eq!(
+        meta.into_iter().map(|m| (m.1, m.2)).collect::<Vec<_>>(),
+        shown.metadata
+    );
+    assert_eq!(
+        tags.into_iter().map(|t| t.1).collect::<Vec<_>>(),
+        ["0-first", "x", "y"]
+    );
     assert!(db.api_instance_shown("nope").await.unwrap().is_none());
     db.api_tags_replace(&uuid, &["x".into(), "y".into()])
         .await
