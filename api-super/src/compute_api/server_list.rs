@@ -342,6 +342,11 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
         name_re: name_re.as_ref(),
         cells: &app.cells,
     };
+    // The build requests are read before the cells, not beside them: a
+    // build lands by writing its cell row and only then deleting its build
+    // request, so one gone from the first read is in its cell by the time
+    // the cells are read (the other way round, a build landing in between
+    // would be in neither read).
     let mut sources = sources(app, &query).await?;
     let merged = merge(&query, &mut sources, limit).await?;
     let down: Vec<(CellMapping, CellDown)> = sources
