@@ -243,26 +243,70 @@ impl serde::Serialize for Links<'_> {
         let mut seq = ser.serialize_seq(Some(2))?;
         seq.serialize_element(&RelHref {
             rel: "self",
-            href: format!("{base}/v2.1/{kind}/{id}"),
+            href: Concat([base, "/v2.1/", kind, "/", id]),
         })?;
         seq.serialize_element(&RelHref {
             rel: "bookmark",
-            href: format!("{base}/{kind}/{id}"),
+            href: Concat([base, "/", kind, "/", id]),
         })?;
         seq.end()
     }
 }
 
 #[derive(serde::Serialize)]
-struct RelHref {
+struct RelHref<'a> {
     rel: &'static str,
-    href: String,
+    href: Concat<'a>,
+}
+
+/// Pieces written one after the other as one JSON string, never built as
+/// a `String` first (a list page writes a few links per server).
+struct Concat<'a>([&'a str; 5]);
+
+impl std::fmt::Display for Concat<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|p| f.write_str(p))
+    }
+}
+
+/// `%Y-%m-%dT%H:%M:%S%.6f` (no zone, as upstream's `launched_at`), written
+/// straight into the answer.
+struct Microseconds(DateTime<Utc>);
+
+impl std::fmt::Display for Microseconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use chrono::{Datelike, Timelike};
+        let t = &self.0;
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.nanosecond() % 1_000_000_000 / 1_000
+        )
+    }
+}
+
+impl serde::Serialize for Microseconds {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_str(self)
+    }
+}
+
+impl serde::Serialize for Concat<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_str(self)
+    }
 }
 
 #[derive(serde::Serialize)]
 struct ImageRefView<'a> {
     id: &'a str,
-    links: [RelHref; 1],
+    links: [RelHref<'a>; 1],
 }
 
 /// A server's `image`: `{id, links}`, or `""` when it has none.
@@ -280,7 +324,7 @@ impl serde::Serialize for ImageView<'_> {
             id: self.image_ref,
             links: [RelHref {
                 rel: "bookmark",
-                href: format!("{}/images/{}", self.base, self.image_ref),
+                href: Concat([self.base, "/images/", self.image_ref, "", ""]),
             }],
         }
         .serialize(ser)
@@ -425,11 +469,7 @@ impl serde::Serialize for DetailView<'_> {
         )?;
         m.serialize_entry("config_drive", "")?;
         m.serialize_entry("key_name", &s.key_name)?;
-        m.serialize_entry(
-            "OS-SRV-USG:launched_at",
-            &s.launched_at
-                .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
-        )?;
+        m.serialize_entry("OS-SRV-USG:launched_at", &s.launched_at.map(Microseconds))?;
         m.serialize_entry("OS-SRV-USG:terminated_at", &None::<&str>)?;
         m.serialize_entry("OS-EXT-STS:task_state", &s.task_state)?;
         m.serialize_entry("OS-EXT-STS:vm_state", &s.vm_state)?;
@@ -1425,6 +1465,29 @@ async fn remove_allocations(
 mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
+
+    /// The pieces written straight into an answer equal what `format!` and
+    /// chrono's formatting gave, escaping included.
+    #[test]
+    fn written_pieces_match_the_formatted_strings() {
+        use chrono::TimeZone;
+        for (secs, nanos) in [
+            (0, 0),
+            (1_733_097_600, 123_456_789),
+            (4_102_444_799, 999_999),
+        ] {
+            let t = chrono::Utc.timestamp_opt(secs, nanos).unwrap();
+            assert_eq!(
+                serde_json::to_string(&super::Microseconds(t)).unwrap(),
+                serde_json::to_string(&t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()).unwrap()
+            );
+        }
+        let (base, id) = ("http://127.0.0.1:8774", "a\"b");
+        assert_eq!(
+            serde_json::to_string(&super::Concat([base, "/v2.1/", "servers", "/", id])).unwrap(),
+            serde_json::to_string(&format!("{base}/v2.1/servers/{id}")).unwrap()
+        );
+    }
 
     use super::remove_allocations;
     use crate::scheduler::placement::{
