@@ -759,7 +759,7 @@ fn render(
         next,
     };
     // Sized for the page up front: a thousand detailed servers are about
-    // 1.5 MB, and growing the buffer as it fills copies it over and over.
+    // 1.4 MB (1.4 KB each), and growing the buffer as it fills copies it over and over.
     let per_server = if detail { 1600 } else { 160 };
     let mut body = Vec::with_capacity(256 + page.servers.len() * per_server);
     match serde_json::to_writer(&mut body, &page) {
