@@ -243,11 +243,11 @@ impl serde::Serialize for Links<'_> {
         let mut seq = ser.serialize_seq(Some(2))?;
         seq.serialize_element(&RelHref {
             rel: "self",
-            href: Concat([base, "/v2.1/", kind, "/", id]),
+            href: Concat(&[base, "/v2.1/", kind, "/", id]),
         })?;
         seq.serialize_element(&RelHref {
             rel: "bookmark",
-            href: Concat([base, "/", kind, "/", id]),
+            href: Concat(&[base, "/", kind, "/", id]),
         })?;
         seq.end()
     }
@@ -261,7 +261,7 @@ struct RelHref<'a> {
 
 /// Pieces written one after the other as one JSON string, never built as
 /// a `String` first (a list page writes a few links per server).
-struct Concat<'a>([&'a str; 5]);
+struct Concat<'a>(&'a [&'a str]);
 
 impl std::fmt::Display for Concat<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -324,7 +324,7 @@ impl serde::Serialize for ImageView<'_> {
             id: self.image_ref,
             links: [RelHref {
                 rel: "bookmark",
-                href: Concat([self.base, "/images/", self.image_ref, "", ""]),
+                href: Concat(&[self.base, "/images/", self.image_ref]),
             }],
         }
         .serialize(ser)
@@ -1484,7 +1484,7 @@ mod tests {
         }
         let (base, id) = ("http://127.0.0.1:8774", "a\"b");
         assert_eq!(
-            serde_json::to_string(&super::Concat([base, "/v2.1/", "servers", "/", id])).unwrap(),
+            serde_json::to_string(&super::Concat(&[base, "/v2.1/", "servers", "/", id])).unwrap(),
             serde_json::to_string(&format!("{base}/v2.1/servers/{id}")).unwrap()
         );
     }
