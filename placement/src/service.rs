@@ -10,10 +10,11 @@ use std::sync::RwLock;
 
 use fabric::ids::ProviderUuid;
 
+use crate::api::allocations::{check_writes, INCOMPLETE_CONSUMER};
 use crate::changes::{self, Change};
-use crate::db::allocations::{UsageState, Written};
+use crate::db::allocations::{ConsumerInfo, ConsumerWrite, UsageState, Written};
 use crate::db::Db;
-use crate::engine::Index;
+use crate::engine::{AllocationCandidates, CandidatesRequest, Index};
 use crate::error::{PlacementError, Result};
 
 /// Standard trait names (os-traits 3.9.0), synced into the database at start.
@@ -65,6 +66,96 @@ impl Placement {
     pub fn with_index<T>(&self, f: impl FnOnce(&Index) -> T) -> T {
         let guard = self.index.read().unwrap_or_else(|p| p.into_inner());
         f(&guard)
+    }
+
+    /// Allocation candidates for an already parsed request
+    /// (`GET /allocation_candidates`, and the all-in-one region's scheduler
+    /// in process): a resource class or trait the request names that does
+    /// not exist is a 400, as upstream.
+    pub async fn allocation_candidates(
+        &self,
+        request: &CandidatesRequest,
+    ) -> Result<AllocationCandidates> {
+        self.check_names(request).await?;
+        Ok(self.with_index(|ix| ix.allocation_candidates(request))?)
+    }
+
+    /// 400 unless every resource class and trait `request` names exists,
+    /// checked in upstream's order: `root_required`, then each group's
+    /// classes and traits.
+    async fn check_names(&self, request: &CandidatesRequest) -> Result<()> {
+        let mut known: Vec<&str> = Vec::new();
+        for t in request.root_required.iter().chain(&request.root_forbidden) {
+            self.check_trait(&mut known, t).await?;
+        }
+        for g in &request.groups {
+            self.class_ids_for(g.resources.keys(), |n| {
+                format!(
+                    "Invalid resource class in resources parameter: No such resource class {n}."
+                )
+            })
+            .await?;
+            for t in g.required.iter().flatten().chain(&g.forbidden) {
+                self.check_trait(&mut known, t).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// 400 "No such trait(s)" unless `name` exists; `known` holds the
+    /// names already found.
+    async fn check_trait<'a>(&self, known: &mut Vec<&'a str>, name: &'a str) -> Result<()> {
+        if known.contains(&name) {
+            return Ok(());
+        }
+        if !self.db.trait_exists(name).await? {
+            return Err(PlacementError::bad_request(format!(
+                "No such trait(s): {name}."
+            )));
+        }
+        known.push(name);
+        Ok(())
+    }
+
+    /// Checks the amounts and classes of every write, then writes them all
+    /// in one transaction and mirrors the touched providers into the index
+    /// (`PUT /allocations/{consumer}`, `POST /allocations`, and the
+    /// all-in-one region's scheduler in process).
+    pub async fn write_consumers(&self, writes: &[ConsumerWrite]) -> Result<()> {
+        let classes = check_writes(writes)?;
+        let ids = self
+            .class_ids_for(classes.iter(), |c| {
+                format!("Unable to allocate inventory for consumer: No such resource class {c}.")
+            })
+            .await?;
+        let written = self.db.write_allocations(writes, &ids).await?;
+        self.after_allocation_write(written).await
+    }
+
+    /// Removes every allocation of `consumer` (`DELETE
+    /// /allocations/{consumer}`); `false` when it has none.
+    pub async fn delete_consumer_allocations(&self, consumer: &str) -> Result<bool> {
+        let a = self.db.consumer_allocations(consumer).await?;
+        if a.allocations.is_empty() {
+            return Ok(false);
+        }
+        let c = a.consumer.unwrap_or(ConsumerInfo {
+            project_id: INCOMPLETE_CONSUMER.to_owned(),
+            user_id: INCOMPLETE_CONSUMER.to_owned(),
+            generation: 0,
+            consumer_type: None,
+        });
+        let w = ConsumerWrite {
+            consumer: consumer.to_owned(),
+            allocations: Default::default(),
+            project_id: c.project_id,
+            user_id: c.user_id,
+            expected_generation: None,
+            consumer_type: None,
+        };
+        let written = self.db.write_allocations(&[w], &Default::default()).await?;
+        self.after_allocation_write(written).await?;
+        Ok(true)
     }
 
     /// Re-reads the given providers from the database into the index;

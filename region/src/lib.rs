@@ -10,6 +10,8 @@
 //!
 //! Depends on every service crate; no service crate depends on it.
 
+pub mod local_placement;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -516,10 +518,16 @@ impl Region {
                 api_database: api_db_url.clone(),
                 auth: identity.identity.validator.clone(),
                 policy: Arc::new(api_super::identity::policy::Policy::defaults()),
-                placement: Arc::new(api_super::scheduler::placement::HttpPlacement::with_token(
-                    &placement_url,
-                    service_token.clone(),
-                )?),
+                // Placement runs in this process: the scheduler's
+                // candidates and claims call it directly (no loopback HTTP).
+                placement: Arc::new(local_placement::LocalPlacement::new(
+                    placement.placement.clone(),
+                    pcfg.randomize_allocation_candidates,
+                    api_super::scheduler::placement::HttpPlacement::with_token(
+                        &placement_url,
+                        service_token.clone(),
+                    )?,
+                )),
                 images: Some(Arc::new(image.lookup())),
             },
         )

@@ -46,7 +46,6 @@ async fn list(
     caller.authorize("placement:allocation_candidates:list")?;
     let q = Query::parse(raw.as_deref())?;
     let mut parsed = parse(&q, mv)?;
-    check_names(&st, &parsed).await?;
     if st.randomize_allocation_candidates {
         // A fresh seed per request: every limited query is another sample.
         parsed.request.order = CandidateOrder::Shuffle {
@@ -59,9 +58,7 @@ async fn list(
         .iter()
         .flat_map(|g| g.resources.keys().cloned())
         .collect();
-    let cands = st
-        .placement
-        .with_index(|ix| ix.allocation_candidates(&parsed.request))?;
+    let cands = st.placement.allocation_candidates(&parsed.request).await?;
     let body = serde_json::to_vec(&Rendered {
         cands: &cands,
         mv,
@@ -642,41 +639,6 @@ fn parse(q: &Query, mv: Microversion) -> Result<Parsed> {
             ..CandidatesRequest::default()
         },
     })
-}
-
-/// Every named resource class and trait must exist (400 otherwise), in
-/// upstream's order: `root_required`, then each group's classes and traits.
-async fn check_names(st: &AppState, parsed: &Parsed) -> Result<()> {
-    let req = &parsed.request;
-    let mut traits: Vec<&str> = Vec::new();
-    for t in req.root_required.iter().chain(&req.root_forbidden) {
-        check_trait(st, &mut traits, t).await?;
-    }
-    for g in &req.groups {
-        st.placement
-            .class_ids_for(g.resources.keys(), |n| {
-                format!(
-                    "Invalid resource class in resources parameter: No such resource class {n}."
-                )
-            })
-            .await?;
-        for t in g.required.iter().flatten().chain(&g.forbidden) {
-            check_trait(st, &mut traits, t).await?;
-        }
-    }
-    Ok(())
-}
-
-/// 400 "No such trait(s)" unless `name` exists; `known` caches names seen.
-async fn check_trait<'a>(st: &AppState, known: &mut Vec<&'a str>, name: &'a str) -> Result<()> {
-    if known.contains(&name) {
-        return Ok(());
-    }
-    if !st.placement.db.trait_exists(name).await? {
-        return Err(bad(format!("No such trait(s): {name}.")));
-    }
-    known.push(name);
-    Ok(())
 }
 
 // ----- rendering -----

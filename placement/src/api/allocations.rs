@@ -20,7 +20,7 @@ use crate::error::{PlacementError, Result};
 use crate::microversion::Microversion;
 
 /// Project and user recorded for consumers written before 1.8 without them.
-const INCOMPLETE_CONSUMER: &str = "00000000-0000-0000-0000-000000000000";
+pub(crate) const INCOMPLETE_CONSUMER: &str = "00000000-0000-0000-0000-000000000000";
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -200,7 +200,7 @@ pub(super) fn consumer_write(
 }
 
 /// Checks the amounts and classes of every write; returns the classes named.
-pub(super) fn check_writes(writes: &[ConsumerWrite]) -> Result<Vec<String>> {
+pub(crate) fn check_writes(writes: &[ConsumerWrite]) -> Result<Vec<String>> {
     let mut classes: Vec<String> = Vec::new();
     for w in writes {
         for (rp, res) in &w.allocations {
@@ -235,20 +235,6 @@ pub(super) fn check_writes(writes: &[ConsumerWrite]) -> Result<Vec<String>> {
     classes.sort();
     classes.dedup();
     Ok(classes)
-}
-
-/// Checks amounts and classes of every write, then writes them all in one
-/// transaction and mirrors the touched providers into the index.
-async fn write(st: &AppState, writes: Vec<ConsumerWrite>) -> Result<()> {
-    let classes = check_writes(&writes)?;
-    let ids = st
-        .placement
-        .class_ids_for(classes.iter(), |c| {
-            format!("Unable to allocate inventory for consumer: No such resource class {c}.")
-        })
-        .await?;
-    let written = st.placement.db.write_allocations(&writes, &ids).await?;
-    st.placement.after_allocation_write(written).await
 }
 
 async fn put(
@@ -304,7 +290,7 @@ async fn put(
             consumer_type: None,
         }
     };
-    write(&st, vec![w]).await?;
+    st.placement.write_consumers(&[w]).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -329,7 +315,7 @@ async fn post_many(
         })?;
         writes.push(consumer_write(consumer, b, mv, true)?);
     }
-    write(&st, writes).await?;
+    st.placement.write_consumers(&writes).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -369,32 +355,11 @@ async fn delete(
     Path(consumer): Path<String>,
 ) -> Result<StatusCode> {
     caller.authorize("placement:allocations:delete")?;
-    let a = st.placement.db.consumer_allocations(&consumer).await?;
-    if a.allocations.is_empty() {
+    if !st.placement.delete_consumer_allocations(&consumer).await? {
         return Err(PlacementError::not_found(format!(
             "No allocations for consumer '{consumer}'"
         )));
     }
-    let c = a.consumer.unwrap_or(crate::db::allocations::ConsumerInfo {
-        project_id: INCOMPLETE_CONSUMER.to_owned(),
-        user_id: INCOMPLETE_CONSUMER.to_owned(),
-        generation: 0,
-        consumer_type: None,
-    });
-    let w = ConsumerWrite {
-        consumer,
-        allocations: BTreeMap::new(),
-        project_id: c.project_id,
-        user_id: c.user_id,
-        expected_generation: None,
-        consumer_type: None,
-    };
-    let written = st
-        .placement
-        .db
-        .write_allocations(&[w], &Default::default())
-        .await?;
-    st.placement.after_allocation_write(written).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

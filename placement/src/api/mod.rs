@@ -5,7 +5,7 @@
 
 mod aggregates;
 mod allocation_candidates;
-mod allocations;
+pub(crate) mod allocations;
 mod body;
 mod inventories;
 mod query;

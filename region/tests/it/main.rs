@@ -4,6 +4,7 @@ mod cells_live;
 mod distributed;
 mod image_properties;
 mod local_delete;
+mod local_placement;
 mod operator_cli;
 mod osc_placement;
 mod policy_matrix;
