@@ -23,6 +23,10 @@
 //! May depend on: sqlx, thiserror, tracing. Nothing in the workspace depends
 //! on anything here but the schemas and these few functions.
 
+mod stash;
+
+pub use stash::{PgStash, Stashed};
+
 use std::fmt;
 use std::str::FromStr;
 

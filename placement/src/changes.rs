@@ -115,9 +115,10 @@ pub async fn announce(
     change: Change,
     uuids: &[String],
 ) -> Result<(), sqlx::Error> {
-    let Db::Pg(pool) = db else {
+    let Db::Pg(stash) = db else {
         return Ok(());
     };
+    let pool = stash.pool();
     for payload in Announcement::payloads(origin, change, uuids) {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANNEL)

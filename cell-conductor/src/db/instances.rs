@@ -512,7 +512,7 @@ struct WithNodeStats {
 /// The single-statement update (see [`CellDb::apply_update`]): `None` when
 /// it matched no row and wrote nothing.
 async fn single_statement_update(
-    p: &sqlx::PgPool,
+    p: &migrations::PgStash,
     uuid: InstanceUuid,
     c: &InstanceChange,
     plan: &SinglePlan<'_>,
@@ -562,6 +562,7 @@ async fn single_statement_update(
     };
     let first_at = c.events.first().map(|e| e.at);
     let last_at = c.events.last().map(|e| e.at);
+    let mut conn = p.conn().await.map_err(db("instance_update_single"))?;
     let got: Option<WithNodeStats> = measured(
         "instance_update_single",
         bind_change!(sqlx::query_as(&sql), c)
@@ -589,10 +590,11 @@ async fn single_statement_update(
             .bind(col(&|e| e.details.clone()))
             .bind(node_failures)
             .bind(evs.iter().map(|(_, started)| *started).collect::<Vec<_>>())
-            .fetch_optional(p),
+            .fetch_optional(conn.get()),
     )
     .await
     .map_err(db("instance_update_single"))?;
+    conn.keep();
     Ok(got.map(|g| Updated {
         node_failed_builds: node_failures
             .then(|| super::compute_nodes::failed_builds(g.node_stats.as_deref())),

@@ -18,7 +18,7 @@ pub mod instances;
 pub mod services;
 
 use migrations::{Backend, Kind};
-use sqlx::{PgPool, SqlitePool};
+use sqlx::SqlitePool;
 
 use crate::error::{ConductorError, Result};
 
@@ -26,7 +26,7 @@ use crate::error::{ConductorError, Result};
 #[derive(Debug, Clone)]
 pub enum CellDb {
     /// PostgreSQL.
-    Pg(PgPool),
+    Pg(std::sync::Arc<migrations::PgStash>),
     /// SQLite (one writer connection).
     Sqlite(SqlitePool),
 }
@@ -36,7 +36,10 @@ pub enum CellDb {
 macro_rules! on_db {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
-            $crate::db::CellDb::Pg($pool) => $body,
+            $crate::db::CellDb::Pg(stash) => {
+                let $pool = stash.pool();
+                $body
+            }
             $crate::db::CellDb::Sqlite($pool) => $body,
         }
     };
@@ -57,11 +60,11 @@ impl CellDb {
     pub async fn connect(url: &str, max_connections: u32) -> Result<CellDb> {
         let open = crate::error::db("open");
         match Backend::from_url(url).map_err(ConductorError::Open)? {
-            Backend::Postgres => Ok(CellDb::Pg(
+            Backend::Postgres => Ok(CellDb::Pg(std::sync::Arc::new(migrations::PgStash::new(
                 migrations::open_pg(url, max_connections)
                     .await
                     .map_err(open)?,
-            )),
+            )))),
             Backend::Sqlite => Ok(CellDb::Sqlite(
                 migrations::open_sqlite(url).await.map_err(open)?,
             )),
@@ -78,7 +81,10 @@ impl CellDb {
 
     /// Closes every connection.
     pub async fn close(&self) {
-        on_db!(self, p => p.close().await)
+        match self {
+            CellDb::Pg(stash) => stash.close().await,
+            CellDb::Sqlite(p) => p.close().await,
+        }
     }
 }
 

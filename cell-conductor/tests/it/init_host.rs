@@ -37,7 +37,7 @@ async fn api_task(cell: &Cell, uuid: InstanceUuid, t: &str) {
         CellDb::Pg(p) => sqlx::query(sql)
             .bind(t)
             .bind(&key)
-            .execute(p)
+            .execute(p.pool())
             .await
             .map(|r| r.rows_affected()),
         CellDb::Sqlite(p) => sqlx::query(sql)
@@ -81,7 +81,7 @@ async fn api_host(cell: &Cell, uuid: InstanceUuid, host: &str) {
         CellDb::Pg(p) => sqlx::query(sql)
             .bind(host)
             .bind(&key)
-            .execute(p)
+            .execute(p.pool())
             .await
             .map(|r| r.rows_affected()),
         CellDb::Sqlite(p) => sqlx::query(sql)

@@ -6,4 +6,5 @@ mod api;
 mod cell;
 mod common;
 mod placement;
+mod stash;
 mod urls;

@@ -422,7 +422,7 @@ pub(crate) async fn write_allocations_in(
 /// retries and upstream's error messages. The check here matches the
 /// general path's (`Inventory::capacity` truncates the same double product).
 async fn claim_new_consumer_pg(
-    pool: &sqlx::PgPool,
+    stash: &migrations::PgStash,
     writes: &[ConsumerWrite],
     class_ids: &HashMap<String, i64>,
 ) -> Result<Option<Written>> {
@@ -464,6 +464,7 @@ async fn claim_new_consumer_pg(
               SELECT (SELECT id FROM p), c.uuid, req.class_id, req.amount, $3 FROM c, req RETURNING 1) \
         SELECT inv.name, inv.used + COALESCE((SELECT req.amount FROM req WHERE req.class_id = inv.class_id), 0) AS used, \
                (SELECT generation FROM bump) AS bumped, (SELECT count(*) FROM a) AS written FROM inv";
+    let mut conn = stash.conn().await?;
     let rows = sqlx::query(SQL)
         .bind(&w.consumer)
         .bind(w.consumer_type.as_deref())
@@ -473,10 +474,13 @@ async fn claim_new_consumer_pg(
         .bind(&amounts)
         .bind(&w.project_id)
         .bind(&w.user_id)
-        .fetch_all(pool)
+        .fetch_all(conn.get())
         .await;
     let rows = match rows {
-        Ok(rows) => rows,
+        Ok(rows) => {
+            conn.keep();
+            rows
+        }
         // The consumer appeared since the statement's snapshot: the
         // statement is undone as a whole; the general path answers.
         Err(e)
@@ -531,8 +535,8 @@ impl Db {
         writes: &[ConsumerWrite],
         class_ids: &HashMap<String, i64>,
     ) -> Result<Written> {
-        if let Db::Pg(pool) = self {
-            if let Some(written) = claim_new_consumer_pg(pool, writes, class_ids).await? {
+        if let Db::Pg(stash) = self {
+            if let Some(written) = claim_new_consumer_pg(stash, writes, class_ids).await? {
                 crate::metrics::allocation_write(true);
                 return Ok(written);
             }

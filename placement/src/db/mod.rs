@@ -23,15 +23,16 @@ pub mod traits;
 
 use chrono::{DateTime, Utc};
 use migrations::{Backend, Kind};
-use sqlx::{PgPool, SqlitePool};
+use sqlx::SqlitePool;
 
 use crate::error::{PlacementError, Result};
 
 /// The placement database, on either backend.
 #[derive(Debug, Clone)]
 pub enum Db {
-    /// PostgreSQL (production; many placement processes may share it).
-    Pg(PgPool),
+    /// PostgreSQL (production; many placement processes may share it),
+    /// with connections kept ready for the one-statement claim.
+    Pg(std::sync::Arc<migrations::PgStash>),
     /// SQLite (embedded default; one process, one writer connection).
     Sqlite(SqlitePool),
 }
@@ -41,7 +42,10 @@ pub enum Db {
 macro_rules! on_db {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
-            $crate::db::Db::Pg($pool) => $body,
+            $crate::db::Db::Pg(stash) => {
+                let $pool = stash.pool();
+                $body
+            }
             $crate::db::Db::Sqlite($pool) => $body,
         }
     };
@@ -92,7 +96,9 @@ impl Db {
             .await
             .map_err(PlacementError::Migrate)?;
         match Backend::from_url(url).map_err(PlacementError::Migrate)? {
-            Backend::Postgres => Ok(Db::Pg(migrations::open_pg(url, max_connections).await?)),
+            Backend::Postgres => Ok(Db::Pg(std::sync::Arc::new(migrations::PgStash::new(
+                migrations::open_pg(url, max_connections).await?,
+            )))),
             Backend::Sqlite => Ok(Db::Sqlite(migrations::open_sqlite(url).await?)),
         }
     }
@@ -100,7 +106,7 @@ impl Db {
     /// Opens a transaction.
     pub async fn begin(&self) -> std::result::Result<Tx, sqlx::Error> {
         Ok(match self {
-            Db::Pg(p) => Tx::Pg(p.begin().await?),
+            Db::Pg(p) => Tx::Pg(p.pool().begin().await?),
             Db::Sqlite(p) => Tx::Sqlite(p.begin().await?),
         })
     }
