@@ -13,10 +13,13 @@
 //! mid-statement) goes back to the pool the usual way, with sqlx's ping and
 //! rollback, so nothing half-done is reused. A stashed connection idle for
 //! [`crate::PG_PING_AFTER_IDLE`] or more goes back to the pool (pinged
-//! there) instead of being used. The pool still bounds the connections: a
-//! stashed one counts as in use, so `keep` is at most half the pool.
+//! there) instead of being used, and a sweep every
+//! [`crate::PG_PING_AFTER_IDLE`] hands back those left idle, so a quiet
+//! stash holds nothing the pool's other users could use. The pool still
+//! bounds the connections: a stashed one counts as in use, so `keep` is at
+//! most half the pool.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sqlx::pool::PoolConnection;
@@ -27,19 +30,46 @@ use sqlx::PgPool;
 #[derive(Debug)]
 pub struct PgStash {
     pool: PgPool,
-    idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    idle: Arc<Idle>,
     keep: usize,
 }
 
+type Idle = Mutex<Vec<(PoolConnection<Postgres>, Instant)>>;
+
+/// Hands back the connections kept for [`crate::PG_PING_AFTER_IDLE`] or
+/// more (they go back to the pool, pinged there).
+fn hand_back_stale(idle: &Idle) {
+    let stale: Vec<_> = {
+        let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+        let (fresh, stale) = std::mem::take(&mut *idle)
+            .into_iter()
+            .partition(|(_, since)| since.elapsed() < crate::PG_PING_AFTER_IDLE);
+        *idle = fresh;
+        stale
+    };
+    drop(stale);
+}
+
 impl PgStash {
-    /// Keeps up to half of `pool`'s connections (at least one).
+    /// Keeps up to half of `pool`'s connections (at least one). Inside a
+    /// tokio runtime a sweep hands back the idle ones until the stash is
+    /// dropped.
     pub fn new(pool: PgPool) -> Self {
         let keep = (pool.options().get_max_connections() / 2).max(1) as usize;
-        Self {
-            pool,
-            idle: Mutex::new(Vec::with_capacity(keep)),
-            keep,
+        let idle: Arc<Idle> = Arc::new(Mutex::new(Vec::with_capacity(keep)));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&idle);
+            rt.spawn(async move {
+                let mut tick = tokio::time::interval(crate::PG_PING_AFTER_IDLE);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(idle) = weak.upgrade() else { return };
+                    hand_back_stale(&idle);
+                }
+            });
         }
+        Self { pool, idle, keep }
     }
 
     /// The pool itself (for transactions and everything else).
@@ -73,7 +103,8 @@ impl PgStash {
     /// Hands the kept connections back and closes the pool (which waits for
     /// the connections in use).
     pub async fn close(&self) {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let kept = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(kept);
         self.pool.close().await;
     }
 
@@ -99,14 +130,24 @@ impl Stashed<'_> {
     }
 
     /// Hands the connection back for the next statement: only after a
-    /// statement that completed (its answer read in full). Beyond `keep`
-    /// it goes back to the pool.
+    /// statement that completed (its answer read in full). It goes back to
+    /// the pool instead when `keep` are kept already, or, with every kept
+    /// one, when the pool has no connection left for its other users (every
+    /// one open and in use: someone may be waiting).
     pub fn keep(mut self) {
-        if let Some(c) = self.conn.take() {
-            let mut idle = self.stash.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() < self.stash.keep {
-                idle.push((c, Instant::now()));
-            }
+        let Some(c) = self.conn.take() else { return };
+        let pool = &self.stash.pool;
+        let saturated = pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections();
+        if saturated {
+            // The kept ones too: whoever waits gets them.
+            let kept =
+                std::mem::take(&mut *self.stash.idle.lock().unwrap_or_else(|p| p.into_inner()));
+            drop((kept, c));
+            return;
+        }
+        let mut idle = self.stash.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.stash.keep {
+            idle.push((c, Instant::now()));
         }
     }
 }

@@ -1,8 +1,9 @@
 //! `PgStash`: a connection kept after a completed statement serves the next
 //! one (the same server backend, no trip through the pool); one dropped
 //! without `keep` (an error, a cancelled statement) is not reused from the
-//! stash; at most half the pool is kept; a kept connection idle past the
-//! ping threshold goes back to the pool instead of being used.
+//! stash; at most half the pool is kept, nothing while the pool is
+//! saturated; kept connections idle past the
+//! ping threshold are handed back to the pool by the sweep.
 
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ async fn kept_connections_serve_the_next_statement_and_only_completed_ones_are_k
     let Some(db) = testkit::postgres("migrations_stash").await else {
         return;
     };
-    let pool = migrations::open_pg(&db.url, 4).await.expect("pool");
+    let pool = migrations::open_pg(&db.url, 8).await.expect("pool");
     let stash = PgStash::new(pool);
 
     // Kept after a completed statement: the next statement runs on it.
@@ -57,22 +58,35 @@ async fn kept_connections_serve_the_next_statement_and_only_completed_ones_are_k
     c.keep();
     assert_eq!(stash.kept(), 1);
 
-    // At most half the pool (4 → 2) is kept.
-    let (a, b, c) = (
-        backend_pid(&stash).await,
-        backend_pid(&stash).await,
-        backend_pid(&stash).await,
-    );
-    assert_ne!(a.0, b.0);
-    a.1.keep();
-    b.1.keep();
-    c.1.keep();
-    assert_eq!(stash.kept(), 2);
+    // At most half the pool (8 → 4) is kept.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(backend_pid(&stash).await);
+    }
+    assert_ne!(held[0].0, held[1].0);
+    for (_, c) in held {
+        c.keep();
+    }
+    assert_eq!(stash.kept(), 4);
 
-    // Idle past the ping threshold: handed back to the pool, not used.
-    tokio::time::sleep(migrations::PG_PING_AFTER_IDLE + Duration::from_millis(100)).await;
-    let (_, c) = backend_pid(&stash).await;
+    // A saturated pool (every connection open and in use): a completed
+    // statement's connection goes back to the pool, with the kept ones,
+    // for whoever waits.
+    let small = PgStash::new(migrations::open_pg(&db.url, 2).await.expect("small pool"));
+    let (_, kept_before) = backend_pid(&small).await;
+    kept_before.keep();
+    assert_eq!(small.kept(), 1);
+    let (a, b) = (backend_pid(&small).await, backend_pid(&small).await);
+    assert_eq!(small.kept(), 0);
+    a.1.keep();
+    assert_eq!(small.kept(), 0, "not kept while the pool is saturated");
+    drop(b);
+    small.close().await;
+
+    // Idle past the ping threshold: the sweep hands them back to the pool.
+    tokio::time::sleep(migrations::PG_PING_AFTER_IDLE * 2 + Duration::from_millis(200)).await;
     assert_eq!(stash.kept(), 0, "stale connections went back to the pool");
+    let (_, c) = backend_pid(&stash).await;
     c.keep();
     assert_eq!(stash.kept(), 1);
     // Closing hands the kept connections back (else the pool's close would
