@@ -29,6 +29,20 @@ fn sorted(c: &Candidates) -> (Vec<String>, Vec<String>) {
     (reqs, sums)
 }
 
+/// `GET /allocations/{consumer}` over HTTP (1.36).
+async fn allocations(url: &str, token: &str, consumer: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("{url}/allocations/{consumer}"))
+        .header("X-Auth-Token", token)
+        .header("OpenStack-API-Version", "placement 1.36")
+        .send()
+        .await
+        .expect("read")
+        .json()
+        .await
+        .expect("json")
+}
+
 fn resources(pairs: &[(&str, i64)]) -> Resources {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
 }
@@ -97,16 +111,7 @@ async fn in_process_calls_answer_as_the_http_client() {
         .claim(&consumer, &request, project, user)
         .await
         .expect("again"));
-    let read = reqwest::Client::new()
-        .get(format!("{url}/allocations/{consumer}"))
-        .header("X-Auth-Token", region.service_token.get())
-        .header("OpenStack-API-Version", "placement 1.36")
-        .send()
-        .await
-        .expect("read")
-        .json::<serde_json::Value>()
-        .await
-        .expect("json");
+    let read = allocations(&url, &region.service_token.get(), &consumer).await;
     let (rp, alloc) = request.allocations.iter().next().expect("one provider");
     let shown: BTreeMap<String, i64> =
         serde_json::from_value(read["allocations"][rp]["resources"].clone()).expect("resources");
@@ -135,15 +140,7 @@ async fn in_process_calls_answer_as_the_http_client() {
         .await
         .expect("never written");
     for c in [&consumer, &other] {
-        let read = reqwest::Client::new()
-            .get(format!("{url}/allocations/{c}"))
-            .header("X-Auth-Token", region.service_token.get())
-            .send()
-            .await
-            .expect("read")
-            .json::<serde_json::Value>()
-            .await
-            .expect("json");
+        let read = allocations(&url, &region.service_token.get(), c).await;
         assert_eq!(read["allocations"], serde_json::json!({}), "{read}");
     }
     // The index saw the undo: every host is a candidate with nothing used.
