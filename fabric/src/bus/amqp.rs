@@ -9,15 +9,8 @@
 //!   was refused or unroutable). Call requests are transient, carry an AMQP
 //!   expiration equal to the call's timeout, and are not confirmed: a lost
 //!   request ends in a timeout, which the caller sees anyway.
-//! - replies come back by RabbitMQ's **direct reply-to**: a call is published
-//!   with the AMQP `reply-to` property `amq.rabbitmq.reply-to` on the
-//!   channel that consumes that pseudo-queue (no-ack); the broker hands the
-//!   server a generated address, which the server's reply is published to,
-//!   and delivers the reply to the caller's channel without a queue (no
-//!   queue process, no enqueue or ack per reply). Replies are matched to
-//!   calls by correlation id; a reply whose caller's connection is gone is
-//!   dropped by the broker, as it was with a reply queue deleted with its
-//!   connection.
+//! - replies go to a per-transport **exclusive, auto-delete reply queue**
+//!   (`reply.<uuid>`) and are matched to calls by correlation id.
 //! - fan-out goes through one non-durable `fanout` exchange per topic
 //!   (`fanout.<topic>`); each subscription binds its own exclusive,
 //!   server-named queue.
@@ -28,7 +21,7 @@
 //! restart, network), every call in flight fails with
 //! [`BusError::Disconnected`] at once, and the supervisor reconnects with
 //! exponential backoff ([`BusOptions::reconnect_min`] to
-//! [`BusOptions::reconnect_max`]), consumes replies again and restarts
+//! [`BusOptions::reconnect_max`]), re-declares the reply queue and restarts
 //! every live subscription's consumer, so [`Subscription`]s keep working.
 //! Publishes issued while the connection is down wait for it for at most
 //! [`BusOptions::publish_wait`] (a call: at most its timeout, then
@@ -67,8 +60,6 @@ const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the supervisor double-checks the connection status.
 const HEALTH_CHECK: Duration = Duration::from_millis(500);
 const CONTENT_TYPE: &str = "application/x-protobuf";
-/// RabbitMQ's direct reply-to pseudo-queue.
-const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -83,6 +74,7 @@ impl std::fmt::Debug for AmqpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpTransport")
             .field("connection_name", &self.inner.options.connection_name)
+            .field("reply_queue", &self.inner.reply_queue)
             .finish()
     }
 }
@@ -101,9 +93,7 @@ struct Live {
     conn: Connection,
     /// Publisher confirms on: casts.
     confirm_ch: Channel,
-    /// No confirms: calls (and their replies, consumed here: direct
-    /// reply-to needs the calls published on the consuming channel),
-    /// replies, fan-out.
+    /// No confirms: calls, replies, fan-out.
     fast_ch: Channel,
     /// Queues and exchanges already declared on this connection.
     declared: Mutex<HashSet<String>>,
@@ -134,6 +124,7 @@ struct SubSpec {
 struct Inner {
     uri: String,
     options: BusOptions,
+    reply_queue: String,
     state: watch::Sender<State>,
     closed: watch::Sender<bool>,
     /// Set once a close has finished (the connection closed with the
@@ -151,6 +142,7 @@ impl AmqpTransport {
     pub async fn connect(uri: &str, options: BusOptions) -> Result<Self> {
         let inner = Arc::new(Inner {
             uri: uri.to_owned(),
+            reply_queue: format!("reply.{}", uuid::Uuid::new_v4().simple()),
             options,
             state: watch::channel(State::Down).0,
             closed: watch::channel(false).0,
@@ -235,12 +227,18 @@ impl Inner {
     }
 
     async fn start_reply_consumer(self: &Arc<Self>, live: &Arc<Live>) -> Result<()> {
-        // The pseudo-queue needs no declaration; it must be consumed (no-ack)
-        // on the channel the calls are published on, before the first call.
-        let mut consumer = live
-            .fast_ch
+        let ch = live.conn.create_channel().await.map_err(BusError::Broker)?;
+        let opts = QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        };
+        ch.queue_declare(&self.reply_queue, opts, FieldTable::default())
+            .await
+            .map_err(BusError::Broker)?;
+        let mut consumer = ch
             .basic_consume(
-                DIRECT_REPLY_TO,
+                &self.reply_queue,
                 &consumer_tag(),
                 BasicConsumeOptions {
                     no_ack: true,
@@ -365,7 +363,7 @@ impl Inner {
                     None => return,
                 };
                 let Some(inner) = inner.upgrade() else { break };
-                let mut env = match Envelope::from_bytes(&d.data) {
+                let env = match Envelope::from_bytes(&d.data) {
                     Ok(env) => env,
                     Err(e) => {
                         tracing::warn!(
@@ -379,14 +377,6 @@ impl Inner {
                         continue;
                     }
                 };
-                // A call's reply goes to the address the broker generated
-                // for the caller (direct reply-to), given in the AMQP
-                // property, not to the name the caller wrote.
-                if let Some(to) = d.properties.reply_to() {
-                    if to.as_str().starts_with(DIRECT_REPLY_TO) {
-                        env.reply_to = to.to_string();
-                    }
-                }
                 let ops = Box::new(AmqpOps {
                     acker: (!no_ack).then_some(d.acker),
                     inner,
@@ -616,7 +606,7 @@ impl Inner {
         })?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         env.correlation_id = id.clone();
-        env.reply_to = DIRECT_REPLY_TO.to_owned();
+        env.reply_to = self.reply_queue.clone();
         env.set_deadline_in(timeout);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id.clone(), tx);
@@ -639,8 +629,7 @@ impl Inner {
         let expiration = env.remaining().unwrap_or(timeout).as_millis().max(1);
         let props = BasicProperties::default()
             .with_content_type(CONTENT_TYPE.into())
-            .with_expiration(ShortString::from(expiration.to_string()))
-            .with_reply_to(ShortString::from(DIRECT_REPLY_TO));
+            .with_expiration(ShortString::from(expiration.to_string()));
         live.fast_ch
             .basic_publish(
                 "",
