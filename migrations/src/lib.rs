@@ -20,8 +20,12 @@
 //! (`f64`), booleans `BOOLEAN` (`bool`), timestamps `TIMESTAMPTZ`/`DATETIME`
 //! (`chrono::DateTime<Utc>`), UUIDs and JSON documents `TEXT` (`String`).
 //!
-//! May depend on: sqlx, thiserror, tracing. Nothing in the workspace depends
-//! on anything here but the schemas and these few functions.
+//! The PostgreSQL and SQLite pools every service opens come from here too
+//! ([`open_pg`], [`open_sqlite`]), and [`PgStash`], which keeps connections
+//! ready between the boot path's single statements.
+//!
+//! May depend on: sqlx, thiserror, tracing, tokio. Nothing in the workspace
+//! depends on anything here but the schemas and these few functions.
 
 mod stash;
 

@@ -103,9 +103,14 @@ impl PgStash {
     /// Hands the kept connections back and closes the pool (which waits for
     /// the connections in use).
     pub async fn close(&self) {
-        let kept = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
-        drop(kept);
+        drop(self.take_kept());
         self.pool.close().await;
+    }
+
+    /// Every kept connection, out of the stash (dropped, they go back to
+    /// the pool; taken out first so the lock is not held meanwhile).
+    fn take_kept(&self) -> Vec<(PoolConnection<Postgres>, Instant)> {
+        std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Connections kept now (for tests and metrics).
@@ -140,9 +145,7 @@ impl Stashed<'_> {
         let saturated = pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections();
         if saturated {
             // The kept ones too: whoever waits gets them.
-            let kept =
-                std::mem::take(&mut *self.stash.idle.lock().unwrap_or_else(|p| p.into_inner()));
-            drop((kept, c));
+            drop((self.stash.take_kept(), c));
             return;
         }
         let mut idle = self.stash.idle.lock().unwrap_or_else(|p| p.into_inner());
