@@ -207,17 +207,25 @@ fn links(app: &App, kind: &str, id: &str) -> Value {
            {"rel": "bookmark", "href": format!("{base}/{kind}/{id}")}])
 }
 
-/// An opaque id of (project, host), as Nova's `hostId`.
+/// Nova's `hostId`: the hex SHA-224 of the project id followed by the host
+/// name, empty without a host. Stable across releases and processes, and
+/// equal to what Nova shows for the same project and host, so clients that
+/// compare `hostId`s (to check anti-affinity, say) see the same values.
 pub(crate) fn host_id(project: &str, host: Option<&str>) -> String {
-    use std::hash::{Hash, Hasher};
-    let Some(h) = host else {
+    use sha2::{Digest, Sha224};
+    use std::fmt::Write;
+    let Some(h) = host.filter(|h| !h.is_empty()) else {
         return String::new();
     };
-    let mut a = std::collections::hash_map::DefaultHasher::new();
-    (project, h).hash(&mut a);
-    let mut b = std::collections::hash_map::DefaultHasher::new();
-    (h, project, "hostId").hash(&mut b);
-    format!("{:016x}{:016x}", a.finish(), b.finish())
+    let digest = Sha224::new()
+        .chain_update(project)
+        .chain_update(h)
+        .finalize();
+    let mut out = String::with_capacity(56);
+    for b in digest {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// A server as `GET /servers/{id}` and `/servers/detail` show it, at the
@@ -871,6 +879,59 @@ fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<
     }
 }
 
+/// A list of requested networks: each entry in Nova's shape (`uuid`,
+/// `port`, `fixed_ip`, `tag`, nothing else). This region has no network
+/// service, so no network or port can be found: an entry naming one is
+/// Nova's 400 for a network (port) it cannot find, saying why; an empty
+/// list boots without networks, as `"none"` does.
+fn check_requested_networks(items: &[Value]) -> ApiResult<()> {
+    const NO_NETWORKS: &str =
+        "This region has no network service: boot with networks \"none\" or \"auto\".";
+    // The request's shape first (the schema), every entry.
+    for item in items {
+        let Some(m) = item.as_object() else {
+            return Err(bad(format!("Invalid input for field/attribute networks. Value: {item}. {item} is not of type 'object'")));
+        };
+        if let Some(k) = m
+            .keys()
+            .find(|k| !matches!(k.as_str(), "uuid" | "port" | "fixed_ip" | "tag"))
+        {
+            return Err(bad(format!("Invalid input for field/attribute networks. Additional properties are not allowed ('{k}' was unexpected)")));
+        }
+        for key in ["uuid", "port", "fixed_ip", "tag"] {
+            match m.get(key) {
+                None | Some(Value::String(_)) => {}
+                Some(Value::Null) if key == "port" => {}
+                Some(other) => return Err(bad(format!("Invalid input for field/attribute {key}. Value: {other}. {other} is not of type 'string'"))),
+            }
+        }
+        if let Some(port) = m.get("port").and_then(Value::as_str) {
+            if uuid::Uuid::parse_str(port).is_err() {
+                return Err(bad(format!("Invalid input for field/attribute port. Value: {port}. '{port}' is not a 'uuid'")));
+            }
+        }
+    }
+    // Then the networks and ports themselves: the first one named is not
+    // found.
+    let Some(first) = items.first().and_then(Value::as_object) else {
+        return Ok(());
+    };
+    if let Some(port) = first.get("port").and_then(Value::as_str) {
+        return Err(bad(format!(
+            "Port id {port} could not be found. {NO_NETWORKS}"
+        )));
+    }
+    match first.get("uuid").and_then(Value::as_str) {
+        Some(net) if uuid::Uuid::parse_str(net).is_err() => Err(bad(format!(
+            "Bad networks format: network uuid is not in proper format ({net})"
+        ))),
+        Some(net) => Err(bad(format!(
+            "Network {net} could not be found. {NO_NETWORKS}"
+        ))),
+        None => Err(bad("Bad network format: missing 'uuid'")),
+    }
+}
+
 fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let v: Value = serde_json::from_slice(body).map_err(|_| bad("Malformed request body"))?;
     let Some(server) = v.get("server") else {
@@ -907,13 +968,14 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(other) => return Err(bad(format!("Invalid input for field/attribute availability_zone. Value: {other}. {other} is not of type 'string'"))),
     };
-    if ctx.mv.at_least(37) {
-        match o.get("networks") {
-            Some(Value::String(s)) if s == "auto" || s == "none" => {}
-            Some(Value::Array(_)) => {}
-            Some(other) => return Err(bad(format!("Invalid input for field/attribute networks. Value: {other}. {other} is not valid under any of the given schemas"))),
-            None => return Err(bad("Invalid input for field/attribute server. 'networks' is a required property")),
-        }
+    match o.get("networks") {
+        // Before 2.37 `networks` is optional (and a string is tolerated).
+        None if !ctx.mv.at_least(37) => {}
+        Some(Value::String(_)) if !ctx.mv.at_least(37) => {}
+        None => return Err(bad("Invalid input for field/attribute server. 'networks' is a required property")),
+        Some(Value::String(s)) if s == "auto" || s == "none" => {}
+        Some(Value::Array(items)) => check_requested_networks(items)?,
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute networks. Value: {other}. {other} is not valid under any of the given schemas"))),
     }
     let key_name = match o.get("key_name") {
         None | Some(Value::Null) => None,
@@ -1465,6 +1527,32 @@ async fn remove_allocations(
 mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
+
+    /// `hostId` is Nova's: SHA-224 of project id + host in hex (values from
+    /// Python's `hashlib.sha224((project_id + host).encode()).hexdigest()`),
+    /// and empty without a host.
+    #[test]
+    fn host_id_is_novas_sha224_of_project_and_host() {
+        use super::host_id;
+        assert_eq!(
+            host_id("6f70656e737461636b20726f636b73", Some("compute-1")),
+            "a208c16506d3aba58f2a961b2d247301d00affce85556f8fc9963dfb"
+        );
+        assert_eq!(
+            host_id("p1", Some("c1-host1")),
+            "3ea36aff9c31dbed2f4c497d0363ac9e5b75bc1e1fa0c0a48c59b5dc"
+        );
+        assert_ne!(
+            host_id("p1", Some("c1-host2")),
+            host_id("p1", Some("c1-host1"))
+        );
+        assert_ne!(
+            host_id("p2", Some("c1-host1")),
+            host_id("p1", Some("c1-host1"))
+        );
+        assert_eq!(host_id("p1", None), "");
+        assert_eq!(host_id("p1", Some("")), "");
+    }
 
     /// The pieces written straight into an answer equal what `format!` and
     /// chrono's formatting gave, escaping included.

@@ -15,6 +15,7 @@ use cell_mapping::cells::NewCell;
 use cell_mapping::ApiDb;
 use compute::driver::fake::FakeHypervisor;
 use serde_json::{json, Value};
+use sha2::Digest;
 
 use crate::common::{self, json as body, Env, ADMIN_PW, MEMBER_PW};
 
@@ -379,6 +380,47 @@ async fn versions_auth_and_errors() {
         assert_eq!(r.status, 400, "{b}: {}", r.body);
         assert_eq!(body(&r)["badRequest"]["code"], 400, "{b}: {}", r.body);
     }
+    // Requested networks: Nova's shape checked; no network or port can be
+    // found in a region without a network service, and the answer says so.
+    let net = "3cb9bc59-5699-4588-a4b1-b87f96708bc6";
+    let networks = [
+        (
+            json!([{"uuid": net}]),
+            format!("Network {net} could not be found. This region has no network service"),
+        ),
+        (
+            json!([{"port": net}]),
+            format!("Port id {net} could not be found. This region has no network service"),
+        ),
+        (
+            json!([{"uuid": "not-a-uuid"}]),
+            "network uuid is not in proper format (not-a-uuid)".to_owned(),
+        ),
+        (json!([{}]), "Bad network format: missing 'uuid'".to_owned()),
+        (
+            json!([{"uuid": net, "nic": 1}]),
+            "('nic' was unexpected)".to_owned(),
+        ),
+        (json!([{"uuid": 7}]), "7 is not of type 'string'".to_owned()),
+        (json!(["private"]), "is not of type 'object'".to_owned()),
+        (
+            json!("private"),
+            "is not valid under any of the given schemas".to_owned(),
+        ),
+    ];
+    for (n, want) in networks {
+        let b =
+            json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": n}});
+        let r = region
+            .call(&tok, "POST", "/v2.1/servers", Some(b.clone()))
+            .await;
+        assert_eq!(r.status, 400, "{b}: {}", r.body);
+        let msg = body(&r)["badRequest"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(msg.contains(&want), "{b}: {msg}");
+    }
     let r = common::req(
         addr,
         "POST",
@@ -433,6 +475,12 @@ async fn boot_list_show_delete_across_cells() {
         .unwrap_or_else(|| panic!("admin sees the host: {s}"))
         .to_owned();
     assert!(host.starts_with('c'), "{host}");
+    // hostId: Nova's SHA-224 of project id + host, in hex.
+    let want: String = sha2::Sha224::digest(format!("{}{host}", s["tenant_id"].as_str().unwrap()))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(s["hostId"], want.as_str(), "{s}");
     // The member sees it without host attributes; another project not at all.
     let r = region.show(&region.member, &id).await;
     assert!(body(&r)["server"].get("OS-EXT-SRV-ATTR:host").is_none());
