@@ -232,8 +232,9 @@ pub(crate) async fn write_allocations_in(
                     _ => {}
                 }
             }
-            // A consumer that does not exist holds no allocations (the
-            // foreign key sees to it): nothing to delete then.
+            // A consumer that does not exist holds no allocations (every
+            // write below keeps it so; there is no foreign key, as
+            // upstream): nothing to delete then.
             if current.is_some() {
                 sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
                     .bind(&w.consumer)
@@ -241,9 +242,26 @@ pub(crate) async fn write_allocations_in(
                     .await?;
             }
             if w.allocations.values().all(|r| r.is_empty()) {
-                // No allocations left: the consumer goes too (as upstream).
-                if current.is_some() {
-                    sqlx::query("DELETE FROM consumers WHERE uuid = $1").bind(&w.consumer).execute(&mut *tx).await?;
+                // No allocations left: the consumer goes too (as upstream),
+                // at the generation read, so that a concurrent write of new
+                // allocations for it (which bumps that generation) is not
+                // left without its consumer: one of the two starts over.
+                if let Some((id, g)) = current {
+                    let res = sqlx::query("DELETE FROM consumers WHERE id = $1 AND generation = $2")
+                        .bind(id)
+                        .bind(g)
+                        .execute(&mut *tx)
+                        .await?;
+                    if res.rows_affected() != 1 {
+                        if w.expected_generation.is_some() {
+                            return Err(consumer_conflict(format!(
+                                "consumer {} was changed by another request",
+                                w.consumer
+                            ))
+                            .into());
+                        }
+                        return Err(WriteError::Retry);
+                    }
                 }
                 continue;
             }

@@ -241,6 +241,17 @@ impl Db {
     pub async fn delete_provider(&self, row: &ProviderRow) -> Result<()> {
         on_db!(self, pool => {
             let mut tx = pool.begin().await?;
+            // The provider's row lock first: every allocation write
+            // compare-and-bumps the generation of each provider it
+            // allocates from, so a claim in flight commits before the count
+            // below (a statement of its own: it sees that claim), and one
+            // that comes later finds the row gone. Nothing else keeps an
+            // allocation from outliving its provider (upstream's schema
+            // has no foreign key there, nor has ours since migration 0002).
+            sqlx::query("UPDATE resource_providers SET generation = generation + 1 WHERE id = $1")
+                .bind(row.id)
+                .execute(&mut *tx)
+                .await?;
             let allocs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM allocations WHERE resource_provider_id = $1")
                 .bind(row.id)
                 .fetch_one(&mut *tx)
