@@ -180,6 +180,12 @@ pub struct BuildInstance {
     /// Key pair name (`key_name`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_name: Option<String>,
+    /// Metadata given at create (key, value), sorted by key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata: Vec<(String, String)>,
+    /// `user_data` given at create (base64, as sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).

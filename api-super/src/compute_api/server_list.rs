@@ -184,6 +184,7 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
         locked: false,
         locked_by: None,
         locked_reason: None,
+        user_data: b.user_data.clone(),
     }
 }
 
@@ -521,6 +522,7 @@ fn mapping_as_instance(m: &MappingRow) -> CellInstance {
         locked: false,
         locked_by: None,
         locked_reason: None,
+        user_data: None,
     }
 }
 

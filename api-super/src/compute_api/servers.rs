@@ -53,6 +53,11 @@ pub(crate) struct Server {
     /// Tags (2.26), sorted.
     pub(crate) tags: Vec<String>,
     pub(crate) key_name: Option<String>,
+    /// Reservation id and index within the request (2.3, admins).
+    pub(crate) reservation_id: Option<String>,
+    pub(crate) launch_index: Option<i64>,
+    /// `user_data` as given at create (2.3, admins).
+    pub(crate) user_data: Option<String>,
 }
 
 impl Server {
@@ -61,6 +66,7 @@ impl Server {
         let mut s = Server::from_cell(super::server_list::build_as_instance(b));
         s.flavor = Some(b.flavor.clone());
         s.key_name = b.key_name.clone();
+        s.metadata = b.metadata.clone();
         s
     }
 
@@ -89,6 +95,9 @@ impl Server {
             metadata: Vec::new(),
             tags: Vec::new(),
             key_name: None,
+            reservation_id: i.reservation_id,
+            launch_index: i.launch_index,
+            user_data: i.user_data,
         }
     }
 
@@ -491,6 +500,16 @@ impl serde::Serialize for DetailView<'_> {
             m.serialize_entry("OS-EXT-SRV-ATTR:host", &s.host)?;
             m.serialize_entry("OS-EXT-SRV-ATTR:hypervisor_hostname", &s.node)?;
             m.serialize_entry("OS-EXT-SRV-ATTR:instance_name", "")?;
+            if ctx.mv.at_least(3) {
+                m.serialize_entry("OS-EXT-SRV-ATTR:reservation_id", &s.reservation_id)?;
+                m.serialize_entry("OS-EXT-SRV-ATTR:launch_index", &s.launch_index)?;
+                // The cell keeps the display name as the hostname.
+                m.serialize_entry("OS-EXT-SRV-ATTR:hostname", &s.name)?;
+                m.serialize_entry("OS-EXT-SRV-ATTR:kernel_id", "")?;
+                m.serialize_entry("OS-EXT-SRV-ATTR:ramdisk_id", "")?;
+                m.serialize_entry("OS-EXT-SRV-ATTR:root_device_name", &None::<&str>)?;
+                m.serialize_entry("OS-EXT-SRV-ATTR:user_data", &s.user_data)?;
+            }
         }
         if ctx.mv.at_least(9) {
             m.serialize_entry("locked", &s.locked)?;
@@ -853,10 +872,14 @@ struct CreateRequest {
     min_count: i64,
     max_count: i64,
     key_name: Option<String>,
-    metadata_items: usize,
+    metadata: Vec<(String, String)>,
+    user_data: Option<String>,
     /// `os:scheduler_hints.group`.
     group: Option<String>,
 }
+
+/// Nova's limit on `user_data` (characters of its base64).
+const MAX_USER_DATA: usize = 65535;
 
 fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
     match o.get(key) {
@@ -982,10 +1005,23 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= 255 => Some(s.clone()),
         Some(other) => return Err(bad(format!("Invalid input for field/attribute key_name. Value: {other}. {other} is not of type 'string', 'null'"))),
     };
-    let metadata_items = match o.get("metadata") {
-        None => 0,
-        Some(Value::Object(m)) => m.len(),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute metadata. Value: {other}. {other} is not of type 'object'"))),
+    let metadata = match o.get("metadata") {
+        None => Vec::new(),
+        Some(m) => super::server_metadata::validate_metadata(m, "metadata")?,
+    };
+    let user_data = match o.get("user_data") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(u)) if u.chars().count() > MAX_USER_DATA => {
+            return Err(bad(format!("Invalid input for field/attribute user_data. Value: {u}. '{u}' is too long")))
+        }
+        Some(Value::String(u)) => {
+            use base64::Engine;
+            if base64::engine::general_purpose::STANDARD.decode(u.trim()).is_err() {
+                return Err(bad(format!("Invalid input for field/attribute user_data. Value: {u}. '{u}' is not a 'base64'")));
+            }
+            Some(u.clone())
+        }
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute user_data. Value: {other}. {other} is not of type 'string'"))),
     };
     let min_count = int_field(o, "min_count")?.unwrap_or(1);
     let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
@@ -1004,7 +1040,8 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         min_count,
         max_count,
         key_name,
-        metadata_items,
+        metadata,
+        user_data,
         group,
     })
 }
@@ -1034,7 +1071,7 @@ pub async fn create(
         }
     }
     let (limits, group_members_limit) =
-        super::quotas::create_limits(&app, reads.quotas, req.metadata_items)?;
+        super::quotas::create_limits(&app, reads.quotas, req.metadata.len())?;
     let (image_ref, image_props) = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
@@ -1099,6 +1136,8 @@ pub async fn create(
                     reservation_id: reservation_id.clone(),
                     launch_index: i as i64,
                     key_name: req.key_name.clone(),
+                    metadata: req.metadata.clone(),
+                    user_data: req.user_data.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

@@ -442,6 +442,8 @@ pub fn new_instance(
         launch_index: b.launch_index,
         error,
         scheduled_from: Some(scheduled_from),
+        metadata: b.metadata.clone(),
+        user_data: b.user_data.clone(),
     }
 }
 

@@ -370,6 +370,12 @@ async fn versions_auth_and_errors() {
         json!({"server": {"name": 5, "flavorRef": "1", "imageRef": IMAGE, "networks": "none"}}),
         json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "max_count": "many"}}),
         json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "metadata": {"a/b": "v"}}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "metadata": {"k": 1}}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "metadata": ["k"]}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "user_data": "not base64!"}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "user_data": 7}}),
+        json!({"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none", "user_data": "QUFB".repeat(16384)}}),
         json!({"server": "x"}),
         json!({"nope": {}}),
     ];
@@ -499,9 +505,50 @@ async fn boot_list_show_delete_across_cells() {
         .call(&region.other, "GET", "/v2.1/servers", None)
         .await;
     assert_eq!(body(&r)["servers"], json!([]));
-    // A second server; listing merges cells newest first; paging by marker.
-    let id2 = region.boot(&region.member, "vm-2", "1").await;
+    // A second server, with metadata and user data; listing merges cells
+    // newest first; paging by marker.
+    let user_data = "I2Nsb3VkLWNvbmZpZwpob3N0bmFtZTogdm0tMgo=";
+    let r = region
+        .call(
+            &region.member,
+            "POST",
+            "/v2.1/servers",
+            Some(
+                json!({"server": {"name": "vm-2", "flavorRef": "1", "imageRef": IMAGE,
+                "networks": "none", "metadata": {"role": "web", "tier": "front"},
+                "user_data": user_data}}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id2 = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    // At once (a build request or the cell's row) and once ACTIVE.
+    let s = body(&region.show(&region.member, &id2).await)["server"].clone();
+    assert_eq!(
+        s["metadata"],
+        json!({"role": "web", "tier": "front"}),
+        "{s}"
+    );
     region.wait(&id2, |s| s["status"] == "ACTIVE").await;
+    let s = body(&region.show(&region.member, &id2).await)["server"].clone();
+    assert_eq!(
+        s["metadata"],
+        json!({"role": "web", "tier": "front"}),
+        "{s}"
+    );
+    assert!(
+        s.get("OS-EXT-SRV-ATTR:user_data").is_none(),
+        "members do not see it: {s}"
+    );
+    let s = body(&region.show(&region.admin, &id2).await)["server"].clone();
+    assert_eq!(s["OS-EXT-SRV-ATTR:user_data"], user_data, "{s}");
+    assert_eq!(s["OS-EXT-SRV-ATTR:launch_index"], 0, "{s}");
+    assert!(
+        s["OS-EXT-SRV-ATTR:reservation_id"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("r-")),
+        "{s}"
+    );
     let r = region
         .call(&region.member, "GET", "/v2.1/servers", None)
         .await;

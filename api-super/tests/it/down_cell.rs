@@ -188,6 +188,8 @@ impl Fixture {
                 reservation_id: format!("r-{n}"),
                 launch_index: 0,
                 key_name: None,
+                metadata: Vec::new(),
+                user_data: None,
             };
             let spec = RequestSpec {
                 instance_uuid: id.clone(),
@@ -232,6 +234,8 @@ impl Fixture {
                         launch_index: 0,
                         error: None,
                         scheduled_from: None,
+                        metadata: Vec::new(),
+                        user_data: None,
                     })
                     .await
                     .unwrap();

@@ -53,6 +53,8 @@ pub(crate) async fn builds(
                     reservation_id: reservation_id.clone(),
                     launch_index: i as i64,
                     key_name: None,
+                    metadata: Vec::new(),
+                    user_data: None,
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

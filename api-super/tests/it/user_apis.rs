@@ -1535,6 +1535,8 @@ async fn put_instance(
         launch_index: 0,
         error: None,
         scheduled_from: None,
+        metadata: Vec::new(),
+        user_data: None,
     })
     .await
     .expect("instance");

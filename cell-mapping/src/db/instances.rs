@@ -79,6 +79,10 @@ pub struct NewCellInstance {
     pub launch_index: i64,
     /// Set: the instance is created in ERROR with this fault.
     pub error: Option<NewFault>,
+    /// Metadata given at create (key, value), written with the row.
+    pub metadata: Vec<(String, String)>,
+    /// `user_data` given at create (base64, as sent).
+    pub user_data: Option<String>,
     /// When the super-conductor started scheduling it: the `create`
     /// action gets upstream's `conductor_schedule_and_build_instances`
     /// event from then to now (Success, or Error with the fault).
@@ -154,6 +158,8 @@ pub struct CellInstance {
     pub locked_by: Option<String>,
     /// `instance_system_metadata['locked_reason']` (as upstream).
     pub locked_reason: Option<String>,
+    /// `user_data` (base64, as given at create).
+    pub user_data: Option<String>,
 }
 
 /// The latest fault of an instance.
@@ -423,7 +429,7 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
     i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, \
     (SELECT e.flavor FROM instance_extra e WHERE e.instance_uuid = i.uuid) AS flavor, \
     i.locked, i.locked_by, CASE WHEN i.locked THEN (SELECT sm.value FROM instance_system_metadata sm \
-    WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') END AS locked_reason";
+    WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') END AS locked_reason, i.user_data";
 
 // The lock's reason is looked up only for a locked row: it is written with
 // the lock and removed with it in one transaction
@@ -435,11 +441,18 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
 // scan of `instance_extra`, 1,000 × 1,000 comparisons for one page).
 const FROM: &str = "instances i";
 
-/// A new instance row (binds `$1` to `$19`).
-const INSERT_INSTANCE: &str = "INSERT INTO instances (uuid, project_id, user_id, display_name, \
-    hostname, vm_state, task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, \
-    host, node, launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at) \
-    VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, $17, $18, $19)";
+/// A new instance row (binds `$1` to `$19`, and `user_data` as parameter
+/// `$user_data`).
+fn insert_instance(user_data: usize) -> String {
+    format!(
+        "INSERT INTO instances (uuid, project_id, user_id, display_name, \
+         hostname, vm_state, task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, \
+         host, node, launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at, \
+         user_data) \
+         VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, $17, $18, $19, \
+         ${user_data})"
+    )
+}
 
 /// The event of a delete the API did itself ([`CellDb::api_local_delete`]).
 pub const EV_API_LOCAL_DELETE: &str = "api_local_delete";
@@ -494,8 +507,17 @@ impl CellDb {
             // A building instance on PostgreSQL: row, flavor, action and
             // its scheduling event in one statement (one round trip, no
             // BEGIN/COMMIT; the foreign keys are checked at its end).
+            // Metadata given at create: one more insert, only when there is
+            // some (a boot without any keeps the statement it had).
+            let metadata = if n.metadata.is_empty() {
+                ""
+            } else {
+                "m AS (INSERT INTO instance_metadata (instance_uuid, key, value, created_at) \
+                 SELECT i.uuid, k.key, k.value, $19 FROM i, \
+                 unnest($29::VARCHAR[], $30::VARCHAR[]) AS k (key, value)), "
+            };
             let sql = format!(
-                "WITH i AS ({INSERT_INSTANCE} RETURNING uuid, id), \
+                "WITH i AS ({} RETURNING uuid, id), {metadata}\
                  x AS (INSERT INTO instance_extra (instance_uuid, flavor, created_at) \
                  SELECT uuid, $20, $19 FROM i), \
                  a AS (INSERT INTO instance_actions (instance_uuid, action, request_id, \
@@ -504,28 +526,41 @@ impl CellDb {
                  e AS (INSERT INTO instance_actions_events (action_id, event, result, request_id, \
                  global_request_id, start_time, finish_time, created_at) \
                  SELECT id, $25, $26, $22, $23, $27, $19, $19 FROM a WHERE $27::TIMESTAMPTZ IS NOT NULL) \
-                 SELECT id FROM i"
+                 SELECT id FROM i",
+                insert_instance(28)
             );
-            return measured(
-                "api_instance_create",
-                bind_instance!(sqlx::query_scalar::<_, i64>(&sql))
-                    .bind(&flavor)
-                    .bind(fabric::rpc::action::CREATE)
-                    .bind(&n.request_id)
-                    .bind(&n.global_request_id)
-                    .bind(n.scheduled_from.unwrap_or(t))
-                    .bind(EV_SCHEDULE_AND_BUILD)
-                    .bind(fabric::rpc::action::SUCCESS)
-                    .bind(n.scheduled_from)
-                    .fetch_one(p),
-            )
-            .await;
+            let (keys, values): (Vec<&str>, Vec<&str>) = n
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .unzip();
+            let mut q = bind_instance!(sqlx::query_scalar::<_, i64>(&sql))
+                .bind(&flavor)
+                .bind(fabric::rpc::action::CREATE)
+                .bind(&n.request_id)
+                .bind(&n.global_request_id)
+                .bind(n.scheduled_from.unwrap_or(t))
+                .bind(EV_SCHEDULE_AND_BUILD)
+                .bind(fabric::rpc::action::SUCCESS)
+                .bind(n.scheduled_from)
+                .bind(&n.user_data);
+            if !n.metadata.is_empty() {
+                q = q.bind(keys).bind(values);
+            }
+            return measured("api_instance_create", q.fetch_one(p)).await;
         }
         Ok(with_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let id: i64 = measured("api_instance_insert",
-                bind_instance!(sqlx::query_scalar(&format!("{INSERT_INSTANCE} RETURNING id")))
+                bind_instance!(sqlx::query_scalar(&format!("{} RETURNING id", insert_instance(20))))
+                .bind(&n.user_data)
                 .fetch_one(&mut *tx)).await?;
+            for (key, value) in &n.metadata {
+                measured("api_instance_metadata_insert", sqlx::query(
+                    "INSERT INTO instance_metadata (instance_uuid, key, value, created_at) VALUES ($1, $2, $3, $4)")
+                    .bind(&n.uuid).bind(key).bind(value).bind(t)
+                    .execute(&mut *tx)).await?;
+            }
             measured("api_instance_extra_insert", sqlx::query(
                 "INSERT INTO instance_extra (instance_uuid, flavor, created_at) VALUES ($1, $2, $3)")
                 .bind(&n.uuid).bind(&flavor).bind(t)

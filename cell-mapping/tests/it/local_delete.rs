@@ -58,6 +58,8 @@ pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
         launch_index: 0,
         error: None,
         scheduled_from: None,
+        metadata: Vec::new(),
+        user_data: None,
     }
 }
 

@@ -66,6 +66,8 @@ async fn flow(be: Be, name: &str) {
         launch_index: 0,
         error: None,
         scheduled_from: None,
+        metadata: Vec::new(),
+        user_data: None,
     })
     .await
     .expect("create");

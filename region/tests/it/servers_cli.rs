@@ -131,6 +131,9 @@ fn boot_list_show_delete(r: &super::Running, bin: &Path) {
         "{images}"
     );
 
+    // Metadata and user data given at create are kept with the server.
+    let user_data = std::env::temp_dir().join(format!("user-data-{}", std::process::id()));
+    std::fs::write(&user_data, "#cloud-config\nhostname: vm1\n").unwrap();
     let server = member.json(&[
         "server",
         "create",
@@ -140,9 +143,16 @@ fn boot_list_show_delete(r: &super::Running, bin: &Path) {
         "cirros-0.6.2-x86_64-disk",
         "--nic",
         "none",
+        "--property",
+        "role=web",
+        "--property",
+        "tier=front",
+        "--user-data",
+        user_data.to_str().unwrap(),
         "--wait",
         "vm1",
     ]);
+    let _ = std::fs::remove_file(&user_data);
     assert_eq!(server["status"], "ACTIVE", "{server}");
     let id = server["id"].as_str().unwrap().to_owned();
 
@@ -158,6 +168,14 @@ fn boot_list_show_delete(r: &super::Running, bin: &Path) {
     let shown = member.json(&["server", "show", "vm1"]);
     assert_eq!(shown["OS-EXT-STS:vm_state"], "active", "{shown}");
     assert!(shown["OS-EXT-STS:task_state"].is_null(), "{shown}");
+    let properties = &shown["properties"];
+    assert!(
+        properties == &serde_json::json!({"role": "web", "tier": "front"})
+            || properties
+                .as_str()
+                .is_some_and(|p| p.contains("role='web'") && p.contains("tier='front'")),
+        "{shown}"
+    );
     // The admin sees where it runs; the member does not.
     let admin_view = admin.json(&["server", "show", &id]);
     assert!(
