@@ -207,6 +207,13 @@ pub struct RequestSpec {
     pub availability_zone: Option<String>,
     /// Forced host (`az:host`, admins only).
     pub force_host: Option<String>,
+    /// Requested destination (2.74 `host` / `hypervisor_hostname`, admins
+    /// only): the filters still run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_host: Option<String>,
+    /// Requested node (2.74 `hypervisor_hostname`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_node: Option<String>,
     /// Request id of the create.
     pub request_id: String,
     /// Global request id.

@@ -874,8 +874,27 @@ struct CreateRequest {
     key_name: Option<String>,
     metadata: Vec<(String, String)>,
     user_data: Option<String>,
+    /// 2.74 `host` and `hypervisor_hostname`.
+    requested_host: Option<String>,
+    requested_node: Option<String>,
     /// `os:scheduler_hints.group`.
     group: Option<String>,
+}
+
+/// A requested destination names a compute host (and node) the scheduler
+/// knows, as upstream checks before it accepts the create: Nova's 400
+/// "Compute host … could not be found." otherwise.
+async fn check_destination(app: &App, host: Option<&str>, node: Option<&str>) -> ApiResult<()> {
+    let hosts = app.conductor().scheduler().host_state().get().await?;
+    let known = hosts
+        .by_provider
+        .values()
+        .any(|h| host.is_none_or(|want| h.host == want) && node.is_none_or(|want| h.node == want));
+    if known {
+        return Ok(());
+    }
+    let name = host.or(node).unwrap_or_default();
+    Err(bad(format!("Compute host {name} could not be found.")))
 }
 
 /// Nova's limit on `user_data` (characters of its base64).
@@ -1023,6 +1042,19 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         }
         Some(other) => return Err(bad(format!("Invalid input for field/attribute user_data. Value: {other}. {other} is not of type 'string'"))),
     };
+    // 2.74: a requested destination (admins; checked in `create`).
+    let mut destination = [None, None];
+    for (slot, key) in destination.iter_mut().zip(["host", "hypervisor_hostname"]) {
+        match o.get(key) {
+            None => {}
+            Some(_) if !ctx.mv.at_least(74) => {
+                return Err(bad(format!("Invalid input for field/attribute server. Additional properties are not allowed ('{key}' was unexpected)")))
+            }
+            Some(Value::String(v)) if (1..=255).contains(&v.chars().count()) => *slot = Some(v.clone()),
+            Some(other) => return Err(bad(format!("Invalid input for field/attribute {key}. Value: {other}. {other} is not a valid hostname"))),
+        }
+    }
+    let [requested_host, requested_node] = destination;
     let min_count = int_field(o, "min_count")?.unwrap_or(1);
     let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
     if min_count > max_count {
@@ -1042,6 +1074,8 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         key_name,
         metadata,
         user_data,
+        requested_host,
+        requested_node,
         group,
     })
 }
@@ -1105,6 +1139,19 @@ pub async fn create(
             }
         },
     };
+    if req.requested_host.is_some() || req.requested_node.is_some() {
+        app.authorize(
+            &ctx,
+            "os_compute_api:servers:create:requested_destination",
+            ctx.project_id(),
+        )?;
+        check_destination(
+            &app,
+            req.requested_host.as_deref(),
+            req.requested_node.as_deref(),
+        )
+        .await?;
+    }
     let group = match &req.group {
         Some(g) => Some(super::server_groups::for_boot(&app, &ctx, g).await?),
         None => None,
@@ -1148,6 +1195,8 @@ pub async fn create(
                     image_ref: image_ref.clone(),
                     availability_zone: availability_zone.clone(),
                     force_host: force_host.clone(),
+                    requested_host: req.requested_host.clone(),
+                    requested_node: req.requested_node.clone(),
                     request_id: ctx.request_id.clone(),
                     global_request_id: global.clone(),
                     key_name: req.key_name.clone(),

@@ -94,6 +94,8 @@ impl SuperConductor {
             resources: resources(spec),
             availability_zone: spec.availability_zone.clone(),
             force_host: spec.force_host.clone(),
+            requested_host: spec.requested_host.clone(),
+            requested_node: spec.requested_node.clone(),
             image: spec.image_properties.clone(),
             ..Default::default()
         };

@@ -92,6 +92,10 @@ pub struct Request {
     pub availability_zone: Option<String>,
     /// Forced host.
     pub force_host: Option<String>,
+    /// Requested host and node (2.74): only they pass, the filters run.
+    pub requested_host: Option<String>,
+    /// Requested node.
+    pub requested_node: Option<String>,
     /// The flavor's extra specs.
     pub flavor_extra_specs: BTreeMap<String, String>,
     /// The server group the instances join (`scheduler_hints.group`).
@@ -628,6 +632,7 @@ mod tests {
             removed,
             vec![
                 ("ForcedHostFilter", 0),
+                ("RequestedDestinationFilter", 0),
                 ("ComputeFilter", 2),
                 ("AvailabilityZoneFilter", 3),
                 ("ImagePropertiesFilter", 0),
@@ -650,6 +655,33 @@ mod tests {
         );
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].info.host, "host1");
+    }
+
+    #[test]
+    fn requested_destination_keeps_that_host_and_still_filters() {
+        let mut r = req();
+        r.requested_host = Some("host1".into());
+        let (o, removed) = decide(
+            make_hosts(4, &["nova"]),
+            &r,
+            &filters::defaults(),
+            &weighers(1.0),
+        );
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].info.host, "host1");
+        assert_eq!(removed[1], ("RequestedDestinationFilter", 3));
+        // The other filters still run: a disabled requested host is no host.
+        let mut hosts = make_hosts(4, &["nova"]);
+        Arc::make_mut(&mut hosts[1].info).service_disabled = true;
+        let (o, _) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
+        assert!(o.is_empty(), "{o:?}");
+        // A node: only the host that has it.
+        let hosts = make_hosts(4, &["nova"]);
+        let mut r = req();
+        r.requested_node = Some(hosts[2].info.node.clone());
+        let (o, _) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].info.host, "host2");
     }
 
     #[test]

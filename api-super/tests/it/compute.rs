@@ -690,6 +690,80 @@ async fn no_valid_host_lands_in_cell0_with_a_fault() {
     let forced = body(&r)["server"]["id"].as_str().unwrap().to_owned();
     let (s, _) = region.wait(&forced, |s| s["status"] == "ACTIVE").await;
     assert_eq!(s["OS-EXT-SRV-ATTR:host"], "c1-host2");
+    // 2.74: a requested destination (admins; the filters still run).
+    let node = s["OS-EXT-SRV-ATTR:hypervisor_hostname"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dest = |extra: Value| {
+        let mut b =
+            json!({"name": "dest", "flavorRef": "1", "imageRef": IMAGE, "networks": "none"});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"server": b})
+    };
+    let r = region
+        .call(
+            &region.member,
+            "POST",
+            "/v2.1/servers",
+            Some(dest(json!({"host": "c1-host1"}))),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    for (extra, missing) in [
+        (json!({"host": "nope"}), "nope"),
+        (json!({"hypervisor_hostname": "nope"}), "nope"),
+        (
+            json!({"host": "c1-host1", "hypervisor_hostname": node}),
+            "c1-host1",
+        ),
+    ] {
+        let r = region
+            .call(
+                &region.admin,
+                "POST",
+                "/v2.1/servers",
+                Some(dest(extra.clone())),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{extra}: {}", r.body);
+        assert_eq!(
+            body(&r)["badRequest"]["message"],
+            format!("Compute host {missing} could not be found."),
+            "{extra}"
+        );
+    }
+    let r = common::req(
+        region.compute.addr,
+        "POST",
+        "/v2.1/servers",
+        &[
+            ("x-auth-token", &region.admin),
+            ("openstack-api-version", "compute 2.73"),
+        ],
+        Some(dest(json!({"host": "c1-host1"}))),
+    )
+    .await;
+    assert_eq!(r.status, 400, "before 2.74: {}", r.body);
+    for (extra, host) in [
+        (json!({"host": "c1-host1"}), "c1-host1"),
+        (json!({"hypervisor_hostname": node}), "c1-host2"),
+    ] {
+        let r = region
+            .call(
+                &region.admin,
+                "POST",
+                "/v2.1/servers",
+                Some(dest(extra.clone())),
+            )
+            .await;
+        assert_eq!(r.status, 202, "{extra}: {}", r.body);
+        let id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+        let (s, _) = region.wait(&id, |s| s["status"] == "ACTIVE").await;
+        assert_eq!(s["OS-EXT-SRV-ATTR:host"], host, "{extra}");
+    }
     // The create action holds the super-conductor's scheduling event
     // (upstream's name): Success for the landed server, Error with the
     // fault for the one buried in cell0; then the compute's.

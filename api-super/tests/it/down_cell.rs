@@ -200,6 +200,8 @@ impl Fixture {
                 image_ref: IMAGE.into(),
                 availability_zone: zone.map(str::to_owned),
                 force_host: None,
+                requested_host: None,
+                requested_node: None,
                 request_id: format!("req-{n}"),
                 global_request_id: format!("req-g-{n}"),
                 key_name: None,

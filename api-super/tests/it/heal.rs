@@ -65,6 +65,8 @@ pub(crate) async fn builds(
                     image_ref: IMAGE.into(),
                     availability_zone: None,
                     force_host: None,
+                    requested_host: None,
+                    requested_node: None,
                     request_id: format!("req-{name}"),
                     global_request_id: format!("req-g-{name}"),
                     key_name: None,

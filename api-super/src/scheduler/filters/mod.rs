@@ -6,6 +6,7 @@ pub mod availability_zone;
 pub mod compute;
 pub mod forced_host;
 pub mod image_properties;
+pub mod requested_destination;
 pub mod server_group_affinity;
 pub mod server_group_anti_affinity;
 
@@ -23,6 +24,7 @@ pub trait Filter: Send + Sync + std::fmt::Debug {
 pub fn defaults() -> Vec<Box<dyn Filter>> {
     vec![
         Box::new(forced_host::ForcedHostFilter),
+        Box::new(requested_destination::RequestedDestinationFilter),
         Box::new(compute::ComputeFilter),
         Box::new(availability_zone::AvailabilityZoneFilter),
         Box::new(image_properties::ImagePropertiesFilter),
