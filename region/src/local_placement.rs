@@ -115,6 +115,7 @@ impl SchedulerPlacement for LocalPlacement {
         &'a self,
         resources: &'a Resources,
         limit: usize,
+        in_tree: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
         Box::pin(async move {
             // What `?resources=` parses to: the classes asked for (a zero
@@ -123,7 +124,16 @@ impl SchedulerPlacement for LocalPlacement {
                 .iter()
                 .filter(|(_, n)| **n > 0)
                 .map(|(rc, n)| (rc.clone(), u64::try_from(*n).unwrap_or(0)));
-            let mut request = CandidatesRequest::new(vec![RequestGroup::unsuffixed(wanted)]);
+            let mut group = RequestGroup::unsuffixed(wanted);
+            if let Some(rp) = in_tree {
+                // As placement's `in_tree=`: a malformed uuid is its 400.
+                group.in_tree = Some(rp.parse().map_err(|_| PlacementError::Status {
+                    what: "GET /allocation_candidates",
+                    status: 400,
+                    body: format!("Invalid uuid value: {rp}"),
+                })?);
+            }
+            let mut request = CandidatesRequest::new(vec![group]);
             request.limit = Some(limit);
             if self.randomize {
                 request.order = CandidateOrder::Shuffle {

@@ -1694,6 +1694,7 @@ mod tests {
             &'a self,
             _: &'a Resources,
             _: usize,
+            _: Option<&'a str>,
         ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
             Box::pin(async { Ok(Candidates::default()) })
         }

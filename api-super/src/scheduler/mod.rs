@@ -83,6 +83,27 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// The provider whose tree placement is asked for, when `req` forces or
+/// requests one host (or node) with exactly one compute node: the
+/// candidates are then that node's, whatever the size of the fleet (a
+/// plain request returns at most `max_placement_results`, which may leave
+/// the named host out). `None` otherwise (no host named, an unknown one,
+/// or a host with several nodes): the filters pick among all candidates.
+fn in_tree<'m>(map: &'m host_state::HostMap, req: &Request) -> Option<&'m str> {
+    let host = req.force_host.as_deref().or(req.requested_host.as_deref());
+    let node = req.requested_node.as_deref();
+    if host.is_none() && node.is_none() {
+        return None;
+    }
+    let mut named = map.by_provider.iter().filter(|(_, h)| {
+        host.is_none_or(|want| h.host == want) && node.is_none_or(|want| h.node == want)
+    });
+    match (named.next(), named.next()) {
+        (Some((provider, _)), None) => Some(provider.as_str()),
+        _ => None,
+    }
+}
+
 /// What one instance needs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Request {
@@ -317,23 +338,26 @@ impl Scheduler {
         &self.hosts
     }
 
-    /// Asks placement for at most `limit` candidates for `req` and keeps
+    /// Asks placement for at most `limit` candidates for `req` (only the
+    /// named host's tree when one is forced or requested: see [`in_tree`])
+    /// and keeps
     /// those on mapped hosts (the report counts them and the unmapped).
     async fn candidates(
         &self,
         req: &Request,
         limit: usize,
     ) -> Result<(Vec<Candidate>, NoValidHost), ScheduleError> {
-        let cands = self
-            .placement
-            .candidates(&req.resources, limit)
-            .await
-            .map_err(ScheduleError::Placement)?;
         let map = self
             .hosts
             .get()
             .await
             .map_err(|e| ScheduleError::HostState(e.to_string()))?;
+        let tree = in_tree(&map, req);
+        let cands = self
+            .placement
+            .candidates(&req.resources, limit, tree)
+            .await
+            .map_err(ScheduleError::Placement)?;
         let mut report = NoValidHost {
             candidates: cands.allocation_requests.len(),
             ..Default::default()
@@ -682,6 +706,38 @@ mod tests {
         let (o, _) = decide(hosts, &r, &filters::defaults(), &weighers(1.0));
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].info.host, "host2");
+    }
+
+    #[test]
+    fn in_tree_names_the_one_provider_of_a_named_host() {
+        let mut hosts = make_hosts(3, &["nova"]);
+        // host2 has two nodes (as an ironic-like host would).
+        let mut second = (*hosts[2].info).clone();
+        second.node = "host2-b".into();
+        second.provider = "rp2b".into();
+        hosts.push(Candidate {
+            info: Arc::new(second),
+            ..hosts[2].clone()
+        });
+        let map = host_state::HostMap {
+            by_provider: hosts
+                .iter()
+                .map(|c| (c.info.provider.clone(), Arc::clone(&c.info)))
+                .collect(),
+        };
+        let mut r = req();
+        assert_eq!(in_tree(&map, &r), None, "no host named");
+        r.force_host = Some("host1".into());
+        assert_eq!(in_tree(&map, &r), Some("rp1"));
+        r.force_host = None;
+        r.requested_host = Some("host0".into());
+        assert_eq!(in_tree(&map, &r), Some("rp0"));
+        r.requested_host = Some("host2".into());
+        assert_eq!(in_tree(&map, &r), None, "two nodes: the filters choose");
+        r.requested_node = Some("host2-b".into());
+        assert_eq!(in_tree(&map, &r), Some("rp2b"));
+        r.requested_host = Some("nope".into());
+        assert_eq!(in_tree(&map, &r), None, "unknown: the filters say no");
     }
 
     #[test]

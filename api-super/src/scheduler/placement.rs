@@ -95,6 +95,7 @@ pub trait SchedulerPlacement: Send + Sync + std::fmt::Debug {
         &'a self,
         resources: &'a Resources,
         limit: usize,
+        in_tree: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Candidates, PlacementError>>;
 
     /// Claims `request` for a new consumer; `Ok(false)` on a conflict (the
@@ -241,12 +242,17 @@ impl SchedulerPlacement for HttpPlacement {
         &'a self,
         resources: &'a Resources,
         limit: usize,
+        in_tree: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
         Box::pin(async move {
-            let path = format!(
+            let mut path = format!(
                 "/allocation_candidates?resources={}&limit={limit}",
                 resources_param(resources)
             );
+            if let Some(rp) = in_tree {
+                path.push_str("&in_tree=");
+                path.push_str(rp);
+            }
             let resp = self
                 .req(reqwest::Method::GET, &path)
                 .send()
@@ -401,6 +407,7 @@ mod tests {
             &'a self,
             _: &'a Resources,
             _: usize,
+            _: Option<&'a str>,
         ) -> BoxFuture<'a, Result<Candidates, PlacementError>> {
             Box::pin(async { Ok(Candidates::default()) })
         }

@@ -62,9 +62,12 @@ async fn in_process_calls_answer_as_the_http_client() {
 
     // Candidates: every host, the same summaries both ways.
     let want = resources(&[("VCPU", 1), ("MEMORY_MB", 512), ("DISK_GB", 1)]);
-    let over_http = http.candidates(&want, 100).await.expect("http candidates");
+    let over_http = http
+        .candidates(&want, 100, None)
+        .await
+        .expect("http candidates");
     let in_process = local
-        .candidates(&want, 100)
+        .candidates(&want, 100, None)
         .await
         .expect("local candidates");
     assert_eq!(in_process.allocation_requests.len(), 3);
@@ -72,7 +75,7 @@ async fn in_process_calls_answer_as_the_http_client() {
     // A limit is a sample of that size.
     assert_eq!(
         local
-            .candidates(&want, 2)
+            .candidates(&want, 2, None)
             .await
             .expect("sample")
             .allocation_requests
@@ -80,11 +83,42 @@ async fn in_process_calls_answer_as_the_http_client() {
         2
     );
 
+    // `in_tree`: only that provider's tree, the same both ways; a
+    // malformed uuid is placement's 400 both ways.
+    let rp = in_process.allocation_requests[2]
+        .allocations
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let tree_http = http
+        .candidates(&want, 100, Some(&rp))
+        .await
+        .expect("http in_tree");
+    let tree_local = local
+        .candidates(&want, 100, Some(&rp))
+        .await
+        .expect("local in_tree");
+    assert_eq!(tree_local.allocation_requests.len(), 1);
+    assert!(tree_local.allocation_requests[0]
+        .allocations
+        .contains_key(&rp));
+    assert_eq!(sorted(&tree_local), sorted(&tree_http));
+    for r in [
+        local.candidates(&want, 10, Some("nope")).await,
+        http.candidates(&want, 10, Some("nope")).await,
+    ] {
+        assert!(
+            matches!(r, Err(PlacementError::Status { status: 400, .. })),
+            "{r:?}"
+        );
+    }
+
     // An unknown class: placement's 400, as over HTTP.
     let bad = resources(&[("NO_SUCH_CLASS", 1)]);
     for r in [
-        local.candidates(&bad, 10).await,
-        http.candidates(&bad, 10).await,
+        local.candidates(&bad, 10, None).await,
+        http.candidates(&bad, 10, None).await,
     ] {
         match r {
             Err(PlacementError::Status {
@@ -144,7 +178,7 @@ async fn in_process_calls_answer_as_the_http_client() {
         assert_eq!(read["allocations"], serde_json::json!({}), "{read}");
     }
     // The index saw the undo: every host is a candidate with nothing used.
-    let after = local.candidates(&want, 100).await.expect("after");
+    let after = local.candidates(&want, 100, None).await.expect("after");
     assert_eq!(after.allocation_requests.len(), 3);
     assert!(
         after
