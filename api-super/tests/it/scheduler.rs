@@ -119,10 +119,11 @@ fn candidate_queries(t: &fabric::telemetry::Telemetry, query: &str) -> u64 {
 }
 
 /// `candidate_sample`: a one-server request asks placement for a sample
-/// first and takes it when enough of it passes the filters; a request the
-/// sample cannot serve (here forced onto a host outside it) is asked
-/// again in full and lands where it must. Placement does not shuffle here,
-/// so the one-candidate sample is always the same first host.
+/// first and takes it when enough of it passes the filters; a forced host
+/// is asked for by its tree (`in_tree`), so its sample is that host; a
+/// request the sample cannot serve (here: the sampled host disabled) is
+/// asked again in full and lands elsewhere. Placement does not shuffle
+/// here, so the one-candidate sample is always the same first host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_sample_is_taken_when_it_serves_and_asked_again_in_full_when_not() {
     let telemetry = fabric::telemetry::init(
@@ -154,7 +155,8 @@ async fn a_candidate_sample_is_taken_when_it_serves_and_asked_again_in_full_when
         "{sampled_hosts:?}"
     );
 
-    // Forced onto another host: not in the sample, found in full.
+    // Forced onto another host: placement is asked for that host's tree,
+    // so the sample is that host.
     let other = (1..=4)
         .map(|h| format!("c1-host{h}"))
         .find(|h| *h != sampled_hosts[0])
@@ -162,5 +164,32 @@ async fn a_candidate_sample_is_taken_when_it_serves_and_asked_again_in_full_when
     let s = boot(&region, "forced", Some(&format!("nova:{other}"))).await;
     assert_eq!(s["status"], "ACTIVE", "{s}");
     assert_eq!(host_of(&s), other);
+    assert_eq!(candidate_queries(&telemetry, "sample"), 4);
+    assert_eq!(candidate_queries(&telemetry, "sample_then_full"), 0);
+
+    // The sampled host disabled: the sample serves nothing, asked in full.
+    let r = region
+        .call(
+            &region.admin,
+            "GET",
+            &format!("/v2.1/os-services?host={}", sampled_hosts[0]),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let service = body(&r)["services"][0]["id"].as_str().unwrap().to_owned();
+    let r = region
+        .call(
+            &region.admin,
+            "PUT",
+            &format!("/v2.1/os-services/{service}"),
+            Some(json!({"status": "disabled"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    host_state_expires().await;
+    let s = boot(&region, "elsewhere", None).await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    assert_ne!(host_of(&s), sampled_hosts[0]);
     assert_eq!(candidate_queries(&telemetry, "sample_then_full"), 1);
 }
