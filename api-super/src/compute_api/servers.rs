@@ -886,10 +886,7 @@ struct CreateRequest {
 /// "Compute host … could not be found." otherwise.
 async fn check_destination(app: &App, host: Option<&str>, node: Option<&str>) -> ApiResult<()> {
     let hosts = app.conductor().scheduler().host_state().get().await?;
-    let known = hosts
-        .by_provider
-        .values()
-        .any(|h| host.is_none_or(|want| h.host == want) && node.is_none_or(|want| h.node == want));
+    let known = hosts.by_provider.values().any(|h| h.is_named(host, node));
     if known {
         return Ok(());
     }

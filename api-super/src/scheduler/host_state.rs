@@ -49,6 +49,15 @@ pub struct HostInfo {
     pub supported_instances: Vec<[String; 3]>,
 }
 
+impl HostInfo {
+    /// Whether this is the named host and node (`None` names any): a
+    /// requested destination, a forced host, the tree placement is asked
+    /// for.
+    pub fn is_named(&self, host: Option<&str>, node: Option<&str>) -> bool {
+        host.is_none_or(|h| self.host == h) && node.is_none_or(|n| self.node == n)
+    }
+}
+
 /// Host information by provider uuid.
 #[derive(Debug, Clone, Default)]
 pub struct HostMap {

@@ -95,9 +95,10 @@ fn in_tree<'m>(map: &'m host_state::HostMap, req: &Request) -> Option<&'m str> {
     if host.is_none() && node.is_none() {
         return None;
     }
-    let mut named = map.by_provider.iter().filter(|(_, h)| {
-        host.is_none_or(|want| h.host == want) && node.is_none_or(|want| h.node == want)
-    });
+    let mut named = map
+        .by_provider
+        .iter()
+        .filter(|(_, h)| h.is_named(host, node));
     match (named.next(), named.next()) {
         (Some((provider, _)), None) => Some(provider.as_str()),
         _ => None,

@@ -15,12 +15,7 @@ impl Filter for RequestedDestinationFilter {
     }
 
     fn passes(&self, host: &Candidate, req: &Request) -> bool {
-        req.requested_host
-            .as_deref()
-            .is_none_or(|h| host.info.host == h)
-            && req
-                .requested_node
-                .as_deref()
-                .is_none_or(|n| host.info.node == n)
+        host.info
+            .is_named(req.requested_host.as_deref(), req.requested_node.as_deref())
     }
 }
