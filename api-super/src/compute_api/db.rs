@@ -16,6 +16,7 @@ use cell_mapping::ApiDb;
 use chrono::{DateTime, Utc};
 use migrations::BeginWrite;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::error::ApiError;
 
@@ -123,8 +124,8 @@ const FLAVOR_VISIBLE: &str = "FROM flavors f WHERE f.flavorid = $1 AND ($3 OR f.
 /// [`ComputeDb::show_extras`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShowExtras {
-    /// The key pair's name, if the server was created with one.
-    pub key_name: Option<String>,
+    /// What the views show of its request spec.
+    pub spec: SpecView,
     /// Its server group, if any.
     pub group_uuid: Option<String>,
 }
@@ -186,6 +187,15 @@ pub struct BuildInstance {
     /// `user_data` given at create (base64, as sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
+    /// `description` (2.19; the name below it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The guest's hostname (2.90's `hostname`, else the sanitized name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Tags given at create (2.52), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).
@@ -207,6 +217,9 @@ pub struct RequestSpec {
     pub availability_zone: Option<String>,
     /// Forced host (`az:host`, admins only).
     pub force_host: Option<String>,
+    /// Forced node (`az:host:node` or `az::node`, admins only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_node: Option<String>,
     /// Requested destination (2.74 `host` / `hypervisor_hostname`, admins
     /// only): the filters still run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -238,6 +251,10 @@ pub struct RequestSpec {
     /// before this field, the scheduler reads them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flavor_extra_specs: Option<BTreeMap<String, String>>,
+    /// The scheduler hints given at create, each value a list (as
+    /// Nova's request spec keeps them; 2.100 shows them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scheduler_hints: BTreeMap<String, Value>,
 }
 
 /// An instance mapping: what the API database alone knows of a server
@@ -787,8 +804,29 @@ impl ComputeDb {
 }
 
 /// The key pair name a stored request spec (JSON) records, if any.
-fn key_name_of(spec: &str) -> Option<String> {
-    serde_json::from_str::<RequestSpec>(spec).ok()?.key_name
+/// What the server views show of a request spec.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecView {
+    /// `key_name`.
+    pub key_name: Option<String>,
+    /// The zone asked for at create (2.96 `pinned_availability_zone`).
+    pub availability_zone: Option<String>,
+    /// The flavor's extra specs at create (2.47).
+    pub flavor_extra_specs: BTreeMap<String, String>,
+    /// The scheduler hints given at create (2.100).
+    pub scheduler_hints: BTreeMap<String, Value>,
+}
+
+impl SpecView {
+    fn of(spec: &str) -> Option<SpecView> {
+        let s = serde_json::from_str::<RequestSpec>(spec).ok()?;
+        Some(SpecView {
+            key_name: s.key_name,
+            availability_zone: s.availability_zone,
+            flavor_extra_specs: s.flavor_extra_specs.unwrap_or_default(),
+            scheduler_hints: s.scheduler_hints,
+        })
+    }
 }
 
 fn parse_build(s: &str) -> Result<BuildRequest, ApiError> {
@@ -1015,6 +1053,21 @@ impl InstanceLimits {
     /// Every limit is -1: a create needs no count (nor the project's lock).
     pub fn unlimited(&self) -> bool {
         self.instances < 0 && self.cores < 0 && self.ram < 0
+    }
+
+    /// How many more instances of `each` (instances, cores, ram of one)
+    /// fit beside `used` (`i64::MAX` when nothing limits them).
+    pub fn fit(&self, used: (i64, i64, i64), each: (i64, i64, i64)) -> i64 {
+        [
+            (self.instances, used.0, each.0),
+            (self.cores, used.1, each.1),
+            (self.ram, used.2, each.2),
+        ]
+        .iter()
+        .filter(|(limit, _, per)| *limit >= 0 && *per > 0)
+        .map(|(limit, u, per)| ((limit - u) / per).max(0))
+        .min()
+        .unwrap_or(i64::MAX)
     }
 
     /// Nova's 403 when `used + want` exceeds a limit (first resource over,
@@ -1540,27 +1593,22 @@ impl ComputeDb {
                 .bind(uuid)
                 .fetch_one(p).await.map_err(db("show_extras"))?);
         Ok(ShowExtras {
-            key_name: spec.as_deref().and_then(key_name_of),
+            spec: spec.as_deref().and_then(SpecView::of).unwrap_or_default(),
             group_uuid,
         })
     }
 
-    /// Key pair names recorded in the request specs of `uuids`.
-    ///
-    /// Only the specs that name a key are read: a spec is written with
-    /// `key_name` only when the server has one ([`RequestSpec::key_name`]
-    /// is skipped when `None`), so a text match on `"key_name"` leaves out
-    /// the rest in the database (a page of a thousand servers without keys
-    /// no longer carries a thousand specs over the wire and through the
-    /// JSON parser). The match only narrows: what it lets through is parsed
-    /// as before, so a `"key_name"` elsewhere in a spec (an extra spec of
-    /// that name) changes nothing. On PostgreSQL one statement with the
-    /// uuids as one array; on SQLite chunks of 200.
-    pub async fn key_names(
+    /// What the views show of the request specs of `uuids` (only the
+    /// specs that name a key, a zone, extra specs or hints are read and
+    /// returned): one statement on PostgreSQL, chunks of 200 on SQLite.
+    pub async fn spec_views(
         &self,
         uuids: &[String],
-    ) -> Result<std::collections::HashMap<String, String>, ApiError> {
-        const NAMES_A_KEY: &str = "spec LIKE '%\"key_name\"%'";
+    ) -> Result<std::collections::HashMap<String, SpecView>, ApiError> {
+        const SHOWS_SOMETHING: &str = "(spec LIKE '%\"key_name\"%' \
+            OR spec LIKE '%\"availability_zone\":\"%' \
+            OR spec LIKE '%\"flavor_extra_specs\":{\"%' \
+            OR spec LIKE '%\"scheduler_hints\"%')";
         let mut out = std::collections::HashMap::new();
         if uuids.is_empty() {
             return Ok(out);
@@ -1570,32 +1618,32 @@ impl ComputeDb {
             Pool::Postgres(p) => {
                 rows = sqlx::query_as(&format!(
                     "SELECT instance_uuid, spec FROM request_specs \
-                     WHERE instance_uuid = ANY($1) AND {NAMES_A_KEY}"
+                     WHERE instance_uuid = ANY($1) AND {SHOWS_SOMETHING}"
                 ))
                 .bind(uuids)
                 .fetch_all(p)
                 .await
-                .map_err(db("request_spec_key_names"))?;
+                .map_err(db("request_spec_views"))?;
             }
             Pool::Sqlite(p) => {
                 for chunk in uuids.chunks(200) {
                     let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
                     let sql = format!(
                         "SELECT instance_uuid, spec FROM request_specs \
-                         WHERE instance_uuid IN ({}) AND {NAMES_A_KEY}",
+                         WHERE instance_uuid IN ({}) AND {SHOWS_SOMETHING}",
                         marks.join(",")
                     );
                     let mut q = sqlx::query_as(&sql);
                     for u in chunk {
                         q = q.bind(u);
                     }
-                    rows.extend(q.fetch_all(p).await.map_err(db("request_spec_key_names"))?);
+                    rows.extend(q.fetch_all(p).await.map_err(db("request_spec_views"))?);
                 }
             }
         }
         for (u, spec) in rows {
-            if let Some(k) = key_name_of(&spec) {
-                out.insert(u, k);
+            if let Some(v) = SpecView::of(&spec) {
+                out.insert(u, v);
             }
         }
         Ok(out)

@@ -185,6 +185,8 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
         locked_by: None,
         locked_reason: None,
         user_data: b.user_data.clone(),
+        display_description: b.description.clone(),
+        hostname: b.hostname.clone(),
     }
 }
 
@@ -379,7 +381,7 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
     let mut page = combine(&query.filter.order, merged, partials, limit);
     if detail {
         with_details(app, &sources, &mut page).await?;
-        current_zones(app, page.iter_mut().filter_map(|(_, e)| e.full_mut())).await?;
+        current_zones(app, ctx, page.iter_mut().filter_map(|(_, e)| e.full_mut())).await?;
     }
     let entries = page.into_iter().map(|(_, e)| e).collect();
     Ok(render(app, ctx, entries, detail, limit, raw))
@@ -523,6 +525,8 @@ fn mapping_as_instance(m: &MappingRow) -> CellInstance {
         locked_by: None,
         locked_reason: None,
         user_data: None,
+        display_description: None,
+        hostname: None,
     }
 }
 
@@ -700,16 +704,19 @@ async fn with_details(
     let ids: Vec<String> = page
         .iter()
         .filter_map(|(_, e)| match e {
-            Entry::Full(s) if s.key_name.is_none() => Some(s.uuid.clone()),
+            Entry::Full(s) => Some(s.uuid.clone()),
             _ => None,
         })
         .collect();
-    // The cells' details and the API database's key names are read at the
-    // same time: neither needs the other.
-    let (reads, names) =
-        futures_util::future::join(futures_util::future::join_all(jobs), app.db.key_names(&ids))
-            .await;
-    let mut names = names?;
+    // The cells' details and what the API database's request specs add
+    // (key names, the zone asked for, extra specs, hints: only the specs
+    // that hold one are read) at the same time: neither needs the other.
+    let (reads, views) = futures_util::future::join(
+        futures_util::future::join_all(jobs),
+        app.db.spec_views(&ids),
+    )
+    .await;
+    let mut views = views?;
     for (src, read) in reads {
         let details = read?;
         details.apply(page.iter_mut().filter_map(|(s, e)| {
@@ -721,8 +728,8 @@ async fn with_details(
         }));
     }
     for s in page.iter_mut().filter_map(|(_, e)| e.full_mut()) {
-        if let Some(k) = names.remove(&s.uuid) {
-            s.key_name = Some(k);
+        if let Some(v) = views.remove(&s.uuid) {
+            s.apply_spec(v);
         }
     }
     Ok(())

@@ -300,7 +300,7 @@ fn tags_version(ctx: &Ctx) -> ApiResult<()> {
     }
 }
 
-fn validate_tag(t: &Value) -> ApiResult<String> {
+pub(crate) fn validate_tag(t: &Value) -> ApiResult<String> {
     match t {
         Value::String(s) if !s.is_empty() && s.chars().count() <= 60 && !s.contains(['/', ',']) => {
             Ok(s.clone())

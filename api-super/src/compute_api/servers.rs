@@ -1,6 +1,6 @@
 //! `/servers`: create, list (multi-cell merge), show, rename, delete.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -58,6 +58,18 @@ pub(crate) struct Server {
     pub(crate) launch_index: Option<i64>,
     /// `user_data` as given at create (2.3, admins).
     pub(crate) user_data: Option<String>,
+    /// `description` (2.19).
+    pub(crate) description: Option<String>,
+    /// The guest's hostname (2.3 admins, 2.90 everyone).
+    pub(crate) hostname: Option<String>,
+    /// The zone asked for at create (2.96).
+    pub(crate) pinned_az: Option<String>,
+    /// The flavor's extra specs (2.47).
+    pub(crate) extra_specs: BTreeMap<String, String>,
+    /// Scheduler hints given at create (2.100).
+    pub(crate) scheduler_hints: BTreeMap<String, Value>,
+    /// Its compute service's state (2.16, admins): `None` not looked up.
+    pub(crate) host_status: Option<&'static str>,
 }
 
 impl Server {
@@ -67,7 +79,17 @@ impl Server {
         s.flavor = Some(b.flavor.clone());
         s.key_name = b.key_name.clone();
         s.metadata = b.metadata.clone();
+        s.tags = b.tags.clone();
+        s.pinned_az = b.availability_zone.clone();
         s
+    }
+
+    /// What the request spec adds to the cell's row.
+    pub(crate) fn apply_spec(&mut self, v: super::db::SpecView) {
+        self.key_name = v.key_name;
+        self.pinned_az = v.availability_zone;
+        self.extra_specs = v.flavor_extra_specs;
+        self.scheduler_hints = v.scheduler_hints;
     }
 
     pub(crate) fn from_cell(i: CellInstance) -> Self {
@@ -98,6 +120,12 @@ impl Server {
             reservation_id: i.reservation_id,
             launch_index: i.launch_index,
             user_data: i.user_data,
+            description: i.display_description,
+            hostname: i.hostname,
+            pinned_az: None,
+            extra_specs: BTreeMap::new(),
+            scheduler_hints: BTreeMap::new(),
+            host_status: None,
         }
     }
 
@@ -354,6 +382,8 @@ struct FlavorView<'a> {
     base: &'a str,
     ctx: &'a Ctx,
     flavor: Option<&'a InstanceFlavor>,
+    /// Its extra specs when the server was created (2.47).
+    extra_specs: Option<&'a BTreeMap<String, String>>,
 }
 
 impl serde::Serialize for FlavorView<'_> {
@@ -366,7 +396,7 @@ impl serde::Serialize for FlavorView<'_> {
                 ephemeral: f.ephemeral_gb,
                 swap: f.swap,
                 original_name: &f.name,
-                extra_specs: Empty,
+                extra_specs: self.extra_specs.unwrap_or(&NO_EXTRA_SPECS),
             }
             .serialize(ser),
             (Some(f), false) => FlavorRef {
@@ -391,8 +421,10 @@ struct EmbeddedFlavor<'a> {
     ephemeral: i64,
     swap: i64,
     original_name: &'a str,
-    extra_specs: Empty,
+    extra_specs: &'a BTreeMap<String, String>,
 }
+
+static NO_EXTRA_SPECS: BTreeMap<String, String> = BTreeMap::new();
 
 #[derive(serde::Serialize)]
 struct FlavorRef<'a> {
@@ -464,6 +496,7 @@ impl serde::Serialize for DetailView<'_> {
                 base,
                 ctx,
                 flavor: s.flavor.as_ref(),
+                extra_specs: Some(&s.extra_specs),
             },
         )?;
         m.serialize_entry("created", &iso(s.created_at))?;
@@ -503,19 +536,25 @@ impl serde::Serialize for DetailView<'_> {
             if ctx.mv.at_least(3) {
                 m.serialize_entry("OS-EXT-SRV-ATTR:reservation_id", &s.reservation_id)?;
                 m.serialize_entry("OS-EXT-SRV-ATTR:launch_index", &s.launch_index)?;
-                // The cell keeps the display name as the hostname.
-                m.serialize_entry("OS-EXT-SRV-ATTR:hostname", &s.name)?;
+                m.serialize_entry("OS-EXT-SRV-ATTR:hostname", &s.hostname)?;
                 m.serialize_entry("OS-EXT-SRV-ATTR:kernel_id", "")?;
                 m.serialize_entry("OS-EXT-SRV-ATTR:ramdisk_id", "")?;
                 m.serialize_entry("OS-EXT-SRV-ATTR:root_device_name", &None::<&str>)?;
                 m.serialize_entry("OS-EXT-SRV-ATTR:user_data", &s.user_data)?;
             }
         }
+        if ctx.mv.at_least(90) && !ctx.is_admin() {
+            // From 2.90 everyone sees the hostname.
+            m.serialize_entry("OS-EXT-SRV-ATTR:hostname", &s.hostname)?;
+        }
+        if let (Some(h), true) = (s.host_status, ctx.mv.at_least(16)) {
+            m.serialize_entry("host_status", h)?;
+        }
         if ctx.mv.at_least(9) {
             m.serialize_entry("locked", &s.locked)?;
         }
         if ctx.mv.at_least(19) {
-            m.serialize_entry("description", &None::<&str>)?;
+            m.serialize_entry("description", &s.description)?;
         }
         if ctx.mv.at_least(26) {
             m.serialize_entry("tags", &s.tags)?;
@@ -523,8 +562,15 @@ impl serde::Serialize for DetailView<'_> {
         if ctx.mv.at_least(73) {
             m.serialize_entry("locked_reason", &s.locked_reason)?;
         }
+        if ctx.mv.at_least(63) {
+            // Not built: trusted certificates are refused at create.
+            m.serialize_entry("trusted_image_certificates", &None::<&str>)?;
+        }
         if ctx.mv.at_least(96) {
-            m.serialize_entry("pinned_availability_zone", &None::<&str>)?;
+            m.serialize_entry("pinned_availability_zone", &s.pinned_az)?;
+        }
+        if ctx.mv.at_least(100) {
+            m.serialize_entry("scheduler_hints", &s.scheduler_hints)?;
         }
         if let (Some(f), "ERROR") = (&s.fault, status) {
             m.serialize_entry(
@@ -600,6 +646,8 @@ pub(crate) struct PartialShow {
     pub(crate) availability_zone: Option<String>,
     /// From 2.71.
     pub(crate) server_groups: Option<Vec<String>>,
+    /// The flavor's extra specs at create (2.47).
+    pub(crate) flavor_extra_specs: Option<BTreeMap<String, String>>,
 }
 
 impl PartialServer {
@@ -666,6 +714,7 @@ impl serde::Serialize for PartialView<'_> {
                     base,
                     ctx,
                     flavor: Some(&d.flavor),
+                    extra_specs: d.flavor_extra_specs.as_ref(),
                 },
             )?;
             m.serialize_entry(
@@ -687,9 +736,43 @@ impl serde::Serialize for PartialView<'_> {
 /// default zone), so a zone change of an aggregate shows at once.
 pub(crate) async fn current_zones<'a>(
     app: &App,
+    ctx: &Ctx,
     servers: impl IntoIterator<Item = &'a mut Server>,
 ) -> ApiResult<()> {
     let mut servers: Vec<&mut Server> = servers.into_iter().collect();
+    // 2.16 `host_status` (admins by default): Nova's UP, MAINTENANCE
+    // (disabled), UNKNOWN (not reporting or forced down), "" (no host or
+    // no compute node), from the scheduler's cached host map.
+    let statuses = ctx.mv.at_least(16)
+        && app
+            .authorize(
+                ctx,
+                "os_compute_api:servers:show:host_status",
+                ctx.project_id(),
+            )
+            .is_ok();
+    if statuses {
+        let hosts = app.conductor().scheduler().host_state().get().await?;
+        let mut by_host: HashMap<&str, &'static str> = HashMap::new();
+        for h in hosts.by_provider.values() {
+            let st = if h.service_disabled {
+                "MAINTENANCE"
+            } else if h.service_up {
+                "UP"
+            } else {
+                "UNKNOWN"
+            };
+            by_host.insert(h.host.as_str(), st);
+        }
+        for s in servers.iter_mut() {
+            s.host_status = Some(
+                s.host
+                    .as_deref()
+                    .and_then(|h| by_host.get(h).copied())
+                    .unwrap_or(""),
+            );
+        }
+    }
     if servers.iter().all(|s| s.host.is_none()) {
         return Ok(());
     }
@@ -826,11 +909,14 @@ async fn locate_with(
                 };
                 s.fault = faults.into_iter().next();
                 if key_name {
-                    s.key_name = app
+                    if let Some(v) = app
                         .db
-                        .key_names(std::slice::from_ref(&s.uuid))
+                        .spec_views(std::slice::from_ref(&s.uuid))
                         .await?
-                        .remove(&s.uuid);
+                        .remove(&s.uuid)
+                    {
+                        s.apply_spec(v);
+                    }
                 }
                 return Ok(Located::Found(Found::Cell(cell, s)));
             }
@@ -879,19 +965,187 @@ struct CreateRequest {
     requested_node: Option<String>,
     /// `os:scheduler_hints.group`.
     group: Option<String>,
+    /// 2.19 `description` (`None` below 2.19: the name).
+    description: Option<String>,
+    /// 2.90 `hostname`.
+    hostname: Option<String>,
+    /// 2.52 `tags`, sorted, distinct.
+    tags: Vec<String>,
+    /// `adminPass`.
+    admin_pass: Option<String>,
+    /// `return_reservation_id`.
+    return_reservation_id: bool,
+    /// The scheduler hints, each value a list (Nova's request spec).
+    scheduler_hints: BTreeMap<String, Value>,
 }
 
-/// A requested destination names a compute host (and node) the scheduler
-/// knows, as upstream checks before it accepts the create: Nova's 400
-/// "Compute host … could not be found." otherwise.
-async fn check_destination(app: &App, host: Option<&str>, node: Option<&str>) -> ApiResult<()> {
-    let hosts = app.conductor().scheduler().host_state().get().await?;
-    let known = hosts.by_provider.values().any(|h| h.is_named(host, node));
-    if known {
-        return Ok(());
+/// The keys of `server` in a create body at `ctx`'s microversion (Nova's
+/// schema: anything else is a 400), and whether this region honours it.
+fn create_key(ctx: &Ctx, key: &str) -> Option<bool> {
+    let since = |v: u32| ctx.mv.at_least(v);
+    match key {
+        "name"
+        | "imageRef"
+        | "flavorRef"
+        | "adminPass"
+        | "metadata"
+        | "networks"
+        | "OS-DCF:diskConfig"
+        | "availability_zone"
+        | "config_drive"
+        | "key_name"
+        | "min_count"
+        | "max_count"
+        | "return_reservation_id"
+        | "security_groups"
+        | "user_data" => Some(true),
+        "block_device_mapping_v2" => Some(true),
+        "accessIPv4" | "accessIPv6" | "block_device_mapping" => Some(false),
+        "personality" if !since(57) => Some(false),
+        "description" if since(19) => Some(true),
+        "tags" if since(52) => Some(true),
+        "trusted_image_certificates" if since(63) => Some(false),
+        "host" | "hypervisor_hostname" if since(74) => Some(true),
+        "hostname" if since(90) => Some(true),
+        _ => None,
     }
-    let name = host.or(node).unwrap_or_default();
-    Err(bad(format!("Compute host {name} could not be found.")))
+}
+
+/// Nova's `sanitize_hostname`: Latin-1 only, at most 63 characters,
+/// spaces, `_` and `.` as `-`, other non-word characters dropped,
+/// lower case, no leading or trailing `.`/`-`.
+pub(crate) fn sanitize_hostname(name: &str) -> String {
+    let latin1: String = name
+        .chars()
+        .filter(|c| (*c as u32) < 256)
+        .take(63)
+        .collect();
+    let mut out = String::with_capacity(latin1.len());
+    for c in latin1.chars() {
+        match c {
+            ' ' | '_' | '.' => out.push('-'),
+            c if c.is_alphanumeric() || c == '-' => out.extend(c.to_lowercase()),
+            _ => {}
+        }
+    }
+    out.trim_matches(['.', '-']).to_owned()
+}
+
+/// A value of one of the create keys this region accepts without acting
+/// on it: valid as Nova's schema says, else a 400.
+fn check_inert(key: &str, v: &Value) -> ApiResult<()> {
+    let wrong = |why: &str| {
+        Err(bad(format!(
+            "Invalid input for field/attribute {key}. Value: {v}. {why}"
+        )))
+    };
+    match (key, v) {
+        ("OS-DCF:diskConfig", Value::String(s)) if s == "AUTO" || s == "MANUAL" => Ok(()),
+        ("OS-DCF:diskConfig", _) => wrong(&format!("{v} is not one of ['AUTO', 'MANUAL']")),
+        ("config_drive", Value::Bool(false)) => Ok(()),
+        ("config_drive", Value::String(s))
+            if matches!(
+                s.to_ascii_lowercase().as_str(),
+                "false" | "0" | "no" | "off" | ""
+            ) =>
+        {
+            Ok(())
+        }
+        ("config_drive", Value::Bool(true) | Value::String(_)) => Err(bad(
+            "Config drives are not built in this region: boot without config_drive.",
+        )),
+        ("config_drive", _) => wrong(&format!("{v} is not of type 'boolean', 'string'")),
+        ("return_reservation_id", Value::Bool(_)) => Ok(()),
+        ("return_reservation_id", _) => wrong(&format!("{v} is not of type 'boolean'")),
+        ("security_groups", Value::Array(items)) => {
+            for g in items {
+                match g.as_object().and_then(|o| {
+                    (o.len() == 1).then(|| o.get("name").and_then(Value::as_str)).flatten()
+                }) {
+                    Some("default") => {}
+                    Some(name) => {
+                        return Err(bad(format!("Unable to find security_group with name or id '{name}'. This region has no network service: only the \"default\" group exists.")))
+                    }
+                    None => return wrong("each item must be an object with only 'name'"),
+                }
+            }
+            Ok(())
+        }
+        ("security_groups", _) => wrong(&format!("{v} is not of type 'array'")),
+        ("adminPass", Value::String(_)) => Ok(()),
+        ("adminPass", _) => wrong(&format!("{v} is not of type 'string'")),
+        _ => Ok(()),
+    }
+}
+
+/// `block_device_mapping_v2` as clients send it for a boot from an image
+/// (python-openstackclient always does): one entry, the image (source
+/// `image`, destination `local`, boot index 0). Its image, or `None` for
+/// an empty list. Anything else needs block storage or local disks this
+/// region does not build: a 400 that says so.
+fn local_image_bdm(items: &[Value]) -> ApiResult<Option<String>> {
+    const NOT_BUILT: &str = "Block device mappings other than the boot image (boot from volume, swap, ephemeral disks) are not built in this region: this region has no block storage service";
+    let [item] = items else {
+        return if items.is_empty() {
+            Ok(None)
+        } else {
+            Err(bad(NOT_BUILT))
+        };
+    };
+    let Some(m) = item.as_object() else {
+        return Err(bad(format!("Invalid input for field/attribute block_device_mapping_v2. Value: {item}. {item} is not of type 'object'")));
+    };
+    let s = |k: &str| m.get(k).and_then(Value::as_str);
+    let boot_index = match m.get("boot_index") {
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::String(v)) => v.parse().ok(),
+        _ => None,
+    };
+    let image = s("uuid").filter(|u| is_uuid_like(u));
+    match (
+        s("source_type"),
+        s("destination_type").unwrap_or("local"),
+        boot_index,
+        image,
+    ) {
+        (Some("image"), "local", Some(0), Some(u)) => Ok(Some(u.to_owned())),
+        _ => Err(bad(NOT_BUILT)),
+    }
+}
+
+/// 2.90's hostname (letters, digits and `-`, 2–63 characters, no `-` at
+/// either end) or, from 2.94, a fully qualified name (`[a-zA-Z0-9-._]`,
+/// 1–255).
+fn hostname_ok(ctx: &Ctx, h: &str) -> bool {
+    if ctx.mv.at_least(94) {
+        (1..=255).contains(&h.len())
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    } else {
+        (2..=63).contains(&h.len())
+            && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !h.starts_with('-')
+            && !h.ends_with('-')
+    }
+}
+
+/// `az`, `az:host`, `az:host:node` and `az::node` (Nova's legacy forced
+/// host and node; an empty zone is no zone): `(zone, host, node)`.
+type ZoneHostNode = (Option<String>, Option<String>, Option<String>);
+fn parse_availability_zone(z: Option<&str>) -> ApiResult<ZoneHostNode> {
+    let Some(z) = z else {
+        return Ok((None, None, None));
+    };
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let parts: Vec<&str> = z.split(':').collect();
+    match parts[..] {
+        [az] => Ok((some(az), None, None)),
+        [az, host] => Ok((some(az), some(host), None)),
+        [az, host, node] => Ok((some(az), some(host), some(node))),
+        _ => Err(bad(
+            "Invalid input received: Unable to parse availability_zone",
+        )),
+    }
 }
 
 /// Nova's limit on `user_data` (characters of its base64).
@@ -979,6 +1233,37 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let Some(o) = server.as_object() else {
         return Err(bad(format!("Invalid input for field/attribute server. Value: {server}. {server} is not of type 'object'")));
     };
+    if let Some(top) = v.as_object() {
+        if let Some(k) = top.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "server" | "os:scheduler_hints" | "OS-SCH-HNT:scheduler_hints"
+            )
+        }) {
+            return Err(bad(format!(
+                "Additional properties are not allowed ('{k}' was unexpected)"
+            )));
+        }
+    }
+    for (k, val) in o {
+        match create_key(ctx, k) {
+            None => {
+                return Err(bad(format!("Invalid input for field/attribute server. Additional properties are not allowed ('{k}' was unexpected)")))
+            }
+            // Block devices and access addresses: empty is nothing.
+            Some(false) if matches!(val, Value::Array(a) if a.is_empty()) => {}
+            Some(false) => {
+                let what = match k.as_str() {
+                    "block_device_mapping" => "Block device mappings (boot from volume) are not built in this region: this region has no block storage service",
+                    "accessIPv4" | "accessIPv6" => "Access addresses are not built in this region: this region has no network service",
+                    "personality" => "File injection (personality) is not built in this region",
+                    _ => "Trusted image certificates are not built in this region",
+                };
+                return Err(bad(format!("{what}; boot without '{k}'.")));
+            }
+            Some(true) => check_inert(k, val)?,
+        }
+    }
     let name = match o.get("name") {
         Some(Value::String(s)) => {
             let t = s.trim();
@@ -996,11 +1281,21 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         Some(other) => return Err(bad(format!("Invalid input for field/attribute flavorRef. Value: {other}. {other} is not of type 'string', 'integer'"))),
         None => return Err(bad("Invalid input for field/attribute server. 'flavorRef' is a required property")),
     };
-    let image_ref = match o.get("imageRef") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute imageRef. Value: {other}. {other} is not of type 'string'"))),
+    let bdm_image = match o.get("block_device_mapping_v2") {
+        None => None,
+        Some(Value::Array(items)) => local_image_bdm(items)?,
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute block_device_mapping_v2. Value: {other}. {other} is not of type 'array'"))),
+    };
+    let image_ref = match (o.get("imageRef"), bdm_image) {
+        (Some(Value::String(s)), Some(b)) if !s.is_empty() && *s != b => {
+            return Err(bad(format!("Block device mapping is invalid: the boot image {b} is not the imageRef {s}.")))
+        }
+        (Some(Value::String(s)), _) if !s.is_empty() => s.clone(),
+        (None | Some(Value::String(_)), Some(b)) => b,
+        (Some(Value::String(_)), None) => return Err(bad("Missing imageRef attribute")),
+        (Some(other), _) => return Err(bad(format!("Invalid input for field/attribute imageRef. Value: {other}. {other} is not of type 'string'"))),
         // Boot from volume is not built: an image is required.
-        None => return Err(bad("Invalid input for field/attribute server. 'imageRef' is a required property")),
+        (None, None) => return Err(bad("Invalid input for field/attribute server. 'imageRef' is a required property")),
     };
     let availability_zone = match o.get("availability_zone") {
         None | Some(Value::Null) => None,
@@ -1032,7 +1327,14 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         }
         Some(Value::String(u)) => {
             use base64::Engine;
-            if base64::engine::general_purpose::STANDARD.decode(u.trim()).is_err() {
+            // As Nova (Python's non-validating decode): characters outside
+            // the alphabet, line breaks of `base64`'s output among them,
+            // are skipped; the padding must be right.
+            let kept: String = u
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
+                .collect();
+            if base64::engine::general_purpose::STANDARD.decode(kept).is_err() {
                 return Err(bad(format!("Invalid input for field/attribute user_data. Value: {u}. '{u}' is not a 'base64'")));
             }
             Some(u.clone())
@@ -1052,6 +1354,39 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         }
     }
     let [requested_host, requested_node] = destination;
+    let description = match o.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) if d.chars().count() > 255 => {
+            return Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' is too long")))
+        }
+        Some(Value::String(d)) if d.chars().any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t') => {
+            return Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' does not match the description pattern")))
+        }
+        Some(Value::String(d)) => Some(d.clone()),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute description. Value: {other}. {other} is not of type 'string', 'null'"))),
+    };
+    let hostname = match o.get("hostname") {
+        None => None,
+        Some(Value::String(h)) if hostname_ok(ctx, h) => Some(h.clone()),
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute hostname. Value: {other}. {other} is not a valid hostname"))),
+    };
+    let mut tags = match o.get("tags") {
+        None => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(super::server_metadata::validate_tag)
+            .collect::<ApiResult<Vec<_>>>()?,
+        Some(other) => return Err(bad(format!("Invalid input for field/attribute tags. Value: {other}. {other} is not of type 'array'"))),
+    };
+    tags.sort();
+    tags.dedup();
+    if tags.len() as i64 > super::server_metadata::MAX_TAGS {
+        return Err(bad(format!(
+            "Invalid input for field/attribute tags. Value: {:?}. is too long (at most {} items)",
+            tags,
+            super::server_metadata::MAX_TAGS
+        )));
+    }
     let min_count = int_field(o, "min_count")?.unwrap_or(1);
     let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
     if min_count > max_count {
@@ -1060,8 +1395,39 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     if max_count > 1000 {
         return Err(bad("max_count is too large"));
     }
+    if hostname.is_some() && max_count > 1 {
+        return Err(bad(
+            "Unable to allocate a single hostname to multiple instances",
+        ));
+    }
     let group = super::server_groups::group_hint(&v)?;
     Ok(CreateRequest {
+        description: if ctx.mv.at_least(19) {
+            description
+        } else {
+            Some(name.clone())
+        },
+        hostname,
+        tags,
+        admin_pass: o
+            .get("adminPass")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        return_reservation_id: o.get("return_reservation_id") == Some(&Value::Bool(true)),
+        scheduler_hints: v
+            .get("os:scheduler_hints")
+            .or_else(|| v.get("OS-SCH-HNT:scheduler_hints"))
+            .and_then(Value::as_object)
+            .map(|h| {
+                h.iter()
+                    .filter(|(k, _)| !k.starts_with("_nova"))
+                    .map(|(k, v)| match v {
+                        Value::Array(_) => (k.clone(), v.clone()),
+                        other => (k.clone(), Value::Array(vec![other.clone()])),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         name,
         flavor_ref,
         image_ref,
@@ -1117,37 +1483,52 @@ pub async fn create(
         None if is_uuid_like(&req.image_ref) => (req.image_ref.clone(), ImageProps::default()),
         None => return Err(bad("Invalid imageRef provided.")),
     };
-    // `az`, `az:host`, `az:host:node`, `:host` (forced host: admins).
-    let (availability_zone, force_host) = match req.availability_zone.as_deref() {
-        None => (None, None),
-        Some(z) => match z.split_once(':') {
-            None => (Some(z.to_owned()), None),
-            Some((az, rest)) => {
-                app.authorize(
-                    &ctx,
-                    "os_compute_api:servers:create:forced_host",
-                    ctx.project_id(),
-                )?;
-                let host = rest.split(':').next().unwrap_or("").to_owned();
-                (
-                    (!az.is_empty()).then(|| az.to_owned()),
-                    (!host.is_empty()).then_some(host),
-                )
-            }
-        },
-    };
+    let (availability_zone, force_host, force_node) =
+        parse_availability_zone(req.availability_zone.as_deref())?;
+    if force_host.is_some() || force_node.is_some() {
+        app.authorize(
+            &ctx,
+            "os_compute_api:servers:create:forced_host",
+            ctx.project_id(),
+        )?;
+    }
     if req.requested_host.is_some() || req.requested_node.is_some() {
         app.authorize(
             &ctx,
-            "os_compute_api:servers:create:requested_destination",
+            "compute:servers:create:requested_destination",
             ctx.project_id(),
         )?;
-        check_destination(
-            &app,
-            req.requested_host.as_deref(),
-            req.requested_node.as_deref(),
-        )
-        .await?;
+        if force_host.is_some() || force_node.is_some() {
+            return Err(bad("One mechanism with host and/or hypervisor_hostname and another mechanism with zone:host:node are mutually exclusive."));
+        }
+    }
+    let hosts = if availability_zone.is_some()
+        || req.requested_host.is_some()
+        || req.requested_node.is_some()
+    {
+        Some(app.conductor().scheduler().host_state().get().await?)
+    } else {
+        None
+    };
+    if let (Some(hosts), Some(az)) = (&hosts, &availability_zone) {
+        // Nova: a zone is available when one of its compute services is
+        // enabled; a forced host skips the check.
+        let available = hosts
+            .by_provider
+            .values()
+            .any(|h| &h.availability_zone == az && !h.service_disabled);
+        if force_host.is_none() && !available {
+            return Err(bad("The requested availability zone is not available"));
+        }
+    }
+    if let Some(hosts) = &hosts {
+        if req.requested_host.is_some() || req.requested_node.is_some() {
+            let (host, node) = (req.requested_host.as_deref(), req.requested_node.as_deref());
+            if !hosts.by_provider.values().any(|h| h.is_named(host, node)) {
+                let name = host.or(node).unwrap_or_default();
+                return Err(bad(format!("Compute host {name} could not be found.")));
+            }
+        }
     }
     let group = match &req.group {
         Some(g) => Some(super::server_groups::for_boot(&app, &ctx, g).await?),
@@ -1155,7 +1536,18 @@ pub async fn create(
     };
     let created_at = Utc::now();
     let reservation_id = format!("r-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let n = req.max_count;
+    // Nova's min_count: when the quota leaves room for fewer than
+    // max_count but at least min_count servers, that many are created
+    // (the count is checked again, all or none, where the builds are
+    // written).
+    let mut n = req.max_count;
+    if req.min_count < n && !limits.unlimited() {
+        let used = app.db.instance_usage(ctx.project_id()).await?;
+        let fit = limits.fit(used, (1, flavor.vcpus, flavor.memory_mb));
+        if fit >= req.min_count {
+            n = n.min(fit);
+        }
+    }
     let uuids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let global = format!("req-{}", uuid::Uuid::new_v4());
     let builds: Vec<(BuildInstance, RequestSpec)> = uuids
@@ -1167,6 +1559,16 @@ pub async fn create(
             } else {
                 req.name.clone()
             };
+            // Nova's hostname: the one asked for (2.90), else the name's,
+            // indexed as the names are.
+            let hostname =
+                req.hostname
+                    .clone()
+                    .unwrap_or_else(|| match sanitize_hostname(&req.name) {
+                        h if h.is_empty() => format!("Server-{u}"),
+                        h if n > 1 => format!("{h}-{}", i + 1),
+                        h => h,
+                    });
             (
                 BuildInstance {
                     uuid: u.clone(),
@@ -1182,6 +1584,9 @@ pub async fn create(
                     key_name: req.key_name.clone(),
                     metadata: req.metadata.clone(),
                     user_data: req.user_data.clone(),
+                    description: req.description.clone(),
+                    hostname: Some(hostname),
+                    tags: req.tags.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -1192,6 +1597,7 @@ pub async fn create(
                     image_ref: image_ref.clone(),
                     availability_zone: availability_zone.clone(),
                     force_host: force_host.clone(),
+                    force_node: force_node.clone(),
                     requested_host: req.requested_host.clone(),
                     requested_node: req.requested_node.clone(),
                     request_id: ctx.request_id.clone(),
@@ -1200,11 +1606,11 @@ pub async fn create(
                     in_group: Some(req.group.is_some()),
                     image_properties: image_props.clone(),
                     flavor_extra_specs: Some(extra_specs.clone()),
+                    scheduler_hints: req.scheduler_hints.clone(),
                 },
             )
         })
         .collect();
-    let _ = req.min_count;
     // The servers join their group in the transaction that writes the
     // builds (the scheduler, started after it, finds them in the group),
     // within the group's `server_group_members` limit.
@@ -1219,14 +1625,21 @@ pub async fn create(
     let conductor = app.conductor().clone();
     tokio::spawn(async move { conductor.schedule_and_build(builds).await });
     let id = &uuids[0];
-    let admin_pass: String = {
+    if req.return_reservation_id {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "reservation_id": reservation_id })),
+        )
+            .into_response());
+    }
+    let admin_pass: String = req.admin_pass.clone().unwrap_or_else(|| {
         use rand::Rng;
         let mut r = rand::thread_rng();
         const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
         (0..12)
             .map(|_| ALPHABET[r.gen_range(0..ALPHABET.len())] as char)
             .collect()
-    };
+    });
     let body = json!({"server": {
         "id": id,
         "links": links(&app, "servers", id),
@@ -1299,11 +1712,11 @@ pub async fn show(
                 }
                 None => {
                     let x = app.db.show_extras(&s.uuid).await?;
-                    s.key_name = x.key_name;
+                    s.apply_spec(x.spec);
                     x.group_uuid.into_iter().collect()
                 }
             };
-            current_zones(&app, std::slice::from_mut(&mut s)).await?;
+            current_zones(&app, &ctx, std::slice::from_mut(&mut s)).await?;
             let mut body = detail_view(&app, &ctx, &s);
             put_server_groups(&ctx, groups, &mut body);
             return Ok(Json(json!({ "server": body })));
@@ -1323,7 +1736,7 @@ pub async fn show(
             return Ok(Json(json!({ "server": view })));
         }
     };
-    current_zones(&app, std::slice::from_mut(&mut s)).await?;
+    current_zones(&app, &ctx, std::slice::from_mut(&mut s)).await?;
     let mut body = detail_view(&app, &ctx, &s);
     add_server_groups(&app, &ctx, &s.uuid, &mut body).await?;
     Ok(Json(json!({ "server": body })))
@@ -1390,6 +1803,7 @@ async fn partial_for_show(app: &App, ctx: &Ctx, m: MappingRow) -> ApiResult<Part
             user_id: Some(spec.user_id).filter(|u| !u.is_empty()),
             flavor: spec.flavor,
             image_ref: spec.image_ref,
+            flavor_extra_specs: spec.flavor_extra_specs,
             availability_zone: spec.availability_zone,
             server_groups,
         }),
@@ -1409,15 +1823,55 @@ pub async fn update(
             "Invalid input for field/attribute server. 'server' is a required property",
         ));
     };
+    // Nova's update schema: `name` (2.1), `description` (2.19, null
+    // clears it), `hostname` (2.90); `OS-DCF:diskConfig`, `accessIPv4/6`
+    // accepted as upstream's schema has them.
+    for k in o.keys() {
+        let known = match k.as_str() {
+            "name" | "OS-DCF:diskConfig" => true,
+            "accessIPv4" | "accessIPv6" => {
+                return Err(bad(format!("Access addresses are not built in this region: this region has no network service; update without '{k}'.")))
+            }
+            "description" => ctx.mv.at_least(19),
+            "hostname" => ctx.mv.at_least(90),
+            _ => false,
+        };
+        if !known {
+            return Err(bad(format!("Invalid input for field/attribute server. Additional properties are not allowed ('{k}' was unexpected)")));
+        }
+        if k == "OS-DCF:diskConfig" {
+            check_inert(k, &o[k])?;
+        }
+    }
     let name = match o.get("name") {
         None => None,
-        Some(Value::String(s)) if !s.trim().is_empty() && s.chars().count() <= 255 => {
+        Some(Value::String(s))
+            if !s.is_empty() && s.trim() == s && s.chars().count() <= 255 =>
+        {
             Some(s.clone())
+        }
+        Some(Value::String(s)) => {
+            return Err(bad(format!("Invalid input for field/attribute name. Value: {s}. '{s}' does not match the name pattern")))
         }
         Some(other) => {
             return Err(bad(format!(
-                "Invalid input for field/attribute name. Value: {other}."
+                "Invalid input for field/attribute name. Value: {other}. {other} is not of type 'string'"
             )))
+        }
+    };
+    let description = match o.get("description") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::String(d)) if d.chars().count() <= 255 => Some(Some(d.clone())),
+        Some(other) => {
+            return Err(bad(format!("Invalid input for field/attribute description. Value: {other}. {other} is not of type 'string', 'null' or is too long")))
+        }
+    };
+    let hostname = match o.get("hostname") {
+        None => None,
+        Some(Value::String(h)) if hostname_ok(&ctx, h) => Some(h.clone()),
+        Some(other) => {
+            return Err(bad(format!("Invalid input for field/attribute hostname. Value: {other}. {other} is not a valid hostname")))
         }
     };
     match find(&app, &ctx, &id, "os_compute_api:servers:update").await? {
@@ -1425,13 +1879,29 @@ pub async fn update(
             "Cannot 'update' instance {id} while it is in vm_state building"
         ))),
         Found::Cell(cell, mut s) => {
-            current_zones(&app, std::slice::from_mut(&mut s)).await?;
-            if let Some(n) = name {
+            current_zones(&app, &ctx, std::slice::from_mut(&mut s)).await?;
+            if name.is_some() || description.is_some() || hostname.is_some() {
                 let db = app.cells.db(&cell).await?;
-                if !db.api_rename(&id, &n).await? {
+                let changed = db
+                    .api_update(
+                        &id,
+                        name.as_deref(),
+                        description.as_ref().map(Option::as_deref),
+                        hostname.as_deref(),
+                    )
+                    .await?;
+                if !changed {
                     return Err(ApiError::server_not_found(&id));
                 }
-                s.name = n;
+                if let Some(n) = name {
+                    s.name = n;
+                }
+                if let Some(d) = description {
+                    s.description = d;
+                }
+                if let Some(h) = hostname {
+                    s.hostname = Some(h);
+                }
                 s.updated_at = Some(Utc::now());
             }
             let mut body = detail_view(&app, &ctx, &s);

@@ -94,6 +94,7 @@ impl SuperConductor {
             resources: resources(spec),
             availability_zone: spec.availability_zone.clone(),
             force_host: spec.force_host.clone(),
+            force_node: spec.force_node.clone(),
             requested_host: spec.requested_host.clone(),
             requested_node: spec.requested_node.clone(),
             image: spec.image_properties.clone(),
@@ -276,13 +277,21 @@ impl SuperConductor {
                 .map_err(|e| chain(&e))?;
             return Ok(());
         }
-        // Landed: a later request finds it here without reading the mapping.
+        // Landed: a later request finds it here without reading the
+        // mapping (nor, when its spec shows nothing but a key name, the
+        // spec).
+        let plain = spec.availability_zone.is_none()
+            && spec
+                .flavor_extra_specs
+                .as_ref()
+                .is_none_or(|e| e.is_empty())
+            && spec.scheduler_hints.is_empty();
         self.db.remember_landed(
             &b.uuid,
             cell.id,
             &b.project_id,
             spec.key_name.as_deref(),
-            spec.in_group,
+            spec.in_group.filter(|_| plain),
         );
         let bus = self.cells.bus(cell).await.map_err(|e| chain(&e))?;
         let f = &spec.flavor;
@@ -446,6 +455,9 @@ pub fn new_instance(
         scheduled_from: Some(scheduled_from),
         metadata: b.metadata.clone(),
         user_data: b.user_data.clone(),
+        description: b.description.clone(),
+        hostname: b.hostname.clone(),
+        tags: b.tags.clone(),
     }
 }
 

@@ -120,7 +120,7 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:admin_api",
     ),
     (
-        "os_compute_api:servers:create:requested_destination",
+        "compute:servers:create:requested_destination",
         "rule:admin_api",
     ),
     (

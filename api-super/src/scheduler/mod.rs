@@ -91,7 +91,7 @@ impl Default for SchedulerConfig {
 /// or a host with several nodes): the filters pick among all candidates.
 fn in_tree<'m>(map: &'m host_state::HostMap, req: &Request) -> Option<&'m str> {
     let host = req.force_host.as_deref().or(req.requested_host.as_deref());
-    let node = req.requested_node.as_deref();
+    let node = req.force_node.as_deref().or(req.requested_node.as_deref());
     if host.is_none() && node.is_none() {
         return None;
     }
@@ -114,6 +114,8 @@ pub struct Request {
     pub availability_zone: Option<String>,
     /// Forced host.
     pub force_host: Option<String>,
+    /// Forced node.
+    pub force_node: Option<String>,
     /// Requested host and node (2.74): only they pass, the filters run.
     pub requested_host: Option<String>,
     /// Requested node.

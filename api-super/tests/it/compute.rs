@@ -934,3 +934,374 @@ async fn create_reads_are_cached_and_see_writes_through_this_process_at_once() {
         .unwrap()
         .is_none());
 }
+
+/// The create body as Nova's schema has it, per microversion: the fields
+/// this region keeps (description, hostname, tags, adminPass,
+/// return_reservation_id, min_count against the quota, `az:host:node`),
+/// the ones it refuses saying why, and the zone check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_body_as_nova_schema_has_it() {
+    let region = Region::start("compute_create_body", 2, 1).await;
+    let at = |mv: &'static str, token: String, b: Value| {
+        let addr = region.compute.addr;
+        async move {
+            common::req(
+                addr,
+                "POST",
+                "/v2.1/servers",
+                &[
+                    ("x-auth-token", &token),
+                    ("openstack-api-version", &format!("compute {mv}")),
+                ],
+                Some(b),
+            )
+            .await
+        }
+    };
+    let server = |extra: Value| {
+        let mut b = json!({"name": "x", "flavorRef": "1", "imageRef": IMAGE, "networks": "none"});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({ "server": b })
+    };
+    let (member, admin) = (region.member.clone(), region.admin.clone());
+    // Refused, each with Nova's 400 and what it says; nothing written.
+    let bad = [
+        (
+            "2.1",
+            &member,
+            server(json!({"availability_zone": "nowhere"})),
+            "The requested availability zone is not available",
+        ),
+        (
+            "2.1",
+            &admin,
+            server(json!({"availability_zone": "nova:a:b:c"})),
+            "Unable to parse availability_zone",
+        ),
+        (
+            "2.1",
+            &member,
+            server(json!({"bogus": 1})),
+            "('bogus' was unexpected)",
+        ),
+        (
+            "2.1",
+            &member,
+            {
+                let mut b = server(json!({}));
+                b["extra"] = json!(1);
+                b
+            },
+            "('extra' was unexpected)",
+        ),
+        (
+            "2.18",
+            &member,
+            server(json!({"description": "d"})),
+            "('description' was unexpected)",
+        ),
+        (
+            "2.51",
+            &member,
+            server(json!({"tags": ["a"]})),
+            "('tags' was unexpected)",
+        ),
+        (
+            "2.89",
+            &member,
+            server(json!({"hostname": "h1"})),
+            "('hostname' was unexpected)",
+        ),
+        (
+            "2.90",
+            &member,
+            server(json!({"hostname": "-bad"})),
+            "is not a valid hostname",
+        ),
+        (
+            "2.90",
+            &member,
+            server(json!({"hostname": "h1", "max_count": 2})),
+            "Unable to allocate a single hostname to multiple instances",
+        ),
+        (
+            "2.74",
+            &admin,
+            server(json!({"host": "c1-host1", "availability_zone": "nova:c1-host1"})),
+            "are mutually exclusive",
+        ),
+        (
+            "2.1",
+            &member,
+            server(json!({"security_groups": [{"name": "web"}]})),
+            "with name or id 'web'",
+        ),
+        (
+            "2.1",
+            &member,
+            server(
+                json!({"block_device_mapping_v2": [{"boot_index": 0, "uuid": IMAGE, "source_type": "image", "destination_type": "volume", "volume_size": 1}]}),
+            ),
+            "not built in this region",
+        ),
+        (
+            "2.1",
+            &member,
+            server(json!({"config_drive": true})),
+            "Config drives are not built",
+        ),
+        (
+            "2.1",
+            &member,
+            server(json!({"OS-DCF:diskConfig": "SOMETIMES"})),
+            "is not one of ['AUTO', 'MANUAL']",
+        ),
+        (
+            "2.52",
+            &member,
+            server(json!({"tags": (0..51).map(|i| format!("t{i}")).collect::<Vec<_>>()})),
+            "is too long",
+        ),
+        (
+            "2.19",
+            &member,
+            server(json!({"description": "d".repeat(256)})),
+            "is too long",
+        ),
+    ];
+    for (mv, tok, b, want) in bad {
+        let r = at(mv, tok.clone(), b.clone()).await;
+        assert_eq!(r.status, 400, "{mv} {b}: {}", r.body);
+        let msg = body(&r)["badRequest"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(msg.contains(want), "{mv} {b}: {msg}");
+    }
+    let r = region
+        .call(&admin, "GET", "/v2.1/servers?all_tenants=1", None)
+        .await;
+    assert_eq!(body(&r)["servers"], json!([]), "nothing was written");
+
+    // Kept: description, tags, hostname from the name, the given
+    // password, user data in `base64`'s 76-column lines.
+    let user_data =
+        "I2Nsb3VkLWNvbmZpZwpob3N0bmFtZTogdm0tMgpwYWNrYWdlczoKICAtIG5naW54CiAgLSBjdXJs\nCg==";
+    let b = server(
+        json!({"name": "My Web_Server.01", "description": "front end",
+        "tags": ["web", "prod", "web"], "user_data": user_data, "adminPass": "s3cret",
+        "security_groups": [{"name": "default"}], "OS-DCF:diskConfig": "AUTO",
+        "config_drive": false, "availability_zone": "nova",
+        "block_device_mapping_v2": [{"uuid": IMAGE, "boot_index": 0, "source_type": "image",
+            "destination_type": "local", "delete_on_termination": true}]}),
+    );
+    // ... on a flavor with an extra spec, with a scheduler hint.
+    let r = region.call(&admin, "POST", "/v2.1/flavors",
+        Some(json!({"flavor": {"name": "spec.tiny", "ram": 64, "vcpus": 1, "disk": 1, "id": "77"}}))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = region
+        .call(
+            &admin,
+            "POST",
+            "/v2.1/flavors/77/os-extra_specs",
+            Some(json!({"extra_specs": {"hw:cpu_policy": "shared"}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let mut b = b;
+    b["server"]["flavorRef"] = json!("77");
+    b["os:scheduler_hints"] = json!({"foo": "bar"});
+    let r = at("2.100", member.clone(), b).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(body(&r)["server"]["adminPass"], "s3cret");
+    let id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let check = |s: &Value| {
+        assert_eq!(s["description"], "front end", "{s}");
+        assert_eq!(s["tags"], json!(["prod", "web"]), "{s}");
+        assert_eq!(
+            s["OS-EXT-SRV-ATTR:hostname"], "my-web-server-01",
+            "2.90: members see it: {s}"
+        );
+        assert_eq!(
+            s["flavor"]["extra_specs"],
+            json!({"hw:cpu_policy": "shared"}),
+            "2.47: {s}"
+        );
+        assert_eq!(s["pinned_availability_zone"], "nova", "2.96: {s}");
+        assert_eq!(s["scheduler_hints"], json!({"foo": ["bar"]}), "2.100: {s}");
+        assert!(
+            s["trusted_image_certificates"].is_null()
+                && s.get("trusted_image_certificates").is_some(),
+            "2.63: {s}"
+        );
+        assert!(
+            s.get("host_status").is_none(),
+            "members do not see host_status: {s}"
+        );
+    };
+    region.wait(&id, |s| s["status"] == "ACTIVE").await;
+    check(&body(&region.show(&member, &id).await)["server"]);
+    let r = region
+        .call(&member, "GET", "/v2.1/servers/detail", None)
+        .await;
+    let listed = body(&r)["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    check(&listed);
+    let s = body(&region.show(&admin, &id).await)["server"].clone();
+    assert_eq!(s["host_status"], "UP", "2.16: {s}");
+    let tags = region
+        .call(&member, "GET", &format!("/v2.1/servers/{id}/tags"), None)
+        .await;
+    assert_eq!(body(&tags)["tags"], json!(["prod", "web"]), "{}", tags.body);
+    // Update: description (null clears), hostname (2.90); a name with
+    // outer spaces is refused; the name leaves the hostname alone.
+    let put = |mv: &'static str, b: Value| {
+        let (addr, member, id) = (region.compute.addr, member.clone(), id.clone());
+        async move {
+            common::req(
+                addr,
+                "PUT",
+                &format!("/v2.1/servers/{id}"),
+                &[
+                    ("x-auth-token", &member),
+                    ("openstack-api-version", &format!("compute {mv}")),
+                ],
+                Some(b),
+            )
+            .await
+        }
+    };
+    let r = put(
+        "2.90",
+        json!({"server": {"name": "renamed", "description": null, "hostname": "web-01"}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let s = body(&region.show(&member, &id).await)["server"].clone();
+    assert_eq!(
+        (
+            &s["name"],
+            &s["description"],
+            &s["OS-EXT-SRV-ATTR:hostname"]
+        ),
+        (&json!("renamed"), &Value::Null, &json!("web-01")),
+        "{s}"
+    );
+    for (mv, b) in [
+        ("2.90", json!({"server": {"name": " padded"}})),
+        ("2.18", json!({"server": {"description": "x"}})),
+        ("2.89", json!({"server": {"hostname": "web-02"}})),
+    ] {
+        let r = put(mv, b.clone()).await;
+        assert_eq!(r.status, 400, "{mv} {b}: {}", r.body);
+    }
+    // Below 2.19 the description is the name.
+    let r = at(
+        "2.18",
+        member.clone(),
+        server(json!({"name": "old-client"})),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let old = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+    let s = body(&region.show(&member, &old).await)["server"].clone();
+    assert_eq!(s["description"], "old-client", "{s}");
+
+    // az:host:node and az::node force that node (admins).
+    let r = region
+        .call(&admin, "GET", "/v2.1/os-hypervisors/detail", None)
+        .await;
+    let nodes: Vec<(String, String)> = body(&r)["hypervisors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["service"]["host"].as_str().unwrap().to_owned(),
+                h["hypervisor_hostname"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let (host, node) = nodes
+        .iter()
+        .find(|(h, _)| h == "c2-host1")
+        .cloned()
+        .expect("c2-host1");
+    for z in [format!("nova:{host}:{node}"), format!("nova::{node}")] {
+        let r = at(
+            "2.1",
+            admin.clone(),
+            server(json!({"availability_zone": z})),
+        )
+        .await;
+        assert_eq!(r.status, 202, "{z}: {}", r.body);
+        let id = body(&r)["server"]["id"].as_str().unwrap().to_owned();
+        let (s, _) = region.wait(&id, |s| s["status"] == "ACTIVE").await;
+        assert_eq!(
+            s["OS-EXT-SRV-ATTR:hypervisor_hostname"],
+            node.as_str(),
+            "{z}"
+        );
+    }
+
+    // return_reservation_id: the reservation, not a server.
+    let r = at(
+        "2.1",
+        member.clone(),
+        server(json!({"name": "pair", "min_count": 2, "return_reservation_id": true})),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let rid = body(&r)["reservation_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        rid.starts_with("r-") && body(&r).get("server").is_none(),
+        "{}",
+        r.body
+    );
+
+    // min_count: as many as the quota leaves room for, when that is at
+    // least min_count; fewer is Nova's 403.
+    let s = body(&region.show(&member, &id).await)["server"].clone();
+    let project = s["tenant_id"].as_str().unwrap().to_owned();
+    let count = || async {
+        let r = region.call(&member, "GET", "/v2.1/servers", None).await;
+        body(&r)["servers"].as_array().unwrap().len() as i64
+    };
+    let now = count().await;
+    let r = region
+        .call(
+            &admin,
+            "PUT",
+            &format!("/v2.1/os-quota-sets/{project}"),
+            Some(json!({"quota_set": {"instances": now + 2}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = at(
+        "2.1",
+        member.clone(),
+        server(json!({"name": "many", "min_count": 3, "max_count": 5})),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(count().await, now);
+    let r = at(
+        "2.1",
+        member.clone(),
+        server(json!({"name": "many", "min_count": 1, "max_count": 5})),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(count().await, now + 2, "two of five fit");
+    region.stop().await;
+}

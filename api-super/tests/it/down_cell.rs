@@ -190,6 +190,9 @@ impl Fixture {
                 key_name: None,
                 metadata: Vec::new(),
                 user_data: None,
+                description: None,
+                hostname: None,
+                tags: Vec::new(),
             };
             let spec = RequestSpec {
                 instance_uuid: id.clone(),
@@ -200,6 +203,8 @@ impl Fixture {
                 image_ref: IMAGE.into(),
                 availability_zone: zone.map(str::to_owned),
                 force_host: None,
+                force_node: None,
+                scheduler_hints: Default::default(),
                 requested_host: None,
                 requested_node: None,
                 request_id: format!("req-{n}"),
@@ -238,6 +243,9 @@ impl Fixture {
                         scheduled_from: None,
                         metadata: Vec::new(),
                         user_data: None,
+                        description: None,
+                        hostname: None,
+                        tags: Vec::new(),
                     })
                     .await
                     .unwrap();

@@ -55,6 +55,9 @@ pub(crate) async fn builds(
                     key_name: None,
                     metadata: Vec::new(),
                     user_data: None,
+                    description: None,
+                    hostname: None,
+                    tags: Vec::new(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -65,6 +68,8 @@ pub(crate) async fn builds(
                     image_ref: IMAGE.into(),
                     availability_zone: None,
                     force_host: None,
+                    force_node: None,
+                    scheduler_hints: Default::default(),
                     requested_host: None,
                     requested_node: None,
                     request_id: format!("req-{name}"),

@@ -328,9 +328,10 @@ async fn sort_keys_paging_host_and_changes_since_across_cells() {
     region.stop().await;
 }
 
-/// The key names a detailed list shows come from the request specs that
-/// name a key: a spec whose text holds `"key_name"` elsewhere (an extra
-/// spec of that name) gives none, unknown uuids give none, and a page of
+/// The key names (and extra specs) a detailed list shows come from the
+/// request specs that hold one: a spec whose text holds `"key_name"`
+/// elsewhere (an extra spec of that name) gives no key, unknown uuids give
+/// nothing, a spec with nothing to show is not read, and a page of
 /// 450 uuids (one array on PostgreSQL, chunks of 200 on SQLite) finds the
 /// keyed one at its end.
 async fn key_names_of_a_page(url: &str) {
@@ -347,12 +348,18 @@ async fn key_names_of_a_page(url: &str) {
     db.create_builds(&b, None, None).await.unwrap();
     let mut page: Vec<String> = (0..447).map(|i| format!("no-such-{i}")).collect();
     page.extend(b.iter().rev().map(|(i, _)| i.uuid.clone()));
-    let names = db.key_names(&page).await.unwrap();
+    let views = db.spec_views(&page).await.unwrap();
+    let keys: Vec<(String, String)> = views
+        .iter()
+        .filter_map(|(u, v)| v.key_name.clone().map(|k| (u.clone(), k)))
+        .collect();
+    assert_eq!(keys, [(b[0].0.uuid.clone(), "k1".to_owned())]);
     assert_eq!(
-        names.into_iter().collect::<Vec<_>>(),
-        [(b[0].0.uuid.clone(), "k1".to_owned())]
+        views[&b[1].0.uuid].flavor_extra_specs,
+        [("key_name".to_owned(), "x".to_owned())].into()
     );
-    assert!(db.key_names(&[]).await.unwrap().is_empty());
+    assert_eq!(views.len(), 2, "a spec that shows nothing is not read");
+    assert!(db.spec_views(&[]).await.unwrap().is_empty());
     api.close().await;
 }
 

@@ -966,8 +966,10 @@ async fn quotas_limits_and_enforcement() {
         .await;
     assert_eq!(body(&r)["limits"]["absolute"]["maxTotalInstances"], 2);
 
-    // Enforcement: max_count over the limit writes nothing (all or none).
+    // Enforcement: min_count = max_count over the limit writes nothing
+    // (all or none).
     let mut b = Stack::boot_body("many", "3"); // m1.medium: 2 vcpus
+    b["server"]["min_count"] = json!(2);
     b["server"]["max_count"] = json!(2);
     let r = s.call(&s.member, "POST", "/v2.1/servers", Some(b)).await;
     fault(
@@ -1537,6 +1539,9 @@ async fn put_instance(
         scheduled_from: None,
         metadata: Vec::new(),
         user_data: None,
+        description: None,
+        hostname: None,
+        tags: Vec::new(),
     })
     .await
     .expect("instance");

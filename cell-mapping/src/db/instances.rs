@@ -83,6 +83,13 @@ pub struct NewCellInstance {
     pub metadata: Vec<(String, String)>,
     /// `user_data` given at create (base64, as sent).
     pub user_data: Option<String>,
+    /// `description` given at create (2.19; the name before it).
+    pub description: Option<String>,
+    /// The guest's hostname (2.90's `hostname`, else Nova's sanitized
+    /// display name); `None`: the display name.
+    pub hostname: Option<String>,
+    /// Tags given at create (2.52), written with the row.
+    pub tags: Vec<String>,
     /// When the super-conductor started scheduling it: the `create`
     /// action gets upstream's `conductor_schedule_and_build_instances`
     /// event from then to now (Success, or Error with the fault).
@@ -160,6 +167,10 @@ pub struct CellInstance {
     pub locked_reason: Option<String>,
     /// `user_data` (base64, as given at create).
     pub user_data: Option<String>,
+    /// `display_description` (2.19's `description`).
+    pub display_description: Option<String>,
+    /// `hostname`.
+    pub hostname: Option<String>,
 }
 
 /// The latest fault of an instance.
@@ -429,7 +440,8 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
     i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, \
     (SELECT e.flavor FROM instance_extra e WHERE e.instance_uuid = i.uuid) AS flavor, \
     i.locked, i.locked_by, CASE WHEN i.locked THEN (SELECT sm.value FROM instance_system_metadata sm \
-    WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') END AS locked_reason, i.user_data";
+    WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') END AS locked_reason, i.user_data, \
+    i.display_description, i.hostname";
 
 // The lock's reason is looked up only for a locked row: it is written with
 // the lock and removed with it in one transaction
@@ -441,16 +453,18 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
 // scan of `instance_extra`, 1,000 × 1,000 comparisons for one page).
 const FROM: &str = "instances i";
 
-/// A new instance row (binds `$1` to `$19`, and `user_data` as parameter
-/// `$user_data`).
-fn insert_instance(user_data: usize) -> String {
+/// A new instance row (binds `$1` to `$19`, then `user_data`,
+/// `display_description` and `hostname` as parameters `$n`, `$n+1` and
+/// `$n+2`; a `NULL` hostname is the display name).
+fn insert_instance(n: usize) -> String {
+    let (d, h) = (n + 1, n + 2);
     format!(
         "INSERT INTO instances (uuid, project_id, user_id, display_name, \
          hostname, vm_state, task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, \
          host, node, launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at, \
-         user_data) \
-         VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, $17, $18, $19, \
-         ${user_data})"
+         user_data, display_description) \
+         VALUES ($1, $2, $3, $4, COALESCE(${h}, $4), $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, \
+         $17, $18, $19, ${n}, ${d})"
     )
 }
 
@@ -509,15 +523,22 @@ impl CellDb {
             // BEGIN/COMMIT; the foreign keys are checked at its end).
             // Metadata given at create: one more insert, only when there is
             // some (a boot without any keeps the statement it had).
+            // Tags likewise.
             let metadata = if n.metadata.is_empty() {
                 ""
             } else {
                 "m AS (INSERT INTO instance_metadata (instance_uuid, key, value, created_at) \
                  SELECT i.uuid, k.key, k.value, $19 FROM i, \
-                 unnest($29::VARCHAR[], $30::VARCHAR[]) AS k (key, value)), "
+                 unnest($31::VARCHAR[], $32::VARCHAR[]) AS k (key, value)), "
+            };
+            let tags = if n.tags.is_empty() {
+                ""
+            } else {
+                "t AS (INSERT INTO tags (resource_id, tag, created_at) \
+                 SELECT i.uuid, t.tag, $19 FROM i, unnest($33::VARCHAR[]) AS t (tag)), "
             };
             let sql = format!(
-                "WITH i AS ({} RETURNING uuid, id), {metadata}\
+                "WITH i AS ({} RETURNING uuid, id), {metadata}{tags}\
                  x AS (INSERT INTO instance_extra (instance_uuid, flavor, created_at) \
                  SELECT uuid, $20, $19 FROM i), \
                  a AS (INSERT INTO instance_actions (instance_uuid, action, request_id, \
@@ -543,9 +564,14 @@ impl CellDb {
                 .bind(EV_SCHEDULE_AND_BUILD)
                 .bind(fabric::rpc::action::SUCCESS)
                 .bind(n.scheduled_from)
-                .bind(&n.user_data);
-            if !n.metadata.is_empty() {
+                .bind(&n.user_data)
+                .bind(&n.description)
+                .bind(&n.hostname);
+            if !n.metadata.is_empty() || !n.tags.is_empty() {
                 q = q.bind(keys).bind(values);
+            }
+            if !n.tags.is_empty() {
+                q = q.bind(&n.tags);
             }
             return measured("api_instance_create", q.fetch_one(p)).await;
         }
@@ -554,7 +580,15 @@ impl CellDb {
             let id: i64 = measured("api_instance_insert",
                 bind_instance!(sqlx::query_scalar(&format!("{} RETURNING id", insert_instance(20))))
                 .bind(&n.user_data)
+                .bind(&n.description)
+                .bind(&n.hostname)
                 .fetch_one(&mut *tx)).await?;
+            for tag in &n.tags {
+                measured("api_instance_tag_insert", sqlx::query(
+                    "INSERT INTO tags (resource_id, tag, created_at) VALUES ($1, $2, $3)")
+                    .bind(&n.uuid).bind(tag).bind(t)
+                    .execute(&mut *tx)).await?;
+            }
             for (key, value) in &n.metadata {
                 measured("api_instance_metadata_insert", sqlx::query(
                     "INSERT INTO instance_metadata (instance_uuid, key, value, created_at) VALUES ($1, $2, $3, $4)")
@@ -771,12 +805,23 @@ impl CellDb {
         Ok(out)
     }
 
-    /// Renames a live instance; false when there is none.
-    pub async fn api_rename(&self, uuid: &str, name: &str) -> Result<bool, Error> {
-        let r = with_pool!(self.pool(), p => measured("api_instance_rename", sqlx::query(
-            "UPDATE instances SET display_name = $1, hostname = $1, updated_at = $2 \
-             WHERE uuid = $3 AND deleted IS FALSE")
-            .bind(name).bind(Utc::now()).bind(uuid).execute(p)).await?.rows_affected());
+    /// `PUT /servers/{id}`: the display name, the description (2.19;
+    /// `Some(None)` clears it) and the hostname (2.90), each when given;
+    /// false when there is no live instance.
+    pub async fn api_update(
+        &self,
+        uuid: &str,
+        name: Option<&str>,
+        description: Option<Option<&str>>,
+        hostname: Option<&str>,
+    ) -> Result<bool, Error> {
+        let r = with_pool!(self.pool(), p => measured("api_instance_update", sqlx::query(
+            "UPDATE instances SET display_name = COALESCE($1, display_name), \
+             display_description = CASE WHEN $2 THEN $3 ELSE display_description END, \
+             hostname = COALESCE($4, hostname), updated_at = $5 \
+             WHERE uuid = $6 AND deleted IS FALSE")
+            .bind(name).bind(description.is_some()).bind(description.flatten())
+            .bind(hostname).bind(Utc::now()).bind(uuid).execute(p)).await?.rows_affected());
         Ok(r > 0)
     }
 

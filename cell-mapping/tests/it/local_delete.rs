@@ -60,6 +60,9 @@ pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
         scheduled_from: None,
         metadata: Vec::new(),
         user_data: None,
+        description: None,
+        hostname: None,
+        tags: Vec::new(),
     }
 }
 

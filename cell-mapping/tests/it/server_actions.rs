@@ -68,6 +68,9 @@ async fn flow(be: Be, name: &str) {
         scheduled_from: None,
         metadata: Vec::new(),
         user_data: None,
+        description: None,
+        hostname: None,
+        tags: Vec::new(),
     })
     .await
     .expect("create");

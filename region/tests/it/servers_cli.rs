@@ -131,12 +131,22 @@ fn boot_list_show_delete(r: &super::Running, bin: &Path) {
         "{images}"
     );
 
-    // Metadata and user data given at create are kept with the server.
+    // Metadata, user data, a description (2.19) and tags (2.52) given at
+    // create are kept with the server (on PostgreSQL in the one statement
+    // that writes the instance).
     let user_data = std::env::temp_dir().join(format!("user-data-{}", std::process::id()));
     std::fs::write(&user_data, "#cloud-config\nhostname: vm1\n").unwrap();
     let server = member.json(&[
+        "--os-compute-api-version",
+        "2.90",
         "server",
         "create",
+        "--description",
+        "front end",
+        "--tag",
+        "web",
+        "--tag",
+        "prod",
         "--flavor",
         "m1.tiny",
         "--image",
@@ -153,6 +163,16 @@ fn boot_list_show_delete(r: &super::Running, bin: &Path) {
         "vm1",
     ]);
     let _ = std::fs::remove_file(&user_data);
+    assert_eq!(server["description"], "front end", "{server}");
+    assert_eq!(server["OS-EXT-SRV-ATTR:hostname"], "vm1", "{server}");
+    let tags = &server["tags"];
+    assert!(
+        tags == &serde_json::json!(["prod", "web"])
+            || tags
+                .as_str()
+                .is_some_and(|t| t.contains("prod") && t.contains("web")),
+        "{server}"
+    );
     assert_eq!(server["status"], "ACTIVE", "{server}");
     let id = server["id"].as_str().unwrap().to_owned();
 

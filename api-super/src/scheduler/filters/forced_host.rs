@@ -1,5 +1,6 @@
-//! Forced host (`availability_zone = "az:host"`, admins only): only that
-//! host (Nova applies this before the other filters).
+//! Forced host and node (`availability_zone = "az:host"`, `"az:host:node"`
+//! or `"az::node"`, admins only): only that host or node (Nova applies
+//! this before the other filters).
 
 use super::Filter;
 use crate::scheduler::{Candidate, Request};
@@ -14,9 +15,9 @@ impl Filter for ForcedHostFilter {
     }
 
     fn passes(&self, host: &Candidate, req: &Request) -> bool {
-        match &req.force_host {
-            None => true,
-            Some(h) => host.info.host == *h,
-        }
+        req.force_host.is_none() && req.force_node.is_none()
+            || host
+                .info
+                .is_named(req.force_host.as_deref(), req.force_node.as_deref())
     }
 }
