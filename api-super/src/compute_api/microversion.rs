@@ -55,8 +55,11 @@ impl Version {
         let parsed = r
             .split_once('.')
             .filter(|(maj, min)| {
+                // Nova's `^([1-9]\d*)\.([1-9]\d*|0)$`: no leading zeros.
                 !maj.is_empty()
                     && !min.is_empty()
+                    && !maj.starts_with('0')
+                    && (*min == "0" || !min.starts_with('0'))
                     && maj.bytes().all(|b| b.is_ascii_digit())
                     && min.bytes().all(|b| b.is_ascii_digit())
             })
@@ -146,7 +149,7 @@ mod tests {
                 "{bad}"
             );
         }
-        for bad in ["abc", "2", "2.x", ".1"] {
+        for bad in ["abc", "2", "2.x", ".1", "2.01", "02.1"] {
             let h = hv(&[(
                 "x-openstack-nova-api-version",
                 Box::leak(bad.to_owned().into_boxed_str()),

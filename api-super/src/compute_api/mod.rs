@@ -212,8 +212,22 @@ impl App {
 }
 
 /// Token and microversion for everything under `/v2.1/…`; stamps the
-/// version headers on the answer.
-async fn authenticate(State(app): State<App>, mut req: Request, next: Next) -> Response {
+/// version headers on the answer, and Nova's `x-compute-request-id` (the
+/// request id again) on every answer.
+async fn authenticate(State(app): State<App>, req: Request, next: Next) -> Response {
+    let request_id = req
+        .extensions()
+        .get::<ReqId>()
+        .map(|r| r.0.as_str().to_owned())
+        .unwrap_or_default();
+    let mut resp = authenticated(app, req, next, request_id.clone()).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-compute-request-id", v);
+    }
+    resp
+}
+
+async fn authenticated(app: App, mut req: Request, next: Next, request_id: String) -> Response {
     let mv = match Version::from_headers(req.headers()) {
         Ok(v) => v,
         Err(e) => return e.into_response(),
@@ -234,11 +248,6 @@ async fn authenticate(State(app): State<App>, mut req: Request, next: Next) -> R
             return ApiError::Unauthorized.into_response();
         }
     };
-    let request_id = req
-        .extensions()
-        .get::<ReqId>()
-        .map(|r| r.0.as_str().to_owned())
-        .unwrap_or_default();
     req.extensions_mut().insert(Ctx {
         claims: Arc::new(claims),
         mv,

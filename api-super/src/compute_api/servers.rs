@@ -1276,6 +1276,11 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         None => return Err(bad("Invalid input for field/attribute server. 'name' is a required property")),
     };
     let flavor_ref = match o.get("flavorRef") {
+        // A flavor's link is its id (Nova's `get_id_from_href`).
+        Some(Value::String(s)) if s.contains('/') => {
+            let path = s.split(['?', '#']).next().unwrap_or("").trim_end_matches('/');
+            path.rsplit('/').next().unwrap_or("").to_owned()
+        }
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(Value::Number(n)) if n.is_i64() => n.to_string(),
         Some(other) => return Err(bad(format!("Invalid input for field/attribute flavorRef. Value: {other}. {other} is not of type 'string', 'integer'"))),

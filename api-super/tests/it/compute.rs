@@ -313,6 +313,11 @@ async fn versions_auth_and_errors() {
     let r = common::req(addr, "GET", "/v2.1/servers", &[], None).await;
     assert_eq!(r.status, 401);
     assert!(r.header("x-openstack-request-id").is_some());
+    // Nova's compute-specific copy of it.
+    assert_eq!(
+        r.header("x-compute-request-id"),
+        r.header("x-openstack-request-id")
+    );
     let r = common::authed(addr, "garbage", "GET", "/v2.1/servers", None).await;
     assert_eq!(r.status, 401);
     // Microversions.
@@ -321,6 +326,7 @@ async fn versions_auth_and_errors() {
         ("x-openstack-nova-api-version", "2.200", 406),
         ("openstack-api-version", "compute 3.0", 406),
         ("x-openstack-nova-api-version", "2.x", 400),
+        ("x-openstack-nova-api-version", "2.01", 400),
     ] {
         let r = common::req(
             addr,
@@ -1206,7 +1212,8 @@ async fn create_body_as_nova_schema_has_it() {
     let r = at(
         "2.18",
         member.clone(),
-        server(json!({"name": "old-client"})),
+        server(json!({"name": "old-client",
+            "flavorRef": format!("http://{}/flavors/1", region.compute.addr)})),
     )
     .await;
     assert_eq!(r.status, 202, "{}", r.body);
