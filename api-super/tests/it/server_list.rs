@@ -1041,3 +1041,75 @@ async fn list_filter_sql_on_postgres() {
     };
     list_filter_sql(&pg.url).await;
 }
+
+/// Unscheduled build requests under the filters, as upstream's
+/// `BuildRequestList.get_by_filters` treats them: exact filters on the
+/// values they have (BUILD, their flavor, image, user, uuid), none of
+/// them with a host, tag, lock or deleted filter, and a regex filter on a
+/// value they do not have yet (node, zone, key name) letting them through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_requests_pass_the_filters_as_upstream() {
+    // No healer: the build requests written below stay unscheduled.
+    let region = Region::start_with("list_builds", 2, 1, |c| {
+        c.build_heal.interval_secs = 0;
+    })
+    .await;
+    let tiny = region.boot(&region.member, "web-1", "1").await;
+    region.wait(&tiny, |s| s["status"] == "ACTIVE").await;
+    let small = region.boot(&region.member, "db-1", "2").await;
+    region.wait(&small, |s| s["status"] == "ACTIVE").await;
+    let db = api_super::compute_api::db::ComputeDb::new(region.api.clone());
+    let mut b = crate::heal::builds(&db, "pend", 2, chrono::Utc::now()).await;
+    b[0].0.key_name = Some("k1".into());
+    b[0].1.key_name = Some("k1".into());
+    db.create_builds(&b, None, None).await.unwrap();
+    let (p1, p2) = (&b[0].0.uuid, &b[1].0.uuid);
+    let a = &region.admin;
+    let l = "/v2.1/servers/detail?all_tenants=1";
+    assert_eq!(
+        id_set(&region, a, l, "latest").await,
+        set(&[&tiny, &small, p1, p2])
+    );
+    for (q, want) in [
+        ("flavor=1", set(&[&tiny, p1, p2])),
+        ("flavor=2", set(&[&small])),
+        ("status=BUILD", set(&[p1, p2])),
+        ("status=ACTIVE", set(&[&tiny, &small])),
+        ("status=BUILD&status=ACTIVE", set(&[&tiny, &small, p1, p2])),
+        ("task_state=scheduling", set(&[p1, p2])),
+        ("name=^pend", set(&[p1, p2])),
+        ("reservation_id=^r-pend$", set(&[p1, p2])),
+        (format!("uuid={p2}").as_str(), set(&[p2])),
+        ("user_id=u-heal", set(&[p1, p2])),
+        ("image=00000000-0000-0000-0000-000000000000", set(&[])),
+        ("tags=a", set(&[])),
+        ("tags-any=a", set(&[])),
+        ("not-tags-any=a", set(&[&tiny, &small, p1, p2])),
+        ("locked=true", set(&[])),
+        ("locked=false", set(&[&tiny, &small, p1, p2])),
+        ("deleted=true", set(&[])),
+        ("host=nope", set(&[])),
+        // What a build does not have yet passes a regex.
+        ("node=nope", set(&[p1, p2])),
+        ("availability_zone=^nova$", set(&[&tiny, &small, p1, p2])),
+        ("key_name=^k1$", set(&[p1, p2])),
+        ("key_name=^k2$", set(&[p2])),
+        // p1's index is 0 (not set yet, as upstream sees it), p2's 1.
+        ("launch_index=1", set(&[p1, p2])),
+        ("launch_index=0", set(&[&tiny, &small, p1])),
+        ("ip=10.0.0.1", set(&[])),
+    ] {
+        assert_eq!(
+            id_set(&region, a, &format!("{l}&{q}"), "latest").await,
+            want,
+            "{q}"
+        );
+    }
+    // Paged by marker through builds and cells, filtered: newest (the
+    // builds) first.
+    let paged = all_pages(&region, a, "all_tenants=1&flavor=1", 1).await;
+    assert_eq!(paged.len(), 3, "{paged:?}");
+    assert_eq!(paged[2], tiny, "{paged:?}");
+    assert_eq!(set(&paged[..2].iter().collect::<Vec<_>>()), set(&[p1, p2]));
+    region.stop().await;
+}
