@@ -401,28 +401,17 @@ fn partial_records(app: &App, ctx: &Ctx, raw: Option<&str>) -> bool {
     if !ctx.mv.at_least(PARTIAL_RECORDS_MV) {
         return false;
     }
-    let all_filters = app
-        .authorize(
-            ctx,
-            "os_compute_api:servers:allow_all_filters",
-            ctx.project_id(),
-        )
-        .is_ok();
-    let allowed = server_filters::allowed_search_options(ctx.mv);
-    let keys = raw
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| decode(p.split_once('=').map_or(p, |(k, _)| k)));
-    for k in keys {
-        if PAGING_SORTING_PARAMS.contains(&k.as_str()) {
-            return false;
-        }
-        if k != "all_tenants" && (all_filters || allowed.contains(&k.as_str())) {
-            return false;
-        }
+    let q = parse_query(raw);
+    if q.keys()
+        .any(|k| PAGING_SORTING_PARAMS.contains(&k.as_str()))
+    {
+        return false;
     }
-    true
+    // The options that count for this caller (the same as the search
+    // reads), `all_tenants` aside.
+    server_filters::search_options(app, ctx, &q)
+        .keys()
+        .all(|k| k == "all_tenants")
 }
 
 /// A mapping as the instance row its partial record stands for: the
