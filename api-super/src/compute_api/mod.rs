@@ -22,6 +22,7 @@ pub mod keypairs;
 pub mod microversion;
 pub mod quotas;
 pub mod server_actions;
+pub mod server_filters;
 pub mod server_groups;
 pub mod server_list;
 pub mod server_metadata;

@@ -24,9 +24,10 @@ use serde_json::json;
 
 use super::db::{BuildInstance, MappingRow};
 use super::error::{ApiError, ApiResult};
+use super::server_filters::{self, Matchers, PAGING_SORTING_PARAMS};
 use super::servers::{
-    brief_view, current_zones, decode, parse_query, vm_states_of, CellDetails, DetailView,
-    PartialKind, PartialServer, PartialView, Server, PARTIAL_RECORDS_MV,
+    brief_view, current_zones, decode, parse_query, CellDetails, DetailView, PartialKind,
+    PartialServer, PartialView, Server, PARTIAL_RECORDS_MV,
 };
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError, Cells};
@@ -64,24 +65,11 @@ const IGNORED_SORT_KEYS: &[&str] = &[
     "vm_mode",
 ];
 
-/// Nova's valid sort keys whose values this cloud does not keep (always
-/// empty here or kept elsewhere): refused with a clear 400 instead of a
-/// silently meaningless order.
-const UNSUPPORTED_SORT_KEYS: &[&str] = &[
-    "access_ip_v4",
-    "access_ip_v6",
-    "auto_disk_config",
-    "config_drive",
-    "display_description",
-    "hostname",
-    "instance_type_id",
-    "kernel_id",
-    "key_name",
-    "launch_index",
-    "ramdisk_id",
-    "root_device_name",
-    "terminated_at",
-];
+/// Nova's valid sort keys whose values this cloud keeps elsewhere or not
+/// at all while the servers differ in them (`key_name` is in the API
+/// database, the flavor's internal id is not kept): refused with a clear
+/// 400 instead of a silently meaningless order.
+const UNSUPPORTED_SORT_KEYS: &[&str] = &["instance_type_id", "key_name"];
 
 /// The sort a request asks for (`sort_key`/`sort_dir`, repeatable), as
 /// upstream: directions pair with keys by position, keys without one take
@@ -93,9 +81,17 @@ fn parse_order(ctx: &Ctx, raw: Option<&str>) -> ApiResult<ListOrder> {
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         match decode(k).as_str() {
-            "sort_key" => keys.push(decode(v)),
-            "sort_dir" => dirs.push(decode(v)),
+            "sort_key" => keys.push(decode(v).trim().to_owned()),
+            "sort_dir" => dirs.push(decode(v).trim().to_owned()),
             _ => {}
+        }
+    }
+    // As upstream's `get_sort_params`: no key at all sorts by `created_at`
+    // (in the first direction given, else newest first).
+    if keys.is_empty() {
+        keys.push("created_at".into());
+        if dirs.is_empty() {
+            dirs.push("desc".into());
         }
     }
     let invalid = |reason: &str| bad(format!("Invalid input received: {reason}"));
@@ -185,8 +181,16 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
         locked_by: None,
         locked_reason: None,
         user_data: b.user_data.clone(),
-        display_description: b.description.clone(),
         hostname: b.hostname.clone(),
+        terminated_at: None,
+        kernel_id: None,
+        ramdisk_id: None,
+        config_drive: None,
+        display_description: b.description.clone(),
+        root_device_name: None,
+        access_ip_v4: None,
+        access_ip_v6: None,
+        auto_disk_config: None,
     }
 }
 
@@ -205,8 +209,10 @@ struct Source {
 /// What every page read of one listing shares.
 struct Query<'a> {
     filter: ListFilter,
-    name_re: Option<&'a regex::Regex>,
+    /// The regex filters, checked on the rows read.
+    matchers: &'a Matchers,
     cells: &'a Cells,
+    app: &'a App,
 }
 
 impl Source {
@@ -217,7 +223,7 @@ impl Source {
             self.done = true;
             return Ok(());
         };
-        let want = want.clamp(1, MAX_PAGE);
+        let mut want = want.clamp(1, MAX_PAGE);
         while self.rows.is_empty() && !self.done {
             let mut f = q.filter.clone();
             f.after = self.after.clone();
@@ -236,14 +242,29 @@ impl Source {
                 Err(e) => return Err(e.into()),
             };
             self.done = (rows.len() as i64) < want;
+            // Key names are the API database's: read for this batch only
+            // when a `key_name` filter needs them.
+            let key_names = match (&q.matchers.key_name, rows.is_empty()) {
+                (Some(_), false) => {
+                    let ids: Vec<String> = rows.iter().map(|r| r.uuid.clone()).collect();
+                    q.app.db.spec_views(&ids).await?
+                }
+                _ => HashMap::new(),
+            };
             for r in rows {
                 let v = q.filter.order.values(&r);
                 self.after = Some(v.clone());
-                if q.name_re
-                    .is_none_or(|re| re.is_match(r.display_name.as_deref().unwrap_or("")))
+                if q.matchers.row_ok(&r)
+                    && q.matchers
+                        .key_ok(key_names.get(&r.uuid).and_then(|v| v.key_name.as_deref()))
                 {
                     self.rows.push_back((v, Server::from_cell(r)));
                 }
+            }
+            // Rows the regex filters drop: read further in larger steps,
+            // so that a rare match costs few statements.
+            if !q.matchers.is_empty() {
+                want = (want * 4).min(MAX_PAGE);
             }
         }
         Ok(())
@@ -255,14 +276,6 @@ fn is_after(order: &ListOrder, v: &[SortValue], after: Option<&Vec<SortValue>>) 
     after.is_none_or(|a| order.cmp(v, a) == std::cmp::Ordering::Greater)
 }
 
-/// Whether a query parameter is a true boolean, as Nova reads `all_tenants`.
-fn truthy(v: &str) -> bool {
-    !matches!(
-        v.to_ascii_lowercase().as_str(),
-        "0" | "false" | "off" | "no"
-    )
-}
-
 async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResult<Response> {
     let action = if detail {
         "os_compute_api:servers:detail"
@@ -271,8 +284,8 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
     };
     app.authorize(ctx, action, ctx.project_id())?;
     let q = parse_query(raw);
-    let all_tenants = q.get("all_tenants").is_some_and(|v| truthy(v));
-    let project = if all_tenants {
+    let search = server_filters::parse(app, ctx, raw, &q)?;
+    let project = if search.all_tenants {
         app.authorize(ctx, &format!("{action}:get_all_tenants"), ctx.project_id())?;
         q.get("project_id").or(q.get("tenant_id")).cloned()
     } else {
@@ -290,39 +303,8 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
             .min(app.max_limit),
     };
     let order = parse_order(ctx, raw)?;
-    let vm_states = match q.get("status") {
-        None => Vec::new(),
-        Some(s) => match vm_states_of(s) {
-            Some(v) => v,
-            // Nova answers an unknown status with nothing.
-            None => return Ok(render(app, ctx, Vec::new(), detail, limit, raw)),
-        },
-    };
-    let name_re = match q.get("name") {
-        None => None,
-        Some(n) => Some(
-            regex::Regex::new(n).map_err(|_| bad(format!("Invalid regular expression: {n}")))?,
-        ),
-    };
-    // Admin-only filters are ignored for others, as upstream.
-    let host = q.get("host").filter(|_| ctx.is_admin()).cloned();
-    let time = |name: &str| -> ApiResult<Option<DateTime<Utc>>> {
-        q.get(name)
-            .map(|s| super::instance_actions::parse_time(name, s))
-            .transpose()
-    };
-    let changes_since = time("changes-since")?;
-    let changes_before = if ctx.mv.at_least(66) {
-        time("changes-before")?
-    } else {
-        None
-    };
-    if let (Some(a), Some(b)) = (changes_since, changes_before) {
-        if a > b {
-            return Err(bad(
-                "The value of changes-since must be less than or equal to changes-before.",
-            ));
-        }
+    if search.nothing {
+        return Ok(render(app, ctx, Vec::new(), detail, limit, raw));
     }
     let after = match q.get("marker") {
         None => None,
@@ -330,20 +312,16 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
     };
     let filter = ListFilter {
         project_id: project.clone(),
-        vm_states,
-        host,
-        changes_since,
-        changes_before,
-        // A changes-since listing shows deleted servers too, as upstream.
-        include_deleted: changes_since.is_some() || changes_before.is_some(),
         order,
         after,
         limit: 0,
+        ..search.filter
     };
     let query = Query {
         filter,
-        name_re: name_re.as_ref(),
+        matchers: &search.matchers,
         cells: &app.cells,
+        app,
     };
     // The build requests are read before the cells, not beside them: a
     // build lands by writing its cell row and only then deleting its build
@@ -413,56 +391,6 @@ impl Entry {
     }
 }
 
-/// Query parameters that page or sort (Nova's `PAGING_SORTING_PARAMS`).
-const PAGING_SORTING_PARAMS: &[&str] = &["sort_key", "sort_dir", "limit", "marker"];
-
-/// The search options Nova lets a caller without
-/// `os_compute_api:servers:allow_all_filters` use at `mv` (others are
-/// dropped from the query, so they do not count as filters).
-fn allowed_search_options(mv: super::microversion::Version) -> Vec<&'static str> {
-    let mut o = vec![
-        "reservation_id",
-        "name",
-        "status",
-        "image",
-        "flavor",
-        "ip",
-        "changes-since",
-        "all_tenants",
-    ];
-    if mv.at_least(5) {
-        o.push("ip6");
-    }
-    if mv.at_least(26) {
-        o.extend(["tags", "tags-any", "not-tags", "not-tags-any"]);
-    }
-    if mv.at_least(66) {
-        o.push("changes-before");
-    }
-    if mv.at_least(73) {
-        o.push("locked");
-    }
-    if mv.at_least(83) {
-        o.extend([
-            "availability_zone",
-            "config_drive",
-            "key_name",
-            "created_at",
-            "launched_at",
-            "terminated_at",
-            "power_state",
-            "task_state",
-            "vm_state",
-            "progress",
-            "user_id",
-        ]);
-    }
-    if mv.at_least(90) {
-        o.push("hostname");
-    }
-    o
-}
-
 /// Whether a list shows the servers of down cells as partial records, as
 /// Nova decides it: from 2.69, and only without paging, sorting or filters
 /// (`all_tenants` excepted), since a partial record has neither the
@@ -473,28 +401,17 @@ fn partial_records(app: &App, ctx: &Ctx, raw: Option<&str>) -> bool {
     if !ctx.mv.at_least(PARTIAL_RECORDS_MV) {
         return false;
     }
-    let all_filters = app
-        .authorize(
-            ctx,
-            "os_compute_api:servers:allow_all_filters",
-            ctx.project_id(),
-        )
-        .is_ok();
-    let allowed = allowed_search_options(ctx.mv);
-    let keys = raw
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| decode(p.split_once('=').map_or(p, |(k, _)| k)));
-    for k in keys {
-        if PAGING_SORTING_PARAMS.contains(&k.as_str()) {
-            return false;
-        }
-        if k != "all_tenants" && (all_filters || allowed.contains(&k.as_str())) {
-            return false;
-        }
+    let q = parse_query(raw);
+    if q.keys()
+        .any(|k| PAGING_SORTING_PARAMS.contains(&k.as_str()))
+    {
+        return false;
     }
-    true
+    // The options that count for this caller (the same as the search
+    // reads), `all_tenants` aside.
+    server_filters::search_options(app, ctx, &q)
+        .keys()
+        .all(|k| k == "all_tenants")
 }
 
 /// A mapping as the instance row its partial record stands for: the
@@ -525,8 +442,16 @@ fn mapping_as_instance(m: &MappingRow) -> CellInstance {
         locked_by: None,
         locked_reason: None,
         user_data: None,
-        display_description: None,
         hostname: None,
+        terminated_at: None,
+        kernel_id: None,
+        ramdisk_id: None,
+        config_drive: None,
+        display_description: None,
+        root_device_name: None,
+        access_ip_v4: None,
+        access_ip_v6: None,
+        auto_disk_config: None,
     }
 }
 
@@ -589,17 +514,21 @@ async fn sources(app: &App, q: &Query<'_>) -> ApiResult<Vec<Source>> {
         f.changes_since.is_none_or(|s| t >= s) && f.changes_before.is_none_or(|b| t <= b)
     };
     let mut builds: Vec<(Vec<SortValue>, Server)> = Vec::new();
-    if f.host.is_none() {
+    // Build requests are never deleted rows nor on a host; they have no
+    // tags and are never locked.
+    let none_can_match = f.only_deleted
+        || f.host.is_some()
+        || !f.tags.is_empty()
+        || !f.tags_any.is_empty()
+        || f.locked == Some(true);
+    if !none_can_match {
         for b in app.db.build_requests(f.project_id.as_deref()).await? {
             let i = build_as_instance(&b.instance);
             let v = f.order.values(&i);
-            let keep = q
-                .name_re
-                .is_none_or(|re| re.is_match(&b.instance.display_name))
-                && (f.vm_states.is_empty() || f.vm_states.iter().any(|s| s == vs::BUILDING))
+            if build_matches(f, q.matchers, &b.instance, &i)
                 && changed_ok(b.instance.created_at)
-                && is_after(&f.order, &v, f.after.as_ref());
-            if keep {
+                && is_after(&f.order, &v, f.after.as_ref())
+            {
                 builds.push((v, Server::from_build(&b.instance)));
             }
         }
@@ -622,6 +551,22 @@ async fn sources(app: &App, q: &Query<'_>) -> ApiResult<Vec<Source>> {
         });
     }
     Ok(out)
+}
+
+/// Whether a build request passes a listing's filters, as upstream's
+/// `BuildRequestList.get_by_filters` decides it: the exact filters on the
+/// values it has (vm_state `building`, task_state `scheduling`, its image,
+/// flavor, user and uuid), the regex filters passing what it does not have
+/// yet ([`Matchers::build_ok`]).
+fn build_matches(f: &ListFilter, m: &Matchers, b: &BuildInstance, i: &CellInstance) -> bool {
+    let exact = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+    (f.vm_states.is_empty() || f.vm_states.iter().any(|s| s == vs::BUILDING))
+        && (f.task_states.is_empty() || f.task_states.iter().any(|s| s == ts::SCHEDULING))
+        && exact(&f.uuid, &b.uuid)
+        && exact(&f.user_id, &b.user_id)
+        && exact(&f.image_ref, &b.image_ref)
+        && exact(&f.flavorid, &b.flavor.flavorid)
+        && m.build_ok(i, b.key_name.as_deref())
 }
 
 /// The first `limit` rows of all sources in order (each with the index of

@@ -216,20 +216,79 @@ fn status_of_vm(vm_state: &str) -> &'static str {
     }
 }
 
-/// The vm_states a status filter means (`None`: unknown status).
-pub(crate) fn vm_states_of(status: &str) -> Option<Vec<String>> {
-    let v: &[&str] = match status.to_ascii_uppercase().as_str() {
-        "BUILD" => &[vs::BUILDING],
-        "ACTIVE" => &[vs::ACTIVE],
-        "ERROR" => &[vs::ERROR],
-        "SHUTOFF" => &[vs::STOPPED],
-        "DELETED" => &[vs::DELETED],
-        "PAUSED" => &["paused"],
-        "SUSPENDED" => &["suspended"],
-        "SHELVED" => &["shelved", "shelved_offloaded"],
-        _ => return None,
-    };
-    Some(v.iter().map(|s| (*s).to_owned()).collect())
+/// Nova's status of each (vm_state, task_state) pair
+/// (`nova.api.openstack.common._STATE_MAP`); `None` stands for upstream's
+/// `default`: any other task state of that vm_state.
+const STATE_MAP: &[(&str, Option<&str>, &str)] = &[
+    ("active", None, "ACTIVE"),
+    ("active", Some("rebooting"), "REBOOT"),
+    ("active", Some("reboot_pending"), "REBOOT"),
+    ("active", Some("reboot_started"), "REBOOT"),
+    ("active", Some("rebooting_hard"), "HARD_REBOOT"),
+    ("active", Some("reboot_pending_hard"), "HARD_REBOOT"),
+    ("active", Some("reboot_started_hard"), "HARD_REBOOT"),
+    ("active", Some("updating_password"), "PASSWORD"),
+    ("active", Some("rebuilding"), "REBUILD"),
+    ("active", Some("rebuild_block_device_mapping"), "REBUILD"),
+    ("active", Some("rebuild_spawning"), "REBUILD"),
+    ("active", Some("migrating"), "MIGRATING"),
+    ("active", Some("resize_prep"), "RESIZE"),
+    ("active", Some("resize_migrating"), "RESIZE"),
+    ("active", Some("resize_migrated"), "RESIZE"),
+    ("active", Some("resize_finish"), "RESIZE"),
+    ("building", None, "BUILD"),
+    ("stopped", None, "SHUTOFF"),
+    ("stopped", Some("resize_prep"), "RESIZE"),
+    ("stopped", Some("resize_migrating"), "RESIZE"),
+    ("stopped", Some("resize_migrated"), "RESIZE"),
+    ("stopped", Some("resize_finish"), "RESIZE"),
+    ("stopped", Some("rebuilding"), "REBUILD"),
+    ("stopped", Some("rebuild_block_device_mapping"), "REBUILD"),
+    ("stopped", Some("rebuild_spawning"), "REBUILD"),
+    ("resized", None, "VERIFY_RESIZE"),
+    ("resized", Some("resize_reverting"), "REVERT_RESIZE"),
+    ("paused", None, "PAUSED"),
+    ("paused", Some("migrating"), "MIGRATING"),
+    ("suspended", None, "SUSPENDED"),
+    ("rescued", None, "RESCUE"),
+    ("error", None, "ERROR"),
+    ("error", Some("rebuilding"), "REBUILD"),
+    ("error", Some("rebuild_block_device_mapping"), "REBUILD"),
+    ("error", Some("rebuild_spawning"), "REBUILD"),
+    ("deleted", None, "DELETED"),
+    ("soft-delete", None, "SOFT_DELETED"),
+    ("shelved", None, "SHELVED"),
+    ("shelved_offloaded", None, "SHELVED_OFFLOADED"),
+];
+
+/// What `status` filters (one or more, ORed) mean, as Nova's
+/// `task_and_vm_state_from_status`: the vm_states and the task_states of
+/// every (vm_state, task_state) pair whose status is one of them (case
+/// does not matter), each sorted. The two lists filter separately (vm_state
+/// in the one AND task_state in the other), and a status that stands for a
+/// vm_state whatever its task (`ACTIVE`, `SHUTOFF`, …) lifts the task_state
+/// filter (`None`). Both empty: no status is known.
+pub(crate) fn task_and_vm_states_from_statuses(
+    statuses: &[String],
+) -> (Vec<String>, Option<Vec<String>>) {
+    let wanted: Vec<String> = statuses.iter().map(|s| s.to_ascii_uppercase()).collect();
+    let mut vm: std::collections::BTreeSet<&str> = Default::default();
+    let mut task: std::collections::BTreeSet<&str> = Default::default();
+    let mut any_task = false;
+    for (v, t, status) in STATE_MAP {
+        if wanted.iter().any(|w| w == status) {
+            vm.insert(v);
+            match t {
+                Some(t) => {
+                    task.insert(t);
+                }
+                None => any_task = true,
+            }
+        }
+    }
+    let vm: Vec<String> = vm.into_iter().map(str::to_owned).collect();
+    let task = (!any_task).then(|| task.into_iter().map(str::to_owned).collect());
+    (vm, task)
 }
 
 pub(crate) fn iso(t: DateTime<Utc>) -> String {

@@ -167,10 +167,26 @@ pub struct CellInstance {
     pub locked_reason: Option<String>,
     /// `user_data` (base64, as given at create).
     pub user_data: Option<String>,
+    /// `hostname` (2.90's, else Nova's sanitized display name).
+    pub hostname: Option<String>,
+    /// `terminated_at` (deleted instances).
+    pub terminated_at: Option<DateTime<Utc>>,
+    /// `kernel_id` (never set in this cloud).
+    pub kernel_id: Option<String>,
+    /// `ramdisk_id` (never set in this cloud).
+    pub ramdisk_id: Option<String>,
+    /// `config_drive` (never set in this cloud).
+    pub config_drive: Option<String>,
     /// `display_description` (2.19's `description`).
     pub display_description: Option<String>,
-    /// `hostname`.
-    pub hostname: Option<String>,
+    /// `root_device_name` (never set in this cloud).
+    pub root_device_name: Option<String>,
+    /// `access_ip_v4` (never set in this cloud).
+    pub access_ip_v4: Option<String>,
+    /// `access_ip_v6` (never set in this cloud).
+    pub access_ip_v6: Option<String>,
+    /// `auto_disk_config` (never set in this cloud).
+    pub auto_disk_config: Option<bool>,
 }
 
 /// The latest fault of an instance.
@@ -248,6 +264,30 @@ pub struct ListFilter {
     pub changes_before: Option<DateTime<Utc>>,
     /// Deleted instances too (a `changes-since` listing, as upstream).
     pub include_deleted: bool,
+    /// Only deleted instances (an administrator's `deleted=true`, or
+    /// `status=DELETED`); wins over `include_deleted`.
+    pub only_deleted: bool,
+    /// Only these `task_state`s (empty: any; NULL never matches one).
+    pub task_states: Vec<String>,
+    /// Only this instance (`uuid`, exact).
+    pub uuid: Option<String>,
+    /// Only this user's instances (`user_id`, exact).
+    pub user_id: Option<String>,
+    /// Only instances of this image (`image_ref`, exact).
+    pub image_ref: Option<String>,
+    /// Only instances of this flavor: the `flavorid` of the flavor copied
+    /// onto the instance (`instance_extra.flavor`).
+    pub flavorid: Option<String>,
+    /// Only locked (`Some(true)`) or unlocked (`Some(false)`) instances.
+    pub locked: Option<bool>,
+    /// Instances with all of these tags (`tags`).
+    pub tags: Vec<String>,
+    /// Instances with at least one of these tags (`tags-any`).
+    pub tags_any: Vec<String>,
+    /// Instances without all of these tags together (`not-tags`).
+    pub not_tags: Vec<String>,
+    /// Instances with none of these tags (`not-tags-any`).
+    pub not_tags_any: Vec<String>,
     /// The sort.
     pub order: ListOrder,
     /// Keyset marker: rows strictly after this position (the sort values
@@ -300,6 +340,28 @@ pub enum SortKey {
     Locked,
     /// `locked_by`.
     LockedBy,
+    /// `launch_index`.
+    LaunchIndex,
+    /// `terminated_at`.
+    TerminatedAt,
+    /// `hostname`.
+    Hostname,
+    /// `config_drive`.
+    ConfigDrive,
+    /// `kernel_id`.
+    KernelId,
+    /// `ramdisk_id`.
+    RamdiskId,
+    /// `display_description`.
+    DisplayDescription,
+    /// `root_device_name`.
+    RootDeviceName,
+    /// `access_ip_v4`.
+    AccessIpV4,
+    /// `access_ip_v6`.
+    AccessIpV6,
+    /// `auto_disk_config`.
+    AutoDiskConfig,
 }
 
 /// A [`SortKey`]'s value in one row.
@@ -334,6 +396,17 @@ impl SortKey {
             "image_ref" => SortKey::ImageRef,
             "locked" => SortKey::Locked,
             "locked_by" => SortKey::LockedBy,
+            "launch_index" => SortKey::LaunchIndex,
+            "terminated_at" => SortKey::TerminatedAt,
+            "hostname" => SortKey::Hostname,
+            "config_drive" => SortKey::ConfigDrive,
+            "kernel_id" => SortKey::KernelId,
+            "ramdisk_id" => SortKey::RamdiskId,
+            "display_description" => SortKey::DisplayDescription,
+            "root_device_name" => SortKey::RootDeviceName,
+            "access_ip_v4" => SortKey::AccessIpV4,
+            "access_ip_v6" => SortKey::AccessIpV6,
+            "auto_disk_config" => SortKey::AutoDiskConfig,
             _ => return None,
         })
     }
@@ -347,14 +420,19 @@ impl SortKey {
                 format!("COALESCE(i.{col}, '')")
             }
         };
+        let epoch = |col: &str| {
+            if postgres {
+                format!("COALESCE(i.{col}, TIMESTAMPTZ '1970-01-01 00:00:00+00')")
+            } else {
+                // sqlx stores SQLite times as RFC 3339 text.
+                format!("COALESCE(i.{col}, '1970-01-01T00:00:00+00:00')")
+            }
+        };
         match self {
             SortKey::CreatedAt => "i.created_at".into(),
             SortKey::UpdatedAt => "COALESCE(i.updated_at, i.created_at)".into(),
-            SortKey::LaunchedAt if postgres => {
-                "COALESCE(i.launched_at, TIMESTAMPTZ '1970-01-01 00:00:00+00')".into()
-            }
-            // sqlx stores SQLite times as RFC 3339 text.
-            SortKey::LaunchedAt => "COALESCE(i.launched_at, '1970-01-01T00:00:00+00:00')".into(),
+            SortKey::LaunchedAt => epoch("launched_at"),
+            SortKey::TerminatedAt => epoch("terminated_at"),
             // Never NULL: no COALESCE, so the index serves it.
             SortKey::Uuid if postgres => "i.uuid COLLATE \"C\"".into(),
             SortKey::Uuid => "i.uuid".into(),
@@ -368,9 +446,19 @@ impl SortKey {
             SortKey::TaskState => text("task_state"),
             SortKey::ImageRef => text("image_ref"),
             SortKey::LockedBy => text("locked_by"),
+            SortKey::Hostname => text("hostname"),
+            SortKey::ConfigDrive => text("config_drive"),
+            SortKey::KernelId => text("kernel_id"),
+            SortKey::RamdiskId => text("ramdisk_id"),
+            SortKey::DisplayDescription => text("display_description"),
+            SortKey::RootDeviceName => text("root_device_name"),
+            SortKey::AccessIpV4 => text("access_ip_v4"),
+            SortKey::AccessIpV6 => text("access_ip_v6"),
             SortKey::PowerState => "COALESCE(i.power_state, 0)".into(),
             SortKey::Progress => "COALESCE(i.progress, 0)".into(),
+            SortKey::LaunchIndex => "COALESCE(i.launch_index, 0)".into(),
             SortKey::Locked => "(CASE WHEN i.locked THEN 1 ELSE 0 END)".into(),
+            SortKey::AutoDiskConfig => "(CASE WHEN i.auto_disk_config THEN 1 ELSE 0 END)".into(),
         }
     }
 
@@ -381,6 +469,9 @@ impl SortKey {
             SortKey::CreatedAt => SortValue::Time(i.created_at),
             SortKey::UpdatedAt => SortValue::Time(i.updated_at.unwrap_or(i.created_at)),
             SortKey::LaunchedAt => SortValue::Time(i.launched_at.unwrap_or(DateTime::UNIX_EPOCH)),
+            SortKey::TerminatedAt => {
+                SortValue::Time(i.terminated_at.unwrap_or(DateTime::UNIX_EPOCH))
+            }
             SortKey::DisplayName => text(&i.display_name),
             SortKey::Host => text(&i.host),
             SortKey::Node => text(&i.node),
@@ -392,9 +483,19 @@ impl SortKey {
             SortKey::TaskState => text(&i.task_state),
             SortKey::ImageRef => text(&i.image_ref),
             SortKey::LockedBy => text(&i.locked_by),
+            SortKey::Hostname => text(&i.hostname),
+            SortKey::ConfigDrive => text(&i.config_drive),
+            SortKey::KernelId => text(&i.kernel_id),
+            SortKey::RamdiskId => text(&i.ramdisk_id),
+            SortKey::DisplayDescription => text(&i.display_description),
+            SortKey::RootDeviceName => text(&i.root_device_name),
+            SortKey::AccessIpV4 => text(&i.access_ip_v4),
+            SortKey::AccessIpV6 => text(&i.access_ip_v6),
             SortKey::PowerState => SortValue::Int(i.power_state.unwrap_or(0)),
             SortKey::Progress => SortValue::Int(i.progress.unwrap_or(0)),
+            SortKey::LaunchIndex => SortValue::Int(i.launch_index.unwrap_or(0)),
             SortKey::Locked => SortValue::Int(i64::from(i.locked)),
+            SortKey::AutoDiskConfig => SortValue::Int(i64::from(i.auto_disk_config == Some(true))),
         }
     }
 }
@@ -441,7 +542,8 @@ const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, 
     (SELECT e.flavor FROM instance_extra e WHERE e.instance_uuid = i.uuid) AS flavor, \
     i.locked, i.locked_by, CASE WHEN i.locked THEN (SELECT sm.value FROM instance_system_metadata sm \
     WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') END AS locked_reason, i.user_data, \
-    i.display_description, i.hostname";
+    i.hostname, i.terminated_at, i.kernel_id, i.ramdisk_id, i.config_drive, i.display_description, \
+    i.root_device_name, i.access_ip_v4, i.access_ip_v6, i.auto_disk_config";
 
 // The lock's reason is looked up only for a locked row: it is written with
 // the lock and removed with it in one transaction
@@ -695,47 +797,99 @@ impl CellDb {
     pub async fn api_instances(&self, f: &ListFilter) -> Result<Vec<CellInstance>, Error> {
         let postgres = matches!(self.pool(), super::Pool::Postgres(_));
         let mut sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE TRUE");
-        if !f.include_deleted {
+        // The values bound, in placeholder order.
+        let mut args: Vec<SortValue> = Vec::new();
+        let mut bind = |v: SortValue| {
+            args.push(v);
+            format!("${}", args.len())
+        };
+        let text = |s: &String| SortValue::Text(s.clone());
+        if f.only_deleted {
+            sql.push_str(" AND i.deleted");
+        } else if !f.include_deleted {
             sql.push_str(" AND NOT i.deleted");
         }
-        // Placeholders in binding order.
-        let mut n = 1;
-        let mut take = |count: usize| {
-            let k = n;
-            n += count;
-            k
+        let mut exact = |sql: &mut String, col: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                sql.push_str(&format!(" AND i.{col} = {}", bind(text(v))));
+            }
         };
-        if f.project_id.is_some() {
-            sql.push_str(&format!(" AND i.project_id = ${}", take(1)));
+        exact(&mut sql, "project_id", &f.project_id);
+        exact(&mut sql, "host", &f.host);
+        exact(&mut sql, "uuid", &f.uuid);
+        exact(&mut sql, "user_id", &f.user_id);
+        exact(&mut sql, "image_ref", &f.image_ref);
+        for (col, values) in [("vm_state", &f.vm_states), ("task_state", &f.task_states)] {
+            if !values.is_empty() {
+                let ps: Vec<String> = values.iter().map(|v| bind(text(v))).collect();
+                sql.push_str(&format!(" AND i.{col} IN ({})", ps.join(", ")));
+            }
         }
-        if !f.vm_states.is_empty() {
-            let k = take(f.vm_states.len());
+        if let Some(id) = &f.flavorid {
+            let of = if postgres {
+                "CAST(e.flavor AS JSON) ->> 'flavorid'"
+            } else {
+                "json_extract(e.flavor, '$.flavorid')"
+            };
             sql.push_str(&format!(
-                " AND i.vm_state IN ({})",
-                placeholders(k, f.vm_states.len())
+                " AND (SELECT {of} FROM instance_extra e WHERE e.instance_uuid = i.uuid) = {}",
+                bind(text(id))
             ));
         }
-        if f.host.is_some() {
-            sql.push_str(&format!(" AND i.host = ${}", take(1)));
+        if let Some(locked) = f.locked {
+            sql.push_str(if locked {
+                " AND i.locked"
+            } else {
+                " AND NOT i.locked"
+            });
+        }
+        // Tags, as upstream: all of `tags`, any of `tags-any`, not all of
+        // `not-tags`, none of `not-tags-any`.
+        let mut has_tag = |tag: &String| {
+            format!(
+                "EXISTS (SELECT 1 FROM tags t WHERE t.resource_id = i.uuid AND t.tag = {})",
+                bind(text(tag))
+            )
+        };
+        let all_of = |tags: &[String], has: &mut dyn FnMut(&String) -> String| {
+            tags.iter().map(has).collect::<Vec<_>>().join(" AND ")
+        };
+        let any_of = |tags: &[String], has: &mut dyn FnMut(&String) -> String| {
+            tags.iter().map(has).collect::<Vec<_>>().join(" OR ")
+        };
+        if !f.tags.is_empty() {
+            sql.push_str(&format!(" AND ({})", all_of(&f.tags, &mut has_tag)));
+        }
+        if !f.tags_any.is_empty() {
+            sql.push_str(&format!(" AND ({})", any_of(&f.tags_any, &mut has_tag)));
+        }
+        if !f.not_tags.is_empty() {
+            sql.push_str(&format!(" AND NOT ({})", all_of(&f.not_tags, &mut has_tag)));
+        }
+        if !f.not_tags_any.is_empty() {
+            sql.push_str(&format!(
+                " AND NOT ({})",
+                any_of(&f.not_tags_any, &mut has_tag)
+            ));
         }
         let changed = SortKey::UpdatedAt.sql(postgres);
-        if f.changes_since.is_some() {
-            sql.push_str(&format!(" AND {changed} >= ${}", take(1)));
+        if let Some(t) = f.changes_since {
+            sql.push_str(&format!(" AND {changed} >= {}", bind(SortValue::Time(t))));
         }
-        if f.changes_before.is_some() {
-            sql.push_str(&format!(" AND {changed} <= ${}", take(1)));
+        if let Some(t) = f.changes_before {
+            sql.push_str(&format!(" AND {changed} <= {}", bind(SortValue::Time(t))));
         }
         let exprs: Vec<String> = f.order.keys.iter().map(|(k, _)| k.sql(postgres)).collect();
         if let Some(after) = &f.after {
             // (k1 op v1) OR (k1 = v1 AND k2 op v2) OR ...
-            let first = take(after.len());
+            let ps: Vec<String> = after.iter().map(|v| bind(v.clone())).collect();
             let mut ors = Vec::new();
             for (j, (_, desc)) in f.order.keys.iter().enumerate().take(after.len()) {
                 let mut ands: Vec<String> = (0..j)
-                    .map(|i| format!("{} = ${}", exprs[i], first + i))
+                    .map(|i| format!("{} = {}", exprs[i], ps[i]))
                     .collect();
                 let op = if *desc { "<" } else { ">" };
-                ands.push(format!("{} {op} ${}", exprs[j], first + j));
+                ands.push(format!("{} {op} {}", exprs[j], ps[j]));
                 ors.push(format!("({})", ands.join(" AND ")));
             }
             sql.push_str(&format!(" AND ({})", ors.join(" OR ")));
@@ -747,36 +901,18 @@ impl CellDb {
             .zip(&exprs)
             .map(|((_, desc), e)| format!("{e} {}", if *desc { "DESC" } else { "ASC" }))
             .collect();
-        sql.push_str(&format!(
-            " ORDER BY {} LIMIT ${}",
-            order.join(", "),
-            take(1)
-        ));
+        let limit = bind(SortValue::Int(f.limit));
+        sql.push_str(&format!(" ORDER BY {} LIMIT {limit}", order.join(", ")));
         Ok(with_pool!(self.pool(), p => {
             let mut q = sqlx::query_as(&sql);
-            if let Some(pid) = &f.project_id {
-                q = q.bind(pid);
-            }
-            for s in &f.vm_states {
-                q = q.bind(s);
-            }
-            if let Some(h) = &f.host {
-                q = q.bind(h);
-            }
-            if let Some(t) = f.changes_since {
-                q = q.bind(t);
-            }
-            if let Some(t) = f.changes_before {
-                q = q.bind(t);
-            }
-            for v in f.after.iter().flatten() {
+            for v in &args {
                 q = match v {
                     SortValue::Text(t) => q.bind(t.clone()),
                     SortValue::Int(i) => q.bind(*i),
                     SortValue::Time(t) => q.bind(*t),
                 };
             }
-            measured("api_instances_list", q.bind(f.limit).fetch_all(p)).await?
+            measured("api_instances_list", q.fetch_all(p)).await?
         }))
     }
 
