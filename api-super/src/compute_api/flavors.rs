@@ -50,6 +50,12 @@ pub fn detail(
     if ctx.mv.at_least(75) && f.swap == 0 {
         v["swap"] = json!(0);
     }
+    if ctx.mv.at_least(102) {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("OS-FLV-DISABLED:disabled");
+            o.remove("rxtx_factor");
+        }
+    }
     v
 }
 
@@ -80,11 +86,125 @@ fn is_public_filter(ctx: &Ctx, q: &HashMap<String, String>) -> ApiResult<Option<
     }
 }
 
-async fn listed(app: &App, ctx: &Ctx, q: &HashMap<String, String>) -> ApiResult<Vec<Flavor>> {
+/// Nova's largest page (`osapi_max_limit`).
+const MAX_LIMIT: usize = 1000;
+
+/// A page of the flavors the caller may list, as Nova's `_get_flavors`:
+/// `minRam`/`minDisk` (at least that much), `name` (2.102, a regular
+/// expression), `sort_key`/`sort_dir` (default `flavorid` ascending),
+/// `marker` (a flavor id; unknown: 400) and `limit` (at most 1,000).
+/// Flavors are few: the filters, order and page are applied to the list
+/// read. Returns the page and whether it is full (a next link).
+async fn listed(
+    app: &App,
+    ctx: &Ctx,
+    q: &HashMap<String, String>,
+) -> ApiResult<(Vec<Flavor>, bool)> {
+    let bad = |m: String| ApiError::BadRequest(m);
     let is_public = is_public_filter(ctx, q)?;
-    app.db
+    let min = |key: &str| -> ApiResult<Option<i64>> {
+        q.get(key)
+            .map(|v| {
+                v.trim()
+                    .parse::<i64>()
+                    .map_err(|_| bad(format!("Invalid {key} filter [{v}]")))
+            })
+            .transpose()
+    };
+    let (min_ram, min_disk) = (min("minRam")?, min("minDisk")?);
+    let name = match q.get("name").filter(|_| ctx.mv.at_least(102)) {
+        Some(n) => {
+            Some(regex::Regex::new(n).map_err(|e| bad(format!("Invalid name filter [{n}]: {e}")))?)
+        }
+        None => None,
+    };
+    let key = q.get("sort_key").map(String::as_str).unwrap_or("flavorid");
+    let desc = match q.get("sort_dir").map(String::as_str) {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(d) => return Err(bad(format!("Invalid input for query parameters sort_dir. Value: {d}. '{d}' is not one of ['asc', 'desc']"))),
+    };
+    type Key = fn(&Flavor, &Flavor) -> std::cmp::Ordering;
+    let order: Key = match key {
+        "flavorid" => |a, b| a.flavorid.cmp(&b.flavorid),
+        "id" => |a, b| a.id.cmp(&b.id),
+        "name" => |a, b| a.name.cmp(&b.name),
+        "memory_mb" => |a, b| a.memory_mb.cmp(&b.memory_mb),
+        "vcpus" => |a, b| a.vcpus.cmp(&b.vcpus),
+        "root_gb" => |a, b| a.root_gb.cmp(&b.root_gb),
+        "ephemeral_gb" => |a, b| a.ephemeral_gb.cmp(&b.ephemeral_gb),
+        "swap" => |a, b| a.swap.cmp(&b.swap),
+        "rxtx_factor" if !ctx.mv.at_least(102) => |a, b| a.rxtx_factor.total_cmp(&b.rxtx_factor),
+        "disabled" => |a, b| a.disabled.cmp(&b.disabled),
+        "is_public" => |a, b| a.is_public.cmp(&b.is_public),
+        "description" => |a, b| a.description.cmp(&b.description),
+        k => return Err(bad(format!("Invalid input for query parameters sort_key. Value: {k}. '{k}' is not a sort key this cloud keeps for flavors"))),
+    };
+    let limit = match q.get("limit") {
+        None => MAX_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .map_err(|_| bad(format!("Invalid input for query parameters limit. Value: {l}. '{l}' does not match '^[0-9]*$'")))?
+            .min(MAX_LIMIT),
+    };
+    let mut all: Vec<Flavor> = app
+        .db
         .flavors_for(ctx.project_id(), is_public, ctx.is_admin())
-        .await
+        .await?
+        .into_iter()
+        .filter(|f| min_ram.is_none_or(|m| f.memory_mb >= m))
+        .filter(|f| min_disk.is_none_or(|m| f.root_gb >= m))
+        .filter(|f| name.as_ref().is_none_or(|re| re.is_match(&f.name)))
+        .collect();
+    // The key, then the row id (a total order, as the database's).
+    all.sort_by(|a, b| {
+        let o = order(a, b).then(a.id.cmp(&b.id));
+        if desc {
+            o.reverse()
+        } else {
+            o
+        }
+    });
+    let start = match q.get("marker") {
+        None => 0,
+        Some(m) => match all.iter().position(|f| &f.flavorid == m) {
+            Some(i) => i + 1,
+            None => return Err(bad(format!("marker [{m}] not found"))),
+        },
+    };
+    let page: Vec<Flavor> = all.into_iter().skip(start).take(limit).collect();
+    let full = limit > 0 && page.len() == limit;
+    Ok((page, full))
+}
+
+/// `flavors_links` with the next page's link, when the page is full.
+fn next_link(app: &App, coll: &str, q: &HashMap<String, String>, page: &[Flavor]) -> Value {
+    let Some(last) = page.last() else {
+        return json!([]);
+    };
+    let mut params: Vec<(String, String)> = q
+        .iter()
+        .filter(|(k, _)| k.as_str() != "marker")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    params.sort();
+    params.push(("marker".into(), last.flavorid.clone()));
+    let query: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+        .collect();
+    json!([{"rel": "next", "href": format!("{}/v2.1/{coll}?{}", app.public_url(), query.join("&"))}])
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// `GET /flavors`.
@@ -93,7 +213,7 @@ pub async fn index(
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let flavors = listed(&app, &ctx, &q).await?;
+    let (flavors, full) = listed(&app, &ctx, &q).await?;
     let list: Vec<Value> = flavors
         .iter()
         .map(|f| {
@@ -105,7 +225,11 @@ pub async fn index(
             v
         })
         .collect();
-    Ok(Json(json!({ "flavors": list })))
+    let mut body = json!({ "flavors": list });
+    if full {
+        body["flavors_links"] = next_link(&app, "flavors", &q, &flavors);
+    }
+    Ok(Json(body))
 }
 
 /// `GET /flavors/detail`.
@@ -114,7 +238,7 @@ pub async fn index_detail(
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let flavors = listed(&app, &ctx, &q).await?;
+    let (flavors, full) = listed(&app, &ctx, &q).await?;
     let specs = if ctx.mv.at_least(61) {
         let ids: Vec<i64> = flavors.iter().map(|f| f.id).collect();
         app.db.extra_specs(&ids).await?
@@ -125,7 +249,11 @@ pub async fn index_detail(
         .iter()
         .map(|f| detail(&app, &ctx, f, specs.get(&f.id)))
         .collect();
-    Ok(Json(json!({ "flavors": list })))
+    let mut body = json!({ "flavors": list });
+    if full {
+        body["flavors_links"] = next_link(&app, "flavors/detail", &q, &flavors);
+    }
+    Ok(Json(body))
 }
 
 /// The detailed view with its extra specs (read only from 2.61).

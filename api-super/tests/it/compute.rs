@@ -364,6 +364,74 @@ async fn versions_auth_and_errors() {
     }
     let r = region.call(&tok, "GET", "/v2.1/flavors/1", None).await;
     assert_eq!(body(&r)["flavor"]["ram"], 512);
+    // Nova's list options: flavorid order, minRam/minDisk, sort, paging.
+    let ids = |r: &testkit::http::Response| -> Vec<String> {
+        body(r)["flavors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for (q, want) in [
+        // (`huge`: this region's extra flavor, 10 TB of RAM, 1 GB disk)
+        ("", vec!["1", "2", "3", "4", "5", "huge"]),
+        ("?minRam=2048", vec!["2", "3", "4", "5", "huge"]),
+        ("?minDisk=80", vec!["4", "5"]),
+        (
+            "?sort_key=memory_mb&sort_dir=desc",
+            vec!["huge", "5", "4", "3", "2", "1"],
+        ),
+        ("?limit=2&marker=2", vec!["3", "4"]),
+    ] {
+        let r = region
+            .call(&tok, "GET", &format!("/v2.1/flavors{q}"), None)
+            .await;
+        assert_eq!(r.status, 200, "{q}: {}", r.body);
+        assert_eq!(ids(&r), want, "{q}");
+    }
+    let r = region
+        .call(&tok, "GET", "/v2.1/flavors/detail?limit=2", None)
+        .await;
+    let next = body(&r)["flavors_links"][0]["href"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        next.ends_with("/v2.1/flavors/detail?limit=2&marker=2"),
+        "{}",
+        r.body
+    );
+    for (q, want) in [
+        ("?marker=nope", "marker [nope] not found"),
+        ("?minRam=x", "Invalid minRam filter [x]"),
+        ("?sort_key=bogus", "sort_key"),
+    ] {
+        let r = region
+            .call(&tok, "GET", &format!("/v2.1/flavors{q}"), None)
+            .await;
+        assert_eq!(r.status, 400, "{q}: {}", r.body);
+        assert!(r.body.contains(want), "{q}: {}", r.body);
+    }
+    // 2.102: a name filter (a regular expression); no rxtx_factor nor
+    // OS-FLV-DISABLED:disabled.
+    let r = common::req(
+        addr,
+        "GET",
+        "/v2.1/flavors/detail?name=%5Em1%5C.t",
+        &[
+            ("x-auth-token", &tok),
+            ("openstack-api-version", "compute 2.102"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(ids(&r), vec!["1"], "{}", r.body);
+    let f = &body(&r)["flavors"][0];
+    assert!(
+        f.get("rxtx_factor").is_none() && f.get("OS-FLV-DISABLED:disabled").is_none(),
+        "{f}"
+    );
     let r = region.call(&tok, "GET", "/v2.1/flavors/detail", None).await;
     assert_eq!(r.status, 200);
     let r = region.call(&tok, "GET", "/v2.1/flavors/nope", None).await;
