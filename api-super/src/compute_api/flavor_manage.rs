@@ -118,7 +118,13 @@ pub async fn create(
         "os-flavor-access:is_public",
         "description",
     ];
-    if let Some(k) = o.keys().find(|k| !ALLOWED.contains(&k.as_str())) {
+    // 2.102 removed `rxtx_factor` (and `description` came in 2.55).
+    let known = |k: &str| {
+        ALLOWED.contains(&k)
+            && !(k == "rxtx_factor" && ctx.mv.at_least(102))
+            && !(k == "description" && !ctx.mv.at_least(55))
+    };
+    if let Some(k) = o.keys().find(|k| !known(k.as_str())) {
         return Err(bad(format!(
             "Invalid input for field/attribute flavor. Additional properties are not allowed ('{k}' was unexpected)"
         )));

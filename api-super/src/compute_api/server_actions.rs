@@ -457,10 +457,16 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
     // anything changes).
     let image_ref = match &app.images {
         Some(images) => {
+            // Checked against the server's flavor, as Nova does.
+            let (_, current) = in_cell(app, ctx, id, REBUILD.rule, REBUILD.name).await?;
+            let (ram, disk) = current
+                .flavor
+                .map(|f| (f.memory_mb, f.root_gb))
+                .unwrap_or_default();
             let needs = super::images::BootNeeds {
                 claims: &ctx.claims,
-                ram_mb: 0,
-                disk_gb: 0,
+                ram_mb: ram.max(0) as u64,
+                disk_gb: disk.max(0) as u64,
             };
             images.resolve(&image, needs).await.map_err(bad)?.id
         }

@@ -1526,6 +1526,22 @@ pub async fn create(
         .filter(|r| !r.flavor.disabled)
         .ok_or_else(|| bad("Invalid flavorRef provided."))?;
     let (flavor, extra_specs) = (reads.flavor, reads.extra_specs);
+    // A flavor without a root disk boots only volume-backed servers
+    // (not built here), except for whom the policy allows (admins), as
+    // Nova.
+    if flavor.root_gb == 0
+        && app
+            .authorize(
+                &ctx,
+                "os_compute_api:servers:create:zero_disk_flavor",
+                ctx.project_id(),
+            )
+            .is_err()
+    {
+        return Err(ApiError::Forbidden(
+            "Only volume-backed servers are allowed for flavors with zero disk.".into(),
+        ));
+    }
     if let Some(k) = &req.key_name {
         if app.db.keypair(ctx.user_id(), k).await?.is_none() {
             return Err(bad("Invalid key_name provided."));

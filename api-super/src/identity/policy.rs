@@ -120,6 +120,10 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:admin_api",
     ),
     (
+        "os_compute_api:servers:create:zero_disk_flavor",
+        "rule:admin_api",
+    ),
+    (
         "compute:servers:create:requested_destination",
         "rule:admin_api",
     ),

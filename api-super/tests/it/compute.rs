@@ -1326,6 +1326,22 @@ async fn create_body_as_nova_schema_has_it() {
         );
     }
 
+    // A flavor without a root disk: volume-backed servers only (not built
+    // here), except for admins, as Nova's zero_disk_flavor policy.
+    let r = region
+        .call(&admin, "POST", "/v2.1/flavors",
+            Some(json!({"flavor": {"name": "zero.disk", "ram": 64, "vcpus": 1, "disk": 0, "id": "0d"}})))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = at("2.1", member.clone(), server(json!({"flavorRef": "0d"}))).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        body(&r)["forbidden"]["message"],
+        "Only volume-backed servers are allowed for flavors with zero disk."
+    );
+    let r = at("2.1", admin.clone(), server(json!({"flavorRef": "0d"}))).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+
     // return_reservation_id: the reservation, not a server.
     let r = at(
         "2.1",

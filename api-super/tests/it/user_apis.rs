@@ -525,12 +525,17 @@ async fn flavor_manage_extra_specs_and_access() {
         fault(&r, 400, "badRequest", what);
     }
     // Create: given id; generated UUID id; duplicates are 409.
-    let r = create(
-        json!({"flavor": {"name": "p1", "id": "p1", "ram": 256, "vcpus": 2, "disk": 1,
+    // `rxtx_factor` is gone from 2.102 (request and answer).
+    let p1 = json!({"flavor": {"name": "p1", "id": "p1", "ram": 256, "vcpus": 2, "disk": 1,
         "OS-FLV-EXT-DATA:ephemeral": 2, "swap": 128, "rxtx_factor": 1.5,
-        "os-flavor-access:is_public": false, "description": "private one"}}),
-    )
-    .await;
+        "os-flavor-access:is_public": false, "description": "private one"}});
+    let r = s
+        .call_at("2.102", &s.admin, "POST", "/v2.1/flavors", Some(p1.clone()))
+        .await;
+    fault(&r, 400, "badRequest", "('rxtx_factor' was unexpected)");
+    let r = s
+        .call_at("2.101", &s.admin, "POST", "/v2.1/flavors", Some(p1))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let f = body(&r)["flavor"].clone();
     assert_eq!(f["id"], "p1");

@@ -302,6 +302,52 @@ async fn server_actions_walk_task_states_and_record_instance_actions() {
         }
     }
 
+    // A rebuild checks the new image against the server's flavor (m1.tiny,
+    // 512 MB), as Nova: an image needing 256 MB is fine, one needing 4 GB
+    // is Nova's 400.
+    let glance = format!("http://{}/v2/images", region.image.addr);
+    for (min_ram, ok) in [(256, true), (4096, false)] {
+        let img: Value = api
+            .http
+            .post(&glance)
+            .header("x-auth-token", &api.member)
+            .json(
+                &json!({"name": format!("needs-{min_ram}"), "min_ram": min_ram,
+                "disk_format": "qcow2", "container_format": "bare"}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let image_id = img["id"].as_str().expect("image id").to_owned();
+        let put = api
+            .http
+            .put(format!("{glance}/{image_id}/file"))
+            .header("x-auth-token", &api.member)
+            .header("content-type", "application/octet-stream")
+            .body(vec![7u8; 1024])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status().as_u16(), 204);
+        let r = api
+            .act(&api.member, &id, json!({"rebuild": {"imageRef": image_id}}))
+            .await;
+        if ok {
+            assert_eq!(r.status, 202, "min_ram {min_ram}: {}", r.body);
+            let (s, _) = api.settle(&id).await;
+            assert_eq!(s["image"]["id"], image_id.as_str(), "{s}");
+        } else {
+            assert_eq!(r.status, 400, "min_ram {min_ram}: {}", r.body);
+            assert_eq!(
+                r.body["badRequest"]["message"],
+                "Flavor's memory is too small for requested image."
+            );
+        }
+    }
+
     // Wrong states: 409 in Nova's words.
     let r = api.act(&api.member, &id, json!({"os-start": null})).await;
     conflict(
@@ -492,8 +538,9 @@ async fn server_actions_walk_task_states_and_record_instance_actions() {
         "{names:?}"
     );
     assert!(names.contains(&"rebuild"), "{names:?}");
-    // create, the nine steps, stop and start, then the six above.
-    assert_eq!(names.len(), 1 + steps.len() + 2 + 6, "{names:?}");
+    // create, the nine steps, the rebuild onto the 256 MB image, stop and
+    // start, then the six above.
+    assert_eq!(names.len(), 1 + steps.len() + 1 + 2 + 6, "{names:?}");
     for a in &actions {
         assert_eq!(a["instance_uuid"], id.as_str());
         assert!(a["updated_at"].is_string(), "{a}");
