@@ -122,7 +122,7 @@ pub async fn create(
     let known = |k: &str| {
         ALLOWED.contains(&k)
             && !(k == "rxtx_factor" && ctx.mv.at_least(102))
-            && !(k == "description" && !ctx.mv.at_least(55))
+            && (k != "description" || ctx.mv.at_least(55))
     };
     if let Some(k) = o.keys().find(|k| !known(k.as_str())) {
         return Err(bad(format!(
