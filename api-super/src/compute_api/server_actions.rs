@@ -462,7 +462,7 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
                 ram_mb: 0,
                 disk_gb: 0,
             };
-            images.resolve(&image, needs).await.map_err(bad)?.id
+            images.resolve(&image, needs).await?.id
         }
         None if is_uuid_like(&image) => image,
         None => return Err(bad("Invalid imageRef provided.")),

@@ -1107,3 +1107,42 @@ async fn boot_lookups_by_id_are_cached_and_see_writes_through_the_service_at_onc
         Err(LookupError::NotFound)
     ));
 }
+
+/// The Compute API's lookup: an image service failure is a 500 (the
+/// server create's `computeFault`), not the caller's 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_service_failure_during_a_boot_is_a_500() {
+    use api_super::compute_api::images::{BootNeeds, ImageLookup as _};
+    let env = start_images("image_lookup_fails", None).await;
+    let lookup = env.img.lookup();
+    let claims = fabric::token::TokenValidator::decode_unverified(&env.member)
+        .unwrap()
+        .1;
+    let needs = BootNeeds {
+        claims: &claims,
+        ram_mb: 512,
+        disk_gb: 1,
+    };
+    let unknown = "00000000-0000-0000-0000-000000000001";
+    assert_eq!(
+        lookup.resolve(unknown, needs).await.unwrap_err().status(),
+        400
+    );
+    // The metadata store breaks behind the service's back.
+    let other = sqlx::SqlitePool::connect(&env.db.as_ref().unwrap().url)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE images RENAME TO images_gone")
+        .execute(&other)
+        .await
+        .unwrap();
+    let e = lookup.resolve(unknown, needs).await.unwrap_err();
+    assert_eq!(e.status(), 500, "{e}");
+    let body = axum::response::IntoResponse::into_response(e);
+    assert_eq!(body.status(), 500);
+    let bytes = axum::body::to_bytes(body.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["computeFault"]["code"], 500, "{v}");
+}
