@@ -9,9 +9,13 @@ use std::sync::{Arc, RwLock};
 
 use fabric::token::Claims;
 
-/// Boxed future of [`ImageLookup`]: the image, or the 400 message.
+use super::error::ApiError;
+
+/// Boxed future of [`ImageLookup`]: the image, or why not: a 400
+/// ([`ApiError::BadRequest`], Nova's message) when the reference cannot be
+/// booted, a 500 ([`ApiError::Internal`]) when the image service failed.
 pub type LookupFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<ResolvedImage, String>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<ResolvedImage, ApiError>> + Send + 'a>>;
 
 /// An image a boot may use.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -37,7 +41,8 @@ pub struct BootNeeds<'a> {
 /// Resolves an `imageRef` (an id, or a name) to a bootable image id.
 pub trait ImageLookup: Send + Sync + std::fmt::Debug {
     /// The image `image_ref` names for this boot, or the reason it
-    /// cannot be booted (Nova's 400 message).
+    /// cannot be booted (a 400 in Nova's words), or a 500 when the image
+    /// service failed.
     fn resolve<'a>(&'a self, image_ref: &'a str, needs: BootNeeds<'a>) -> LookupFuture<'a>;
 }
 
@@ -86,7 +91,7 @@ impl ImageLookup for InMemoryImages {
                 id,
                 properties: Default::default(),
             })
-            .ok_or_else(|| format!("Image {image_ref} could not be found."));
+            .ok_or_else(|| ApiError::BadRequest(format!("Image {image_ref} could not be found.")));
         Box::pin(std::future::ready(found))
     }
 }
@@ -108,7 +113,25 @@ impl ImageLookup for crate::image::lookup::ImageLookup {
                     id: img.id.to_string(),
                     properties: img.properties,
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| match e {
+                    // The image service failed: the caller's request was fine.
+                    crate::image::LookupError::Internal(e) => {
+                        ApiError::internal(format!("image lookup failed: {}", chain(&e)))
+                    }
+                    e => ApiError::BadRequest(e.to_string()),
+                })
         })
     }
+}
+
+/// An error and its causes, `a: b: c` (logged once, as the 500's cause).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
 }

@@ -468,7 +468,7 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
                 ram_mb: ram.max(0) as u64,
                 disk_gb: disk.max(0) as u64,
             };
-            images.resolve(&image, needs).await.map_err(bad)?.id
+            images.resolve(&image, needs).await?.id
         }
         None if is_uuid_like(&image) => image,
         None => return Err(bad("Invalid imageRef provided.")),

@@ -1556,7 +1556,7 @@ pub async fn create(
                 ram_mb: flavor.memory_mb.max(0) as u64,
                 disk_gb: flavor.root_gb.max(0) as u64,
             };
-            let img = images.resolve(&req.image_ref, needs).await.map_err(bad)?;
+            let img = images.resolve(&req.image_ref, needs).await?;
             let props = ImageProps::from_image(&img.properties).map_err(bad)?;
             (img.id, props)
         }

@@ -380,21 +380,110 @@ impl Db {
         Ok(n == 1)
     }
 
-    /// Removes an image (its properties and tags cascade); false when absent.
-    pub async fn delete(&self, id: &str) -> Result<bool> {
-        let n = on_db!(self, pool => {
+    /// Removes an image unless it is protected (its properties and tags
+    /// go with it), deciding from the row it actually removed: the
+    /// returned [`Deleted`] holds that row's `location`, so an upload that
+    /// finished after the caller read the image cannot leave its file
+    /// behind. `None` when no unprotected row `id` existed.
+    pub async fn delete(&self, id: &str) -> Result<Option<Deleted>> {
+        let gone: Option<Deleted> = on_db!(self, pool => {
             let mut tx = pool.begin_write().await?;
             // Explicit deletes: SQLite enforces ON DELETE CASCADE only with
             // foreign keys on, which a foreign pool may not have.
-            sqlx::query("DELETE FROM image_properties WHERE image_id = $1")
-                .bind(id).execute(&mut *tx).await?;
-            sqlx::query("DELETE FROM image_tags WHERE image_id = $1")
-                .bind(id).execute(&mut *tx).await?;
-            let n = sqlx::query("DELETE FROM images WHERE id = $1")
-                .bind(id).execute(&mut *tx).await?.rows_affected();
+            let gone: Option<Deleted> = sqlx::query_as::<_, Deleted>(
+                "DELETE FROM images WHERE id = $1 AND protected = FALSE \
+                 RETURNING status, location")
+                .bind(id).fetch_all(&mut *tx).await?.into_iter().next();
+            if gone.is_some() {
+                sqlx::query("DELETE FROM image_properties WHERE image_id = $1")
+                    .bind(id).execute(&mut *tx).await?;
+                sqlx::query("DELETE FROM image_tags WHERE image_id = $1")
+                    .bind(id).execute(&mut *tx).await?;
+            }
             tx.commit().await?;
-            n
+            gone
         });
-        Ok(n == 1)
+        Ok(gone)
     }
+
+    /// Adds tag `tag` to image `id` (nothing when it has it), refusing to
+    /// go past `max` tags. Serialized per image by the `images` row update
+    /// that comes first.
+    pub async fn add_tag(&self, id: &str, tag: &str, max: usize, now: i64) -> Result<TagChange> {
+        let change = on_db!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            let n = sqlx::query("UPDATE images SET updated_at = $2 WHERE id = $1")
+                .bind(id).bind(now).execute(&mut *tx).await?.rows_affected();
+            if n == 0 {
+                return Ok(TagChange::NoImage);
+            }
+            sqlx::query(
+                "INSERT INTO image_tags (image_id, value) VALUES ($1, $2) \
+                 ON CONFLICT (image_id, value) DO NOTHING")
+                .bind(id).bind(tag).execute(&mut *tx).await?;
+            let (count,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM image_tags WHERE image_id = $1")
+                    .bind(id).fetch_one(&mut *tx).await?;
+            if usize::try_from(count).unwrap_or(usize::MAX) > max {
+                tx.rollback().await?;
+                TagChange::TooMany
+            } else {
+                tx.commit().await?;
+                TagChange::Done
+            }
+        });
+        Ok(change)
+    }
+
+    /// Removes tag `tag` from image `id`.
+    pub async fn remove_tag(&self, id: &str, tag: &str, now: i64) -> Result<TagChange> {
+        let change = on_db!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            let n = sqlx::query("UPDATE images SET updated_at = $2 WHERE id = $1")
+                .bind(id).bind(now).execute(&mut *tx).await?.rows_affected();
+            if n == 0 {
+                return Ok(TagChange::NoImage);
+            }
+            let n = sqlx::query("DELETE FROM image_tags WHERE image_id = $1 AND value = $2")
+                .bind(id).bind(tag).execute(&mut *tx).await?.rows_affected();
+            if n == 0 {
+                tx.rollback().await?;
+                TagChange::NoTag
+            } else {
+                tx.commit().await?;
+                TagChange::Done
+            }
+        });
+        Ok(change)
+    }
+
+    /// Ids of the images in status `status`.
+    pub async fn ids_in_status(&self, status: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = on_db!(self, pool => sqlx::query_as(
+            "SELECT id FROM images WHERE status = $1 ORDER BY id")
+            .bind(status).fetch_all(pool).await)?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+}
+
+/// What [`Db::delete`] removed.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Deleted {
+    /// The status it had.
+    pub status: String,
+    /// Its data's file name, if it had data.
+    pub location: Option<String>,
+}
+
+/// The outcome of [`Db::add_tag`] and [`Db::remove_tag`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagChange {
+    /// Done (or nothing to do: the tag was there already).
+    Done,
+    /// No image `id`.
+    NoImage,
+    /// The tag was not on the image (remove).
+    NoTag,
+    /// Adding it would pass the tag quota (add).
+    TooMany,
 }

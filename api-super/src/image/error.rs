@@ -26,6 +26,9 @@ pub enum ImageError {
     /// 409.
     #[error("{0}")]
     Conflict(String),
+    /// 410 (an upload that finished after its image was deleted).
+    #[error("{0}")]
+    Gone(String),
     /// 413.
     #[error("{0}")]
     TooLarge(String),
@@ -79,6 +82,7 @@ impl ImageError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Gone(_) => StatusCode::GONE,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Config(_) | Self::Db(_) | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,

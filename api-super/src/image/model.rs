@@ -87,6 +87,9 @@ pub enum ImageStatus {
     Active,
     /// An upload failed beyond repair.
     Killed,
+    /// Data stored, but held back by an admin or the owner: not bootable,
+    /// and only admins may download it.
+    Deactivated,
     /// Deleted (never stored: rows are removed).
     Deleted,
 }
@@ -99,6 +102,7 @@ impl ImageStatus {
             Self::Saving => "saving",
             Self::Active => "active",
             Self::Killed => "killed",
+            Self::Deactivated => "deactivated",
             Self::Deleted => "deleted",
         }
     }
@@ -112,6 +116,7 @@ impl FromStr for ImageStatus {
             "saving" => Self::Saving,
             "active" => Self::Active,
             "killed" => Self::Killed,
+            "deactivated" => Self::Deactivated,
             "deleted" => Self::Deleted,
             _ => return Err(ImageError::BadRequest(format!("Invalid status value: {s}"))),
         })
@@ -156,6 +161,15 @@ pub const READ_ONLY: &[&str] = &[
 
 /// Attributes nobody sets (403 "is reserved").
 pub const RESERVED: &[&str] = &["location", "deleted", "deleted_at"];
+
+/// Glance's reserved namespace: no client sets or removes a property whose
+/// name starts with it (403 "is reserved").
+pub const RESERVED_NAMESPACE: &str = "os_glance";
+
+/// Whether `key` is reserved ([`RESERVED`] or in [`RESERVED_NAMESPACE`]).
+pub fn is_reserved(key: &str) -> bool {
+    RESERVED.contains(&key) || key.starts_with(RESERVED_NAMESPACE)
+}
 
 /// Core attributes a client may set (everything else is an extra property).
 pub const SETTABLE: &[&str] = &[
@@ -223,7 +237,7 @@ pub fn set_attribute(
             "Attribute '{key}' is read-only."
         )));
     }
-    if RESERVED.contains(&key) {
+    if is_reserved(key) {
         return Err(ImageError::Forbidden(format!(
             "Attribute '{key}' is reserved."
         )));
@@ -349,7 +363,7 @@ pub fn set_attribute(
 
 /// Whether `key` names an extra property (not a core attribute).
 pub fn is_extra(key: &str) -> bool {
-    !(READ_ONLY.contains(&key) || RESERVED.contains(&key) || SETTABLE.contains(&key))
+    !(READ_ONLY.contains(&key) || is_reserved(key) || SETTABLE.contains(&key))
 }
 
 /// Removes attribute `key` (a patch's `remove`): only extra properties can
@@ -360,7 +374,7 @@ pub fn remove_attribute(img: &mut Image, key: &str) -> Result<(), ImageError> {
             "Attribute '{key}' is read-only."
         )));
     }
-    if RESERVED.contains(&key) {
+    if is_reserved(key) {
         return Err(ImageError::Forbidden(format!(
             "Attribute '{key}' is reserved."
         )));

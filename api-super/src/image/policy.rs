@@ -38,6 +38,14 @@ pub const GLANCE_DEFAULTS: &[(&str, &str)] = &[
         "role:admin or (role:member and project_id:%(project_id)s)",
     ),
     ("set_image_owner", "role:admin"),
+    (
+        "deactivate",
+        "role:admin or (role:member and project_id:%(project_id)s)",
+    ),
+    (
+        "reactivate",
+        "role:admin or (role:member and project_id:%(project_id)s)",
+    ),
 ];
 
 /// Keystone's, Nova's, Placement's and Glance's defaults, then the

@@ -14,7 +14,7 @@ use futures_util::Stream;
 use serde_json::Value;
 
 use super::config::ImageConfig;
-use super::db::{Db, ImageRow, ListFilter};
+use super::db::{Db, ImageRow, ListFilter, TagChange};
 use super::error::{ImageError, Result};
 use super::model::{self, Image, ImageId, ImageStatus, Visibility};
 use super::store::FileStore;
@@ -58,7 +58,7 @@ fn if_visible(claims: &Claims, id: &str, img: Option<Image>) -> Result<Image> {
     }
 }
 
-/// A sort key of `GET /v2/images`.
+/// A sort key of `GET /v2/images` (Glance's `_available_sort_keys`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortKey {
     /// `name`.
@@ -77,15 +77,11 @@ pub enum SortKey {
     CreatedAt,
     /// `updated_at`.
     UpdatedAt,
-    /// `visibility`.
-    Visibility,
-    /// `owner`.
-    Owner,
-    /// `min_ram`.
-    MinRam,
-    /// `min_disk`.
-    MinDisk,
 }
+
+/// The sort keys Glance accepts, in its order (for its 400 message).
+pub const SORT_KEYS: &str =
+    "name, status, container_format, disk_format, size, id, created_at, updated_at";
 
 impl std::str::FromStr for SortKey {
     type Err = ImageError;
@@ -99,11 +95,11 @@ impl std::str::FromStr for SortKey {
             "id" => Self::Id,
             "created_at" => Self::CreatedAt,
             "updated_at" => Self::UpdatedAt,
-            "visibility" => Self::Visibility,
-            "owner" => Self::Owner,
-            "min_ram" => Self::MinRam,
-            "min_disk" => Self::MinDisk,
-            _ => return Err(ImageError::BadRequest(format!("Invalid sort key: {s}."))),
+            _ => {
+                return Err(ImageError::BadRequest(format!(
+                    "Invalid sort key: {s}. It must be one of the following: {SORT_KEYS}."
+                )))
+            }
         })
     }
 }
@@ -119,11 +115,114 @@ impl SortKey {
             Self::Id => a.id.cmp(&b.id),
             Self::CreatedAt => a.created_at.cmp(&b.created_at),
             Self::UpdatedAt => a.updated_at.cmp(&b.updated_at),
-            Self::Visibility => a.visibility.cmp(&b.visibility),
-            Self::Owner => a.owner.cmp(&b.owner),
-            Self::MinRam => a.min_ram.cmp(&b.min_ram),
-            Self::MinDisk => a.min_disk.cmp(&b.min_disk),
         }
+    }
+}
+
+/// A core attribute a list filter may match against a set of values
+/// (`?id=in:a,b`, `?status=queued`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListField {
+    /// `id`.
+    Id,
+    /// `name`.
+    Name,
+    /// `status`.
+    Status,
+    /// `disk_format`.
+    DiskFormat,
+    /// `container_format`.
+    ContainerFormat,
+    /// `checksum`.
+    Checksum,
+    /// `os_hash_value`.
+    OsHashValue,
+}
+
+impl ListField {
+    fn of(self, r: &ImageRow) -> Option<&str> {
+        match self {
+            Self::Id => Some(&r.id),
+            Self::Name => r.name.as_deref(),
+            Self::Status => Some(&r.status),
+            Self::DiskFormat => r.disk_format.as_deref(),
+            Self::ContainerFormat => r.container_format.as_deref(),
+            Self::Checksum => r.checksum.as_deref(),
+            Self::OsHashValue => r.os_hash_value.as_deref(),
+        }
+    }
+}
+
+/// A timestamp a list filter compares (`?created_at=gt:…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeField {
+    /// `created_at`.
+    CreatedAt,
+    /// `updated_at`.
+    UpdatedAt,
+}
+
+/// A comparison of Glance's time filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `eq:` (the default).
+    Eq,
+    /// `neq:`.
+    Neq,
+    /// `gt:`.
+    Gt,
+    /// `gte:`.
+    Gte,
+    /// `lt:`.
+    Lt,
+    /// `lte:`.
+    Lte,
+}
+
+impl CmpOp {
+    fn holds(self, o: Ordering) -> bool {
+        match self {
+            Self::Eq => o == Ordering::Equal,
+            Self::Neq => o != Ordering::Equal,
+            Self::Gt => o == Ordering::Greater,
+            Self::Gte => o != Ordering::Less,
+            Self::Lt => o == Ordering::Less,
+            Self::Lte => o != Ordering::Greater,
+        }
+    }
+}
+
+/// Filters applied in the process after the SQL ones (a conjunction).
+#[derive(Debug, Clone, Default)]
+pub struct RowFilters {
+    /// The attribute must be one of the values.
+    pub any_of: Vec<(ListField, Vec<String>)>,
+    /// `size` at least this (an image without data never matches).
+    pub size_min: Option<i64>,
+    /// `size` at most this (an image without data never matches).
+    pub size_max: Option<i64>,
+    /// `protected` must equal this.
+    pub protected: Option<bool>,
+    /// Time comparisons, Unix ms, to the second as the API shows times.
+    pub times: Vec<(TimeField, CmpOp, i64)>,
+}
+
+impl RowFilters {
+    fn matches(&self, r: &ImageRow) -> bool {
+        let second = |ms: i64| ms.div_euclid(1000) * 1000;
+        self.any_of
+            .iter()
+            .all(|(f, vs)| f.of(r).is_some_and(|v| vs.iter().any(|x| x == v)))
+            && self.size_min.is_none_or(|m| r.size.is_some_and(|s| s >= m))
+            && self.size_max.is_none_or(|m| r.size.is_some_and(|s| s <= m))
+            && self.protected.is_none_or(|p| r.protected == p)
+            && self.times.iter().all(|(f, op, t)| {
+                let v = match f {
+                    TimeField::CreatedAt => r.created_at,
+                    TimeField::UpdatedAt => r.updated_at,
+                };
+                op.holds(second(v).cmp(t))
+            })
     }
 }
 
@@ -138,6 +237,8 @@ pub struct ListQuery {
     pub tags: Vec<String>,
     /// Extra property filters (name → value).
     pub properties: BTreeMap<String, String>,
+    /// Filters on core attributes applied after the SQL ones.
+    pub rows: RowFilters,
     /// Sort keys with direction (true: ascending).
     pub sort: Vec<(SortKey, bool)>,
     /// Page size.
@@ -271,7 +372,7 @@ impl ImageService {
         let store = FileStore::open(&cfg.filesystem_store_datadir).await?;
         let policy =
             super::policy::load(&cfg.policy_file).map_err(|e| ImageError::Config(e.to_string()))?;
-        Ok(Self {
+        let svc = Self {
             public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
             boot_cache: BootCache::new(cfg.boot_lookup_cache_ms),
             cfg,
@@ -279,7 +380,27 @@ impl ImageService {
             store,
             policy,
             auth,
-        })
+        };
+        svc.sweep_interrupted_uploads().await?;
+        Ok(svc)
+    }
+
+    /// Puts images left in `saving` (an upload cut short by a crash, or
+    /// whose clean-up failed) back to `queued`, removing their file and
+    /// temporary files; each is logged. Runs at start: with several
+    /// processes sharing a database and store, restart one only while no
+    /// other one is receiving an upload.
+    pub async fn sweep_interrupted_uploads(&self) -> Result<Vec<String>> {
+        let mut swept = Vec::new();
+        for id in self.db.ids_in_status(ImageStatus::Saving.as_str()).await? {
+            let removed = self.store.remove_all_of(&id).await?;
+            if self.db.transition(&id, "saving", "queued", now()).await? {
+                tracing::warn!(image_id = %id, removed_files = ?removed,
+                    "interrupted upload swept: image back to queued");
+                swept.push(id);
+            }
+        }
+        Ok(swept)
     }
 
     /// The public base URL (no `/v2`).
@@ -442,6 +563,7 @@ impl ImageService {
             filter.scope = Some(caller.project().to_owned());
         }
         let mut rows = self.db.list(&filter).await?;
+        rows.retain(|r| q.rows.matches(r));
         if !q.tags.is_empty() || !q.properties.is_empty() {
             let all = self.db.complete(rows).await?;
             rows = all
@@ -529,26 +651,33 @@ impl ImageService {
         Ok(img)
     }
 
-    /// Deletes an image and its data (403 when protected).
+    /// Deletes an image and its data (403 when protected). The file to
+    /// remove is the one of the row actually deleted (an upload finishing
+    /// meanwhile cannot leave its file behind; one still running finds its
+    /// image gone and removes its own).
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<()> {
         let img = self.get_visible(&caller.claims, id).await?;
         self.authorize(caller, "delete_image", &img.row.owner)?;
+        let protected =
+            || ImageError::Forbidden(format!("Image {id} is protected and cannot be deleted."));
         if img.row.protected {
-            return Err(ImageError::Forbidden(format!(
-                "Image {id} is protected and cannot be deleted."
-            )));
+            return Err(protected());
         }
         let deleted = self.db.delete(id).await;
         self.boot_cache.forget(id);
-        if !deleted? {
-            return Err(ImageError::no_image(id));
-        }
-        if let Some(loc) = &img.row.location {
+        let Some(gone) = deleted? else {
+            // Protected or deleted since it was read.
+            return match self.db.get(id).await? {
+                Some(now) if now.row.protected => Err(protected()),
+                _ => Err(ImageError::no_image(id)),
+            };
+        };
+        if let Some(loc) = &gone.location {
             if let Err(e) = self.store.remove(loc).await {
                 tracing::error!(image_id = %id, error = ?e, "image deleted but its file remains");
             }
         }
-        tracing::info!(image_id = %id, "image deleted");
+        tracing::info!(image_id = %id, status = %gone.status, "image deleted");
         Ok(())
     }
 
@@ -591,17 +720,144 @@ impl ImageService {
                 return Err(e);
             }
         };
-        if !self.db.finish_upload(&id, &uploaded, now()).await? {
-            let _ = self.store.remove(&uploaded.location).await;
-            return Err(ImageError::Conflict(format!(
-                "Image {id} could not be found after upload. The image may have been deleted during the upload."
-            )));
+        // The file is in place; until the row says `active`, it is ours to
+        // remove again on every way out.
+        match self.db.finish_upload(&id, &uploaded, now()).await {
+            Ok(true) => {}
+            Ok(false) => return Err(self.upload_lost(&id, &uploaded).await),
+            Err(e) => {
+                self.remove_quietly(&id, &uploaded.location).await;
+                // If this fails too, the image stays `saving` and the sweep
+                // at the next start puts it back.
+                if let Err(e2) = self.db.transition(&id, "saving", "queued", now()).await {
+                    tracing::error!(image_id = %id, error = ?e2,
+                        "cannot put an upload whose record failed back to queued; \
+                         the next start sweeps it");
+                }
+                return Err(e);
+            }
         }
         tracing::info!(image_id = %id, size = uploaded.size, "image data stored");
         self.db
             .get(&id)
             .await?
             .ok_or_else(|| ImageError::no_image(&id))
+    }
+
+    /// An upload finished but its image left `saving` meanwhile: deleted
+    /// (410, as Glance, and the file goes), or moved on by someone else
+    /// (409; the file goes unless the row now names it).
+    async fn upload_lost(&self, id: &str, uploaded: &super::db::Uploaded) -> ImageError {
+        match self.db.get(id).await {
+            Ok(None) => {
+                self.remove_quietly(id, &uploaded.location).await;
+                tracing::warn!(image_id = %id, "image deleted during its upload; data removed");
+                ImageError::Gone(format!(
+                    "Image {id} could not be found after upload. The image may have been \
+                     deleted during the upload, cleaning up the chunks uploaded."
+                ))
+            }
+            Ok(Some(img)) => {
+                if img.row.location.as_deref() != Some(uploaded.location.as_str()) {
+                    self.remove_quietly(id, &uploaded.location).await;
+                }
+                ImageError::Conflict(format!(
+                    "Image status transition from {} to active is not allowed",
+                    img.row.status
+                ))
+            }
+            Err(e) => e,
+        }
+    }
+
+    async fn remove_quietly(&self, id: &str, location: &str) {
+        if let Err(e) = self.store.remove(location).await {
+            tracing::error!(image_id = %id, error = ?e, "cannot remove an upload's file");
+        }
+    }
+
+    /// Adds a tag (`PUT /v2/images/{id}/tags/{tag}`; nothing when present).
+    pub async fn add_tag(&self, caller: &Caller, id: &str, tag: &str) -> Result<()> {
+        let img = self
+            .get_visible(&caller.claims, id)
+            .await
+            .map_err(|_| ImageError::NotFound(format!("Image {id} not found.")))?;
+        self.authorize(caller, "modify_image", &img.row.owner)
+            .map_err(|_| {
+                ImageError::Forbidden(format!("Not allowed to update tags for image {id}."))
+            })?;
+        // The create's rules for a tag.
+        let mut probe = img.clone();
+        model::set_attribute(&mut probe, "tags", &Value::from(vec![tag]), false)?;
+        let change = self.db.add_tag(id, tag, model::MAX_TAGS, now()).await;
+        self.boot_cache.forget(id);
+        match change? {
+            TagChange::Done | TagChange::NoTag => Ok(()),
+            TagChange::NoImage => Err(ImageError::NotFound(format!("Image {id} not found."))),
+            TagChange::TooMany => Err(ImageError::TooLarge(format!(
+                "Image tag limit exceeded for image {id}: at most {} tags.",
+                model::MAX_TAGS
+            ))),
+        }
+    }
+
+    /// Removes a tag (`DELETE /v2/images/{id}/tags/{tag}`; 404 when absent).
+    pub async fn remove_tag(&self, caller: &Caller, id: &str, tag: &str) -> Result<()> {
+        let img = self
+            .get_visible(&caller.claims, id)
+            .await
+            .map_err(|_| ImageError::NotFound(format!("Image {id} not found.")))?;
+        self.authorize(caller, "modify_image", &img.row.owner)
+            .map_err(|_| {
+                ImageError::Forbidden(format!("Not allowed to delete tags for image {id}."))
+            })?;
+        let change = self.db.remove_tag(id, tag, now()).await;
+        self.boot_cache.forget(id);
+        match change? {
+            TagChange::Done | TagChange::TooMany => Ok(()),
+            TagChange::NoImage => Err(ImageError::NotFound(format!("Image {id} not found."))),
+            TagChange::NoTag => Err(ImageError::NotFound(format!("Tag {tag} not found."))),
+        }
+    }
+
+    /// `POST /v2/images/{id}/actions/deactivate` (`true`) or `/reactivate`
+    /// (`false`): `active` ⇄ `deactivated`; already there is a no-op; any
+    /// other status is a 403, as Glance.
+    pub async fn set_deactivated(&self, caller: &Caller, id: &str, deactivate: bool) -> Result<()> {
+        let (action, from, to) = if deactivate {
+            ("deactivate", ImageStatus::Active, ImageStatus::Deactivated)
+        } else {
+            ("reactivate", ImageStatus::Deactivated, ImageStatus::Active)
+        };
+        let img = self.get_visible(&caller.claims, id).await?;
+        self.authorize(caller, action, &img.row.owner)?;
+        let refuse = |status: &str| {
+            ImageError::Forbidden(format!(
+                "Not allowed to {action} image in status '{status}'"
+            ))
+        };
+        let status = img.status();
+        if status == to {
+            return Ok(());
+        }
+        if status != from {
+            return Err(refuse(&img.row.status));
+        }
+        let moved = self
+            .db
+            .transition(id, from.as_str(), to.as_str(), now())
+            .await;
+        self.boot_cache.forget(id);
+        if !moved? {
+            // Changed meanwhile: judge the status it has now.
+            return match self.db.get(id).await? {
+                None => Err(ImageError::no_image(id)),
+                Some(now) if now.status() == to => Ok(()),
+                Some(now) => Err(refuse(&now.row.status)),
+            };
+        }
+        tracing::info!(image_id = %id, "image {}d", action);
+        Ok(())
     }
 
     /// The image and its open file; `None` for the file when it has no data.
@@ -611,9 +867,17 @@ impl ImageService {
         id: &str,
     ) -> Result<(Image, Option<tokio::fs::File>)> {
         let img = self.get_visible(&caller.claims, id).await?;
+        if img.status() == ImageStatus::Deactivated && !caller.is_admin() {
+            return Err(ImageError::Forbidden(
+                "The requested image has been deactivated. Image data download is forbidden."
+                    .into(),
+            ));
+        }
         self.authorize(caller, "download_image", &img.row.owner)?;
         let file = match (&img.row.location, img.status()) {
-            (Some(loc), ImageStatus::Active) => Some(self.store.open_file(loc).await?),
+            (Some(loc), ImageStatus::Active | ImageStatus::Deactivated) => {
+                Some(self.store.open_file(loc).await?)
+            }
             _ => None,
         };
         Ok((img, file))

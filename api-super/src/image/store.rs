@@ -103,6 +103,25 @@ impl FileStore {
         Ok(tokio::fs::File::open(self.path(location)?).await?)
     }
 
+    /// Removes image `id`'s file and its upload's temporary files
+    /// (`.<id>.<nonce>.part`); returns the names removed.
+    pub async fn remove_all_of(&self, id: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        let prefix = format!(".{id}.");
+        let mut dir = tokio::fs::read_dir(&self.dir).await?;
+        while let Some(entry) = dir.next_entry().await? {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == id || (name.starts_with(&prefix) && name.ends_with(".part")) {
+                match tokio::fs::remove_file(entry.path()).await {
+                    Ok(()) => removed.push(name),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes the file at `location` (absent is fine).
     pub async fn remove(&self, location: &str) -> Result<()> {
         match tokio::fs::remove_file(self.path(location)?).await {

@@ -710,7 +710,7 @@ async fn list_sorts_and_pages() {
     assert_eq!(pages, 3);
     // Legacy sort_key / sort_dir, and the default (newest first).
     let r = env
-        .call(&m, "GET", "/v2/images?sort_key=min_ram&sort_dir=desc", None)
+        .call(&m, "GET", "/v2/images?sort_key=name&sort_dir=desc", None)
         .await;
     let names: Vec<String> = r.json()["images"]
         .as_array()
@@ -718,7 +718,7 @@ async fn list_sorts_and_pages() {
         .iter()
         .map(|i| i["name"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(names, ["c", "a", "e", "b", "d"]);
+    assert_eq!(names, ["e", "d", "c", "b", "a"]);
     let r = env.call(&m, "GET", "/v2/images?limit=1", None).await;
     let v = r.json();
     assert_eq!(v["images"].as_array().unwrap().len(), 1);
@@ -854,6 +854,24 @@ async fn metadata_on_postgresql() {
         .call(&m, "GET", &format!("/v2/images/{id}/file"), None)
         .await;
     assert_eq!(r.bytes, bytes);
+    // Tags one at a time, deactivation, and the in-process filters.
+    let tag = |t: &str| format!("/v2/images/{id}/tags/{t}");
+    for _ in 0..2 {
+        assert_eq!(env.call(&m, "PUT", &tag("u"), None).await.status, 204);
+    }
+    assert_eq!(env.names(&m, "?tag=t&tag=u").await, ["pg"]);
+    assert_eq!(env.call(&m, "DELETE", &tag("t"), None).await.status, 204);
+    assert_eq!(env.call(&m, "DELETE", &tag("t"), None).await.status, 404);
+    assert_eq!(env.names(&m, "?tag=t").await, Vec::<String>::new());
+    let deactivate = format!("/v2/images/{id}/actions/deactivate");
+    assert_eq!(env.call(&m, "POST", &deactivate, None).await.status, 204);
+    assert_eq!(
+        env.names(&m, "?status=in:deactivated,queued&size_min=70000")
+            .await,
+        ["pg"]
+    );
+    let reactivate = format!("/v2/images/{id}/actions/reactivate");
+    assert_eq!(env.call(&m, "POST", &reactivate, None).await.status, 204);
     // The schema is created again on a second start, harmlessly.
     let mut cfg = ImageConfig {
         listen: "127.0.0.1:0".into(),
@@ -1011,6 +1029,47 @@ async fn openstack_image_cli() {
             &["image", "show", "cli-renamed", "-f", "json"],
         ));
         assert_eq!(show["properties"]["hw_disk_bus"], "virtio");
+        // Tags: `image set --tag` adds one, `image unset --tag` removes one
+        // (`DELETE /v2/images/{id}/tags/{tag}`).
+        run(
+            "demo",
+            MEMBER_PW,
+            "demo",
+            &["image", "set", "--tag", "extra", "cli-renamed"],
+        );
+        let tags = |show: &Value| -> Vec<String> {
+            match &show["tags"] {
+                Value::Array(a) => a.iter().map(|t| t.as_str().unwrap().to_owned()).collect(),
+                Value::String(s) => s
+                    .split(',')
+                    .map(|t| t.trim().to_owned())
+                    .filter(|t| !t.is_empty())
+                    .collect(),
+                other => panic!("tags: {other}"),
+            }
+        };
+        let show = js(run(
+            "demo",
+            MEMBER_PW,
+            "demo",
+            &["image", "show", "cli-renamed", "-f", "json"],
+        ));
+        let mut t = tags(&show);
+        t.sort();
+        assert_eq!(t, ["cli", "extra"]);
+        run(
+            "demo",
+            MEMBER_PW,
+            "demo",
+            &["image", "unset", "--tag", "cli", "cli-renamed"],
+        );
+        let show = js(run(
+            "demo",
+            MEMBER_PW,
+            "demo",
+            &["image", "show", "cli-renamed", "-f", "json"],
+        ));
+        assert_eq!(tags(&show), ["extra"]);
         // The admin sees it; the demo user deletes it.
         let list = js(run(
             "admin",
@@ -1106,4 +1165,549 @@ async fn boot_lookups_by_id_are_cached_and_see_writes_through_the_service_at_onc
         lookup.find(&member, &id).await,
         Err(LookupError::NotFound)
     ));
+}
+
+/// `PUT` / `DELETE /v2/images/{id}/tags/{tag}`: idempotent add, the
+/// create's tag rules and quota, 404 for an image the caller cannot see,
+/// 403 for one it may not change, 404 for an absent tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_are_added_and_removed_one_at_a_time() {
+    let env = start_images("image_tags", None).await;
+    let m = env.member.clone();
+    let id = env.create(&m, json!({"name": "t", "tags": ["a"]})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let tag = |t: &str| format!("/v2/images/{id}/tags/{t}");
+    let tags = |v: Value| -> Vec<String> {
+        v["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect()
+    };
+    for _ in 0..2 {
+        let r = env.call(&m, "PUT", &tag("b%20c"), None).await;
+        assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.bytes));
+    }
+    let shown = env.call(&m, "GET", &format!("/v2/images/{id}"), None).await;
+    assert_eq!(tags(shown.json()), ["a", "b c"]);
+    assert_eq!(env.names(&m, "?tag=b%20c").await, ["t"]);
+    // The create's rules: at most 255 characters.
+    let long = "x".repeat(256);
+    assert_eq!(env.call(&m, "PUT", &tag(&long), None).await.status, 400);
+    // A reader may not; another project cannot see it; an admin may.
+    let r = env.call(&env.reader, "PUT", &tag("r"), None).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json()["message"],
+        format!("Not allowed to update tags for image {id}.")
+    );
+    assert_eq!(
+        env.call(&env.reader, "DELETE", &tag("a"), None)
+            .await
+            .status,
+        403
+    );
+    let private = env
+        .create(&env.admin, json!({"name": "adm", "visibility": "private"}))
+        .await;
+    let adm = private["id"].as_str().unwrap();
+    for method in ["PUT", "DELETE"] {
+        let r = env
+            .call(&m, method, &format!("/v2/images/{adm}/tags/a"), None)
+            .await;
+        assert_eq!(r.status, 404, "{method}");
+    }
+    let r = env
+        .call(
+            &m,
+            "PUT",
+            "/v2/images/00000000-0000-0000-0000-000000000000/tags/a",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        env.call(&env.admin, "PUT", &tag("z"), None).await.status,
+        204
+    );
+    // Delete: 204, then 404 "Tag … not found".
+    assert_eq!(
+        env.call(&m, "DELETE", &tag("b%20c"), None).await.status,
+        204
+    );
+    let r = env.call(&m, "DELETE", &tag("b%20c"), None).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["message"], "Tag b c not found.");
+    let shown = env.call(&m, "GET", &format!("/v2/images/{id}"), None).await;
+    assert_eq!(tags(shown.json()), ["a", "z"]);
+    // The tag quota, as the create's: a 129th tag is a 413; a present one
+    // is still fine.
+    let full: Vec<String> = (0..128).map(|i| format!("t{i}")).collect();
+    let full = env.create(&m, json!({"name": "full", "tags": full})).await;
+    let fid = full["id"].as_str().unwrap();
+    let r = env
+        .call(&m, "PUT", &format!("/v2/images/{fid}/tags/one-more"), None)
+        .await;
+    assert_eq!(r.status, 413);
+    let r = env
+        .call(&m, "PUT", &format!("/v2/images/{fid}/tags/t5"), None)
+        .await;
+    assert_eq!(r.status, 204);
+}
+
+/// `POST /v2/images/{id}/actions/deactivate` and `/reactivate`: only
+/// between `active` and `deactivated`; a deactivated image is downloaded
+/// by admins only and is not bootable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deactivate_and_reactivate() {
+    use api_super::compute_api::images::{BootNeeds, ImageLookup as _};
+    let env = start_images("image_deactivate", None).await;
+    let m = env.member.clone();
+    let id = env.create(&m, json!({"name": "d"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let action = |a: &str| format!("/v2/images/{id}/actions/{a}");
+    let r = env.call(&m, "POST", &action("deactivate"), None).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json()["message"],
+        "Not allowed to deactivate image in status 'queued'"
+    );
+    let r = env.call(&m, "POST", &action("reactivate"), None).await;
+    assert_eq!(r.status, 403);
+    let bytes = data(3000);
+    assert_eq!(env.upload(&m, &id, &bytes).await.status, 204);
+    // A reader may not; the owner may, twice.
+    let r = env
+        .call(&env.reader, "POST", &action("deactivate"), None)
+        .await;
+    assert_eq!(r.status, 403);
+    for _ in 0..2 {
+        let r = env.call(&m, "POST", &action("deactivate"), None).await;
+        assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.bytes));
+    }
+    let shown = env.call(&m, "GET", &format!("/v2/images/{id}"), None).await;
+    assert_eq!(shown.json()["status"], "deactivated");
+    assert_eq!(env.names(&m, "?status=deactivated").await, ["d"]);
+    let file = format!("/v2/images/{id}/file");
+    let r = env.call(&m, "GET", &file, None).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json()["message"],
+        "The requested image has been deactivated. Image data download is forbidden."
+    );
+    let r = env.call(&env.admin, "GET", &file, None).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.bytes, bytes);
+    // Nova's boot path refuses it: 400 "Image … is not active.".
+    let lookup = env.img.lookup();
+    let claims = fabric::token::TokenValidator::decode_unverified(&m)
+        .unwrap()
+        .1;
+    let needs = BootNeeds {
+        claims: &claims,
+        ram_mb: 512,
+        disk_gb: 1,
+    };
+    match lookup.resolve(&id, needs).await {
+        Err(e) => {
+            assert_eq!(e.status(), 400);
+            assert_eq!(e.to_string(), format!("Image {id} is not active."));
+        }
+        Ok(img) => panic!("booted a deactivated image: {img:?}"),
+    }
+    // Back to active: downloadable and bootable again.
+    for _ in 0..2 {
+        let r = env.call(&m, "POST", &action("reactivate"), None).await;
+        assert_eq!(r.status, 204);
+    }
+    assert_eq!(env.call(&m, "GET", &file, None).await.bytes, bytes);
+    assert_eq!(lookup.resolve(&id, needs).await.unwrap().id, id);
+    let r = env
+        .call(
+            &m,
+            "POST",
+            "/v2/images/00000000-0000-0000-0000-000000000000/actions/deactivate",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404);
+}
+
+/// The Compute API's lookup: an image service failure is a 500 (the
+/// server create's `computeFault`), not the caller's 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_service_failure_during_a_boot_is_a_500() {
+    use api_super::compute_api::images::{BootNeeds, ImageLookup as _};
+    let env = start_images("image_lookup_fails", None).await;
+    let lookup = env.img.lookup();
+    let claims = fabric::token::TokenValidator::decode_unverified(&env.member)
+        .unwrap()
+        .1;
+    let needs = BootNeeds {
+        claims: &claims,
+        ram_mb: 512,
+        disk_gb: 1,
+    };
+    let unknown = "00000000-0000-0000-0000-000000000001";
+    assert_eq!(
+        lookup.resolve(unknown, needs).await.unwrap_err().status(),
+        400
+    );
+    // The metadata store breaks behind the service's back.
+    let other = sqlx::SqlitePool::connect(&env.db.as_ref().unwrap().url)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE images RENAME TO images_gone")
+        .execute(&other)
+        .await
+        .unwrap();
+    let e = lookup.resolve(unknown, needs).await.unwrap_err();
+    assert_eq!(e.status(), 500, "{e}");
+    let body = axum::response::IntoResponse::into_response(e);
+    assert_eq!(body.status(), 500);
+    let bytes = axum::body::to_bytes(body.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["computeFault"]["code"], 500, "{v}");
+}
+
+/// The list filters Glance has: size range, protected, id / name / status
+/// with `in:`, checksum, os_hash_value, created_at / updated_at with
+/// operators, member_status; Glance's sort keys only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_as_glance() {
+    let env = start_images("image_filters", None).await;
+    let m = env.member.clone();
+    let mut ids = Vec::new();
+    for (name, size, year) in [("s", 10, 2020), ("m", 100, 2021), ("l", 1000, 2022)] {
+        let v = env
+            .create(&m, json!({"name": name, "protected": name == "m"}))
+            .await;
+        let id = v["id"].as_str().unwrap().to_owned();
+        assert_eq!(env.upload(&m, &id, &data(size)).await.status, 204);
+        ids.push(id);
+        // Known times, behind the service's back.
+        let at = chrono::NaiveDate::from_ymd_opt(year, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+            .timestamp_millis();
+        let other = sqlx::SqlitePool::connect(&env.db.as_ref().unwrap().url)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE images SET created_at = $2, updated_at = $3 WHERE id = $1")
+            .bind(&ids[ids.len() - 1])
+            .bind(at + 123)
+            .bind(at + 3_600_000)
+            .execute(&other)
+            .await
+            .unwrap();
+        other.close().await;
+    }
+    env.create(&m, json!({"name": "q"})).await;
+    let sha = hex_sha512(&data(100));
+    let md5 = hex_md5(&data(1000));
+    for (q, want) in [
+        ("?size_min=100", vec!["l", "m"]),
+        ("?size_max=100", vec!["m", "s"]),
+        ("?size_min=11&size_max=999", vec!["m"]),
+        ("?protected=true", vec!["m"]),
+        ("?protected=false", vec!["l", "q", "s"]),
+        (format!("?id={}", ids[0]).as_str(), vec!["s"]),
+        (
+            format!("?id=in:{},{}", ids[0], ids[2]).as_str(),
+            vec!["l", "s"],
+        ),
+        ("?name=in:s,\"m\",x", vec!["m", "s"]),
+        ("?name=eq:q", vec!["q"]),
+        ("?status=in:queued,active&size_max=10", vec!["s"]),
+        ("?status=queued", vec!["q"]),
+        (format!("?checksum={md5}").as_str(), vec!["l"]),
+        (format!("?os_hash_value={sha}").as_str(), vec!["m"]),
+        ("?created_at=gt:2020-06-01T00:00:00Z", vec!["l", "m", "q"]),
+        ("?created_at=lte:2021-01-01T00:00:00Z", vec!["m", "s"]),
+        ("?created_at=lt:2021-01-01T00:00:00Z", vec!["s"]),
+        ("?created_at=eq:2021-01-01T00:00:00Z", vec!["m"]),
+        ("?created_at=2021-01-01T00:00:00Z", vec!["m"]),
+        ("?created_at=2021-01-01T01:00:00%2B01:00", vec!["m"]),
+        ("?created_at=gte:2022-01-01", vec!["l", "q"]),
+        (
+            "?created_at=neq:2021-01-01T00:00:00Z&created_at=lt:2023-01-01T00:00:00Z",
+            vec!["l", "s"],
+        ),
+        ("?updated_at=lt:2021-01-01T01:00:01Z", vec!["m", "s"]),
+        ("?member_status=all", vec!["l", "m", "q", "s"]),
+        ("?member_status=pending", vec!["l", "m", "q", "s"]),
+    ] {
+        assert_eq!(env.names(&m, q).await, want, "{q}");
+    }
+    for (q, msg) in [
+        ("?size_min=big", "Unable to filter on a range with a non-numeric value."),
+        (
+            "?protected=yes",
+            "Invalid value 'yes' for 'protected' filter. Valid values are 'true' or 'false'.",
+        ),
+        (
+            "?created_at=gt:yesterday",
+            "Bad \"created_at\" query filter format. Use ISO 8601 DateTime notation.",
+        ),
+        (
+            "?updated_at=2021-13-01",
+            "Bad \"updated_at\" query filter format. Use ISO 8601 DateTime notation.",
+        ),
+        (
+            "?created_at=around:2021-01-01T00:00:00Z",
+            "Unable to filter on a unknown operator.",
+        ),
+        ("?id=like:x", "Unable to filter by unknown operator 'like'."),
+        ("?member_status=maybe", "Invalid status: maybe"),
+        (
+            "?sort_key=min_ram",
+            "Invalid sort key: min_ram. It must be one of the following: name, status, \
+             container_format, disk_format, size, id, created_at, updated_at.",
+        ),
+        ("?sort=owner:asc", "Invalid sort key: owner. It must be one of the following: name, status, container_format, disk_format, size, id, created_at, updated_at."),
+        ("?sort=name&sort_key=size", "Old and new sorting syntax cannot be combined"),
+        ("?changes-since=2020-01-01", "The \"changes-since\" filter is no longer available on v2."),
+        ("?name=in:\"a", "Invalid filter value \"a. The quote is not closed."),
+        ("?status=in:queued,sleeping", "Invalid status value: sleeping"),
+    ] {
+        let r = env.call(&m, "GET", &format!("/v2/images{q}"), None).await;
+        assert_eq!(r.status, 400, "{q}");
+        assert_eq!(r.json()["message"], msg, "{q}");
+    }
+}
+
+/// `os_glance_*` names are reserved; the v2.0 patch media type works; a
+/// 415 names both in `Accept-Patch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_namespace_and_patch_media_types() {
+    let env = start_images("image_reserved", None).await;
+    let m = env.member.clone();
+    let r = env
+        .call(
+            &m,
+            "POST",
+            "/v2/images",
+            Some(json!({"name": "r", "os_glance_import_task": "x"})),
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json()["message"],
+        "Attribute 'os_glance_import_task' is reserved."
+    );
+    let id = env.create(&m, json!({"name": "r"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v2/images/{id}");
+    for ops in [
+        json!([{"op": "add", "path": "/os_glance_x", "value": "1"}]),
+        json!([{"op": "remove", "path": "/os_glance_x"}]),
+    ] {
+        let r = env.call(&m, "PATCH", &path, Some(ops)).await;
+        assert_eq!(r.status, 403);
+        assert_eq!(r.json()["message"], "Attribute 'os_glance_x' is reserved.");
+    }
+    // The v2.0 media type: operations named by their key.
+    let v20 = "application/openstack-images-v2.0-json-patch";
+    let ops = json!([
+        {"replace": "/name", "value": "renamed"},
+        {"add": "/color", "value": "blue"},
+    ]);
+    let r = env
+        .send(
+            Some(&m),
+            "PATCH",
+            &path,
+            Some(v20),
+            ops.to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.bytes));
+    assert_eq!(r.json()["name"], "renamed");
+    assert_eq!(r.json()["color"], "blue");
+    let two = json!([{"replace": "/name", "remove": "/color", "value": "x"}]);
+    let r = env
+        .send(
+            Some(&m),
+            "PATCH",
+            &path,
+            Some(v20),
+            two.to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    let r = env
+        .send(
+            Some(&m),
+            "PATCH",
+            &path,
+            Some("application/json"),
+            b"[]".to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, 415);
+    assert_eq!(
+        r.header("accept-patch"),
+        Some(
+            "application/openstack-images-v2.0-json-patch, \
+             application/openstack-images-v2.1-json-patch"
+        )
+    );
+}
+
+/// The files in the store directory (temporary ones included).
+fn store_files(env: &ImageEnv) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(&env.store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The record of a finished upload fails after its file is in place: the
+/// file goes and the image is `queued` again; when putting it back fails
+/// too, it stays `saving` until the next start sweeps it (its file and
+/// temporary files removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upload_record_leaves_nothing_and_the_start_sweeps_saving_images() {
+    let env = start_images("image_upload_atomic", None).await;
+    let m = env.member.clone();
+    let url = env.db.as_ref().unwrap().url.clone();
+    let other = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let id = env.create(&m, json!({"name": "u"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = |id: String| {
+        let env = &env;
+        async move {
+            env.call(&env.admin, "GET", &format!("/v2/images/{id}"), None)
+                .await
+                .json()["status"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    // The final record fails: 500, no file, queued again.
+    sqlx::query(
+        "CREATE TRIGGER no_active BEFORE UPDATE ON images \
+         WHEN OLD.status = 'saving' AND NEW.status = 'active' \
+         BEGIN SELECT RAISE(ABORT, 'injected'); END",
+    )
+    .execute(&other)
+    .await
+    .unwrap();
+    assert_eq!(env.upload(&m, &id, &data(5000)).await.status, 500);
+    assert_eq!(status(id.clone()).await, "queued");
+    assert!(store_files(&env).is_empty(), "{:?}", store_files(&env));
+    // Putting it back fails too: it stays saving, still without a file.
+    sqlx::query(
+        "CREATE TRIGGER stay_saving BEFORE UPDATE ON images \
+         WHEN OLD.status = 'saving' BEGIN SELECT RAISE(ABORT, 'injected'); END",
+    )
+    .execute(&other)
+    .await
+    .unwrap();
+    assert_eq!(env.upload(&m, &id, &data(5000)).await.status, 500);
+    assert_eq!(status(id.clone()).await, "saving");
+    assert!(store_files(&env).is_empty(), "{:?}", store_files(&env));
+    for t in ["no_active", "stay_saving"] {
+        sqlx::query(&format!("DROP TRIGGER {t}"))
+            .execute(&other)
+            .await
+            .unwrap();
+    }
+    // A crash mid-upload leaves a temporary file, or a renamed one.
+    std::fs::write(env.store.join(format!(".{id}.abc.part")), b"partial").unwrap();
+    std::fs::write(env.store.join(&id), b"whole").unwrap();
+    std::fs::write(env.store.join("unrelated"), b"kept").unwrap();
+    // The next start sweeps.
+    let mut cfg = ImageConfig {
+        listen: "127.0.0.1:0".into(),
+        filesystem_store_datadir: env.store.display().to_string(),
+        ..Default::default()
+    };
+    cfg.database.connection = url.clone();
+    let second = api_super::serve_image(cfg, env.id.running.identity.validator.clone())
+        .await
+        .unwrap();
+    assert_eq!(status(id.clone()).await, "queued");
+    assert_eq!(store_files(&env), ["unrelated"]);
+    assert!(second
+        .service
+        .sweep_interrupted_uploads()
+        .await
+        .unwrap()
+        .is_empty());
+    let bytes = data(5000);
+    assert_eq!(env.upload(&m, &id, &bytes).await.status, 204);
+    assert_eq!(status(id.clone()).await, "active");
+    let r = env
+        .call(&m, "GET", &format!("/v2/images/{id}/file"), None)
+        .await;
+    assert_eq!(r.bytes, bytes);
+}
+
+/// An image deleted while its data streams in: the delete wins (204), the
+/// upload answers 410 Gone as Glance and leaves no file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_finishing_after_its_image_was_deleted_is_gone() {
+    let env = start_images("image_upload_gone", None).await;
+    let m = env.member.clone();
+    let id = env.create(&m, json!({"name": "g"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(1);
+    let stream = Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    }));
+    let caller = api_super::image::service::Caller {
+        claims: fabric::token::TokenValidator::decode_unverified(&m)
+            .unwrap()
+            .1,
+        request_id: "req-test".into(),
+    };
+    let svc = env.img.service.clone();
+    let upload_id = id.clone();
+    let upload = tokio::spawn(async move { svc.upload(&caller, &upload_id, stream).await });
+    tx.send(axum::body::Bytes::from(data(1000))).await.unwrap();
+    // Wait for `saving`.
+    for _ in 0..100 {
+        let r = env.call(&m, "GET", &format!("/v2/images/{id}"), None).await;
+        if r.json()["status"] == "saving" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r = env
+        .call(&m, "DELETE", &format!("/v2/images/{id}"), None)
+        .await;
+    assert_eq!(r.status, 204);
+    tx.send(axum::body::Bytes::from(data(1000))).await.unwrap();
+    drop(tx);
+    let e = upload.await.unwrap().unwrap_err();
+    assert_eq!(e.status().as_u16(), 410, "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "Image {id} could not be found after upload. The image may have been deleted \
+             during the upload, cleaning up the chunks uploaded."
+        )
+    );
+    assert!(store_files(&env).is_empty(), "{:?}", store_files(&env));
 }

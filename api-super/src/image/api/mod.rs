@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::routing::get;
+use axum::routing::{get, post, put};
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -41,6 +41,18 @@ pub fn router(svc: State) -> Router {
         .route(
             "/v2/images/{id}/file",
             get(images::download).put(images::upload),
+        )
+        .route(
+            "/v2/images/{id}/tags/{tag}",
+            put(images::add_tag).delete(images::remove_tag),
+        )
+        .route(
+            "/v2/images/{id}/actions/deactivate",
+            post(images::deactivate),
+        )
+        .route(
+            "/v2/images/{id}/actions/reactivate",
+            post(images::reactivate),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
