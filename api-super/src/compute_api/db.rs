@@ -430,6 +430,7 @@ impl ComputeDb {
                     b,
                     serde_json::to_string(b).map_err(ApiError::internal)?,
                     serde_json::to_string(spec).map_err(ApiError::internal)?,
+                    spec.view_fields(),
                 ))
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
@@ -437,13 +438,14 @@ impl ComputeDb {
         // with nothing to count or lock, no transaction around it: one
         // round trip for the usual boot of one server), three on SQLite.
         macro_rules! insert_build {
-            ($exec:expr, $b:expr, $inst:expr, $spec:expr) => {{
+            ($exec:expr, $b:expr, $inst:expr, $spec:expr, $view:expr) => {{
                 let (b, inst, spec): (&BuildInstance, &String, &String) = ($b, $inst, $spec);
+                let view_fields: bool = $view;
                 if pg {
                     sqlx::query(INSERT_BUILD_PG)
                         .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(inst)
                         .bind(b.created_at).bind(self.owner()).bind(spec).bind(t)
-                        .bind(b.flavor.vcpus).bind(b.flavor.memory_mb)
+                        .bind(b.flavor.vcpus).bind(b.flavor.memory_mb).bind(view_fields)
                         .execute(&mut *$exec).await.map_err(db("build_insert"))?;
                 } else {
                     sqlx::query("INSERT INTO build_requests (instance_uuid, project_id, user_id, instance, \
@@ -451,8 +453,8 @@ impl ComputeDb {
                         .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(inst).bind(b.created_at)
                         .bind(self.owner())
                         .execute(&mut *$exec).await.map_err(db("build_request_insert"))?;
-                    sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at) VALUES ($1, $2, $3)")
-                        .bind(&b.uuid).bind(spec).bind(t)
+                    sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at, view_fields) VALUES ($1, $2, $3, $4)")
+                        .bind(&b.uuid).bind(spec).bind(t).bind(view_fields)
                         .execute(&mut *$exec).await.map_err(db("request_spec_insert"))?;
                     sqlx::query("INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, \
                          created_at, vcpus, memory_mb) VALUES ($1, NULL, $2, $3, $4, $5, $6)")
@@ -462,11 +464,11 @@ impl ComputeDb {
                 }
             }};
         }
-        if let (Pool::Postgres(p), [(b, inst, spec)], None, None) =
+        if let (Pool::Postgres(p), [(b, inst, spec, view)], None, None) =
             (self.pool(), rows.as_slice(), limits, group)
         {
             let mut c = p.acquire().await.map_err(db("acquire"))?;
-            insert_build!(&mut *c, b, inst, spec);
+            insert_build!(&mut *c, b, inst, spec, *view);
             return Ok(());
         }
         on_pool!(self.pool(), p => {
@@ -477,8 +479,8 @@ impl ComputeDb {
             // count runs after the lock is granted and sees every create
             // committed before it (READ COMMITTED takes a snapshot per
             // statement) plus its own rows.
-            for (b, inst, spec) in &rows {
-                insert_build!(&mut *tx, b, inst, spec);
+            for (b, inst, spec, view) in &rows {
+                insert_build!(&mut *tx, b, inst, spec, *view);
             }
             if let (Some(l), Some((first, _))) = (limits, builds.first()) {
                 let scope = format!("project:{}", first.project_id);
@@ -817,6 +819,20 @@ pub struct SpecView {
     pub scheduler_hints: BTreeMap<String, Value>,
 }
 
+impl RequestSpec {
+    /// Whether the spec holds something the server views show
+    /// ([`SpecView`]; `request_specs.view_fields`).
+    pub fn view_fields(&self) -> bool {
+        self.key_name.is_some()
+            || self.availability_zone.is_some()
+            || self
+                .flavor_extra_specs
+                .as_ref()
+                .is_some_and(|e| !e.is_empty())
+            || !self.scheduler_hints.is_empty()
+    }
+}
+
 impl SpecView {
     fn of(spec: &str) -> Option<SpecView> {
         let s = serde_json::from_str::<RequestSpec>(spec).ok()?;
@@ -1027,7 +1043,7 @@ impl LandedMappings {
 /// A build's three rows on PostgreSQL, in one statement.
 const INSERT_BUILD_PG: &str = "WITH b AS (INSERT INTO build_requests (instance_uuid, project_id, \
      user_id, instance, created_at, owner) VALUES ($1, $2, $3, $4, $5, $6)), \
-     s AS (INSERT INTO request_specs (instance_uuid, spec, created_at) VALUES ($1, $7, $8)) \
+     s AS (INSERT INTO request_specs (instance_uuid, spec, created_at, view_fields) VALUES ($1, $7, $8, $11)) \
      INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, created_at, vcpus, \
      memory_mb) VALUES ($1, NULL, $2, $3, $5, $9, $10)";
 
@@ -1600,15 +1616,15 @@ impl ComputeDb {
 
     /// What the views show of the request specs of `uuids` (only the
     /// specs that name a key, a zone, extra specs or hints are read and
-    /// returned): one statement on PostgreSQL, chunks of 200 on SQLite.
+    /// returned: `view_fields`): one statement on PostgreSQL, chunks of
+    /// 200 on SQLite.
     pub async fn spec_views(
         &self,
         uuids: &[String],
     ) -> Result<std::collections::HashMap<String, SpecView>, ApiError> {
-        const SHOWS_SOMETHING: &str = "(spec LIKE '%\"key_name\"%' \
-            OR spec LIKE '%\"availability_zone\":\"%' \
-            OR spec LIKE '%\"flavor_extra_specs\":{\"%' \
-            OR spec LIKE '%\"scheduler_hints\"%')";
+        // Marked when written (scanning each spec's text for the four
+        // fields cost 4 ms a page of 1,000).
+        const SHOWS_SOMETHING: &str = "view_fields";
         let mut out = std::collections::HashMap::new();
         if uuids.is_empty() {
             return Ok(out);
