@@ -124,18 +124,22 @@ impl Compute {
         }
     }
 
-    /// `POST /servers` of one server with no network, in `zone` when given.
+    /// `POST /servers` of one server with no network, in `zone` when given,
+    /// on compute host `host` when given (2.74's `host`: administrators).
     pub async fn create(
         &self,
         name: &str,
         flavor: &str,
         image: &str,
-        zone: Option<&str>,
+        (zone, host): (Option<&str>, Option<&str>),
     ) -> Result<Created> {
         let mut body = json!({"server": {
             "name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}});
         if let Some(z) = zone {
             body["server"]["availability_zone"] = json!(z);
+        }
+        if let Some(h) = host {
+            body["server"]["host"] = json!(h);
         }
         let resp = self
             .req(reqwest::Method::POST, "/servers")

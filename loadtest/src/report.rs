@@ -296,6 +296,13 @@ pub fn summary(r: &RunReport) -> String {
                 p.outside_requested_zone
             );
         }
+        if p.requested_hosts > 0 {
+            let _ = writeln!(
+                s,
+                "  creates naming a host: {}; on another host: {}",
+                p.requested_hosts, p.outside_requested_host
+            );
+        }
         if let Some(i) = &p.isolation {
             let _ = writeln!(
                 s,

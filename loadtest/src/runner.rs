@@ -152,6 +152,8 @@ struct ServerRec {
     flavor: String,
     /// The zone requested, if any.
     zone: Option<String>,
+    /// The compute host requested (2.74 `host`), if any.
+    host: Option<String>,
     /// The cell it was in at its phase's peak (embedded target).
     cell: Option<String>,
     /// Its host then, if it had one (embedded target).
@@ -435,6 +437,13 @@ pub struct PhaseReport {
     pub outside_requested_zone: usize,
     /// A few of them: server, requested zone, host and its zone.
     pub outside_requested_zone_examples: Vec<String>,
+    /// Creates that named a compute host (`requested_hosts`).
+    pub requested_hosts: usize,
+    /// Of them, servers on another host at the phase's peak (embedded
+    /// target; should be 0).
+    pub outside_requested_host: usize,
+    /// A few of them: server, requested host, host.
+    pub outside_requested_host_examples: Vec<String>,
     /// Invariants checked at the end of the phase (embedded target).
     pub invariants: Vec<Invariant>,
 }
@@ -494,6 +503,8 @@ pub struct Throughput {
 /// The zone check's name among the broken invariants: every server that
 /// requested a zone is on a host of that zone.
 pub const SERVERS_IN_REQUESTED_ZONE: &str = "servers in their requested zone";
+/// The broken-invariant name of servers off the host they named.
+pub const SERVERS_ON_REQUESTED_HOST: &str = "servers on their requested host";
 
 /// The many-tenants check's name among the broken invariants: each
 /// project lists exactly its own servers.
@@ -573,6 +584,9 @@ impl RunReport {
         if self.phases.iter().any(|p| p.outside_requested_zone > 0) {
             out.push(SERVERS_IN_REQUESTED_ZONE.to_owned());
         }
+        if self.phases.iter().any(|p| p.outside_requested_host > 0) {
+            out.push(SERVERS_ON_REQUESTED_HOST.to_owned());
+        }
         if self
             .phases
             .iter()
@@ -629,6 +643,11 @@ struct Ctx {
     records: Mutex<Vec<ServerRec>>,
     quiet: bool,
     rng: Mutex<Rng>,
+    /// The tenant that sends the creates naming a host (the region's
+    /// administrator), when a phase asks for them.
+    admin_tenant: Option<usize>,
+    /// The fleet's compute hosts (requested hosts are drawn from them).
+    hosts: Vec<String>,
 }
 
 fn nova_message(body: &str) -> String {
@@ -657,6 +676,20 @@ impl Ctx {
         Some(names[i].clone())
     }
 
+    /// A compute host for one create, drawn with the phase's
+    /// `requested_hosts` share (none otherwise).
+    fn pick_host(&self, p: &Phase) -> Option<String> {
+        if p.requested_hosts <= 0.0 || self.hosts.is_empty() || self.admin_tenant.is_none() {
+            return None;
+        }
+        let mut rng = self.rng.lock().expect("rng");
+        if rng.next_f64() >= p.requested_hosts {
+            return None;
+        }
+        let i = (rng.next_u64() % self.hosts.len() as u64) as usize;
+        Some(self.hosts[i].clone())
+    }
+
     fn pick_flavor(&self, p: &Phase) -> String {
         if p.flavors.is_empty() {
             return "m1.tiny".to_owned();
@@ -675,13 +708,31 @@ impl Ctx {
         timeout: Duration,
         prog: &Progress,
     ) -> ServerRec {
+        self.boot_on(tenant, (flavor, zone, None), name, timeout, prog)
+            .await
+    }
+
+    /// [`Self::boot_one`], naming compute host `host` when given (sent by
+    /// the administrator's tenant).
+    async fn boot_on(
+        &self,
+        tenant: usize,
+        (flavor, zone, host): (String, Option<String>, Option<String>),
+        name: String,
+        timeout: Duration,
+        prog: &Progress,
+    ) -> ServerRec {
+        let tenant = match (&host, self.admin_tenant) {
+            (Some(_), Some(a)) => a,
+            _ => tenant,
+        };
         let t = &self.tenants[tenant];
         let posted = Instant::now();
         let t_post = self.now();
         let fid = self.flavor_ids.get(&flavor).cloned().unwrap_or_default();
         let res = t
             .compute
-            .create(&name, &fid, &self.image, zone.as_deref())
+            .create(&name, &fid, &self.image, (zone.as_deref(), host.as_deref()))
             .await;
         let accepted = Instant::now();
         let mut rec = ServerRec {
@@ -689,6 +740,7 @@ impl Ctx {
             tenant,
             flavor,
             zone,
+            host,
             cell: None,
             node: None,
             t_post,
@@ -737,13 +789,20 @@ impl Ctx {
 
     /// Boots `n` servers with `p.concurrency` in flight.
     async fn boot_many(&self, p: &Phase, label: &str, n: usize, prog: &Progress) -> Vec<ServerRec> {
-        let picks: Vec<(usize, (String, Option<String>))> = (0..n)
-            .map(|i| (i % p.tenants, (self.pick_flavor(p), self.pick_zone(p))))
+        type Pick = (usize, (String, Option<String>, Option<String>));
+        let picks: Vec<Pick> = (0..n)
+            .map(|i| {
+                let host = self.pick_host(p);
+                (
+                    i % p.tenants,
+                    (self.pick_flavor(p), self.pick_zone(p), host),
+                )
+            })
             .collect();
         let timeout = Duration::from_secs(p.timeout_secs);
         stream::iter(picks.into_iter().enumerate())
-            .map(|(i, (tenant, flavor))| {
-                self.boot_one(tenant, flavor, format!("lt-{label}-{i:06}"), timeout, prog)
+            .map(|(i, (tenant, pick))| {
+                self.boot_on(tenant, pick, format!("lt-{label}-{i:06}"), timeout, prog)
             })
             .buffer_unordered(p.concurrency)
             .collect()
@@ -1115,6 +1174,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let mut rng = Rng::new(s.seed);
     let poll = Duration::from_millis(s.target.poll_interval_ms.unwrap_or(100));
     let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
+    let wants_hosts = s.phases.iter().any(|p| p.requested_hosts > 0.0);
 
     let (embedded, target, mut memory, tenants, image, url_checks) = match s.target.kind {
         TargetKind::Embedded => {
@@ -1152,6 +1212,16 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                         poll,
                     ));
                 }
+            }
+            // Creates that name a host are the administrator's (2.74): a
+            // tenant of their own, after the phases' tenants.
+            if wants_hosts {
+                api::lift_quotas_for(&tls, &admin_compute, &identity_url, &admin_token).await?;
+                tenants.push(new_tenant(
+                    &r.admin.project,
+                    compute_client(s, &compute_url, &admin_token, &tls)?,
+                    poll,
+                ));
             }
             let image = match &s.target.image {
                 Some(i) if uuid::Uuid::parse_str(i).is_ok() => i.clone(),
@@ -1276,7 +1346,13 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         }
     }
 
+    let (admin_tenant, hosts) = match &embedded {
+        Some(e) if wants_hosts => (Some(tenants.len() - 1), e.region_hosts().await),
+        _ => (None, Vec::new()),
+    };
     let ctx = Arc::new(Ctx {
+        admin_tenant,
+        hosts,
         t0: Instant::now(),
         tenants,
         flavor_ids,
@@ -1647,6 +1723,7 @@ async fn run_phase(
     let (mut servers_per_cell, mut histogram, mut build_phases) =
         (BTreeMap::new(), Vec::new(), BTreeMap::new());
     let (mut servers_per_zone, mut outside_zone) = (BTreeMap::new(), Vec::new());
+    let mut outside_host: Vec<String> = Vec::new();
     if let Some(e) = embedded {
         let live = e.dbs.live_instances().await?;
         let (per_cell, per_host) = e.dbs.distribution(&live);
@@ -1696,6 +1773,18 @@ async fn run_phase(
                     outside_zone.push(format!(
                         "server {id} requested {want}, is on {node} in {got}"
                     ));
+                }
+            }
+        }
+        // Servers that named a host and sit on another (the scheduler
+        // keeps only the named host: should be none).
+        for r in &recs {
+            let (Some(id), Some(want)) = (&r.id, &r.host) else {
+                continue;
+            };
+            if let Some(node) = node_of.get(id.as_str()) {
+                if node != want {
+                    outside_host.push(format!("server {id} requested {want}, is on {node}"));
                 }
             }
         }
@@ -1841,6 +1930,9 @@ async fn run_phase(
         servers_per_zone,
         outside_requested_zone: outside_zone.len(),
         outside_requested_zone_examples: outside_zone.into_iter().take(10).collect(),
+        requested_hosts: recs.iter().filter(|r| r.host.is_some()).count(),
+        outside_requested_host: outside_host.len(),
+        outside_requested_host_examples: outside_host.into_iter().take(10).collect(),
         invariants,
     };
     ctx.records.lock().expect("records").append(&mut recs);
@@ -2083,6 +2175,7 @@ mod tests {
             tenant: 0,
             flavor: String::new(),
             zone: None,
+            host: None,
             cell: None,
             node: None,
             t_post: t,
@@ -2126,6 +2219,9 @@ mod tests {
             servers_per_zone: BTreeMap::new(),
             outside_requested_zone: 0,
             outside_requested_zone_examples: Vec::new(),
+            requested_hosts: 0,
+            outside_requested_host: 0,
+            outside_requested_host_examples: Vec::new(),
             invariants: Vec::new(),
         }
     }

@@ -43,6 +43,7 @@
 //! concurrency = 4
 //! flavors = { "m1.tiny" = 3, "m1.small" = 1 }
 //! availability_zones = { az1 = 1, az2 = 1 }   # requested zone mix
+//! requested_hosts = 0.25       # share naming a host (2.74, admin; embedded)
 //!
 //! [[fault]]
 //! kind = "stop-host"
@@ -330,6 +331,13 @@ pub struct Phase {
     /// fleet's (`az1` … `azN`) or the default zone `nova`.
     #[serde(default)]
     pub availability_zones: BTreeMap<String, u32>,
+    /// The share of the creates (0 to 1; boot-and-* and burst phases) that
+    /// name a compute host of the fleet, drawn at random, with 2.74's
+    /// `host`, sent by the region's administrator (embedded target): the
+    /// scheduler asks placement for that host's tree only and still runs
+    /// the filters. The report counts those that landed elsewhere.
+    #[serde(default)]
+    pub requested_hosts: f64,
     /// Delete this phase's servers at its end (default true).
     #[serde(default = "yes")]
     pub delete: bool,
@@ -551,6 +559,23 @@ impl Scenario {
             }
             if p.availability_zones.values().any(|w| *w == 0) {
                 bail!("{at}.availability_zones: weights must be at least 1");
+            }
+            if !(0.0..=1.0).contains(&p.requested_hosts) {
+                bail!("{at}.requested_hosts must be between 0 and 1");
+            }
+            if p.requested_hosts > 0.0 {
+                if self.target.kind != TargetKind::Embedded {
+                    bail!("{at}.requested_hosts needs target.kind = \"embedded\" (the creates are the region's admin's)");
+                }
+                let minor = self
+                    .target
+                    .compute_microversion
+                    .as_deref()
+                    .and_then(|v| v.strip_prefix("2."))
+                    .and_then(|m| m.parse::<u32>().ok());
+                if minor.is_some_and(|m| m < 74) {
+                    bail!("{at}.requested_hosts needs target.compute_microversion 2.74 or later (2.74's `host`)");
+                }
             }
             if self.target.kind == TargetKind::Embedded {
                 let zones = f.availability_zones.unwrap_or(0);

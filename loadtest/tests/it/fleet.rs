@@ -154,3 +154,50 @@ async fn host_resources_reach_placement_and_bound_the_fleet() {
     assert!(r.broken().is_empty(), "{:?}", r.broken());
     std::fs::remove_dir_all(&data).ok();
 }
+
+/// 2 cells × 4 hosts; half the creates name a host of the fleet (2.74's
+/// `host`, sent by the region's administrator): each of those lands on the
+/// host it named, the rest anywhere, and the run's invariants hold. A share
+/// outside 0–1, or on a URL target, is refused at parse time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_naming_a_host_land_on_it() {
+    let data = testkit::temp_dir("loadtest_hosts_data");
+    let mut s = Scenario::parse(
+        "name = \"hosts\"\nseed = 7\n\
+         [fleet]\ncells = 2\nhosts_per_cell = 4\n\
+         [target]\npoll_interval_ms = 50\n\
+         [[phase]]\nkind = \"burst\"\nservers = 24\nconcurrency = 8\nrequested_hosts = 0.5\n",
+    )
+    .expect("scenario parses");
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &quiet()).await.expect("run");
+    let p = &r.phases[0];
+    assert_eq!(p.active, 24, "{p:#?}");
+    assert!(
+        p.requested_hosts > 0 && p.requested_hosts < 24,
+        "{}",
+        p.requested_hosts
+    );
+    assert_eq!(p.outside_requested_host, 0, "{p:#?}");
+    assert!(r.broken().is_empty(), "{:?}", r.broken());
+    let summary = report::summary(&r);
+    assert!(
+        summary.contains(&format!(
+            "creates naming a host: {}; on another host: 0",
+            p.requested_hosts
+        )),
+        "{summary}"
+    );
+    for (bad, want) in [
+        ("requested_hosts = 1.5", "between 0 and 1"),
+        (
+            "requested_hosts = 0.5\n[target]\nkind = \"url\"\ncompute_url = \"http://127.0.0.1:1\"\nidentity_url = \"http://127.0.0.1:2\"",
+            "needs target.kind = \"embedded\"",
+        ),
+    ] {
+        let text = format!("name = \"x\"\n[[phase]]\nkind = \"burst\"\nservers = 1\n{bad}\n");
+        let err = format!("{:#}", Scenario::parse(&text).unwrap_err());
+        assert!(err.contains(want), "{bad}: {err}");
+    }
+    std::fs::remove_dir_all(&data).ok();
+}
