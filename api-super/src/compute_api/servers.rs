@@ -799,9 +799,10 @@ pub(crate) async fn current_zones<'a>(
     servers: impl IntoIterator<Item = &'a mut Server>,
 ) -> ApiResult<()> {
     let mut servers: Vec<&mut Server> = servers.into_iter().collect();
-    // 2.16 `host_status` (admins by default): Nova's UP, MAINTENANCE
-    // (disabled), UNKNOWN (not reporting or forced down), "" (no host or
-    // no compute node), from the scheduler's cached host map.
+    // 2.16 `host_status` (admins by default), as Nova's
+    // `get_instance_host_status`: DOWN (forced down), MAINTENANCE
+    // (disabled), UP, UNKNOWN (not reporting), "" (no host or no compute
+    // node), from the scheduler's cached host map.
     let statuses = ctx.mv.at_least(16)
         && app
             .authorize(
@@ -814,7 +815,9 @@ pub(crate) async fn current_zones<'a>(
         let hosts = app.conductor().scheduler().host_state().get().await?;
         let mut by_host: HashMap<&str, &'static str> = HashMap::new();
         for h in hosts.by_provider.values() {
-            let st = if h.service_disabled {
+            let st = if h.service_forced_down {
+                "DOWN"
+            } else if h.service_disabled {
                 "MAINTENANCE"
             } else if h.service_up {
                 "UP"

@@ -37,6 +37,8 @@ pub struct HostInfo {
     pub service_up: bool,
     /// The compute service is disabled.
     pub service_disabled: bool,
+    /// The compute service is forced down (`os-services`, 2.11).
+    pub service_forced_down: bool,
     /// The metadata of the host's aggregates: every value of each key.
     pub aggregate_metadata: BTreeMap<String, BTreeSet<String>>,
     /// Consecutive build failures on the node (`compute_nodes.stats`
@@ -285,6 +287,7 @@ impl HostStateCache {
                         cell: cell.clone(),
                         service_up: up,
                         service_disabled: r.disabled,
+                        service_forced_down: r.forced_down,
                         aggregate_metadata,
                         failed_builds,
                         hypervisor_version: r.hypervisor_version,

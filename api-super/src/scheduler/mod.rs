@@ -600,6 +600,7 @@ mod tests {
                         availability_zone: azs[i % azs.len()].to_owned(),
                         service_up: true,
                         service_disabled: false,
+                        service_forced_down: false,
                         aggregate_metadata: BTreeMap::new(),
                         failed_builds: 0,
                         hypervisor_version: 1_000,

@@ -1230,6 +1230,39 @@ async fn create_body_as_nova_schema_has_it() {
     check(&listed);
     let s = body(&region.show(&admin, &id).await)["server"].clone();
     assert_eq!(s["host_status"], "UP", "2.16: {s}");
+    // Its host forced down, then disabled, then back (os-services 2.11).
+    let host = s["OS-EXT-SRV-ATTR:host"].as_str().unwrap().to_owned();
+    let svc = |path: &'static str, extra: Value| {
+        let (addr, admin, host) = (region.compute.addr, admin.clone(), host.clone());
+        async move {
+            let mut b = json!({"host": host, "binary": "nova-compute"});
+            b.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let r = common::req(
+                addr,
+                "PUT",
+                &format!("/v2.1/os-services/{path}"),
+                &[
+                    ("x-auth-token", &admin),
+                    ("openstack-api-version", "compute 2.11"),
+                ],
+                Some(b),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{path}: {}", r.body);
+        }
+    };
+    svc("force-down", json!({"forced_down": true})).await;
+    let s = body(&region.show(&admin, &id).await)["server"].clone();
+    assert_eq!(s["host_status"], "DOWN", "forced down: {s}");
+    svc("force-down", json!({"forced_down": false})).await;
+    svc("disable", json!({})).await;
+    let s = body(&region.show(&admin, &id).await)["server"].clone();
+    assert_eq!(s["host_status"], "MAINTENANCE", "disabled: {s}");
+    svc("enable", json!({})).await;
+    let s = body(&region.show(&admin, &id).await)["server"].clone();
+    assert_eq!(s["host_status"], "UP", "{s}");
     let tags = region
         .call(&member, "GET", &format!("/v2.1/servers/{id}/tags"), None)
         .await;
