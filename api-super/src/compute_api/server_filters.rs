@@ -460,6 +460,7 @@ mod tests {
 
     fn row() -> CellInstance {
         CellInstance {
+            id: None,
             uuid: "u".into(),
             project_id: "p".into(),
             user_id: "u".into(),

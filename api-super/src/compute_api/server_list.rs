@@ -158,6 +158,7 @@ fn parse_order(ctx: &Ctx, raw: Option<&str>) -> ApiResult<ListOrder> {
 /// filtering it with the cells' rows).
 pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
     CellInstance {
+        id: None,
         uuid: b.uuid.clone(),
         project_id: b.project_id.clone(),
         user_id: b.user_id.clone(),
@@ -419,6 +420,7 @@ fn partial_records(app: &App, ctx: &Ctx, raw: Option<&str>) -> bool {
 /// rest, for the sort values of the listing's default order.
 fn mapping_as_instance(m: &MappingRow) -> CellInstance {
     CellInstance {
+        id: None,
         uuid: m.instance_uuid.clone(),
         project_id: m.project_id.clone(),
         user_id: m.user_id.clone().unwrap_or_default(),

@@ -70,6 +70,8 @@ pub(crate) struct Server {
     pub(crate) scheduler_hints: BTreeMap<String, Value>,
     /// Its compute service's state (2.16, admins): `None` not looked up.
     pub(crate) host_status: Option<&'static str>,
+    /// The cell row's id (`instance_name`); `None` for a build request.
+    pub(crate) row_id: Option<i64>,
 }
 
 impl Server {
@@ -126,6 +128,7 @@ impl Server {
             extra_specs: BTreeMap::new(),
             scheduler_hints: BTreeMap::new(),
             host_status: None,
+            row_id: i.id,
         }
     }
 
@@ -591,7 +594,13 @@ impl serde::Serialize for DetailView<'_> {
         if ctx.is_admin() {
             m.serialize_entry("OS-EXT-SRV-ATTR:host", &s.host)?;
             m.serialize_entry("OS-EXT-SRV-ATTR:hypervisor_hostname", &s.node)?;
-            m.serialize_entry("OS-EXT-SRV-ATTR:instance_name", "")?;
+            // Nova's default `instance_name_template`.
+            m.serialize_entry(
+                "OS-EXT-SRV-ATTR:instance_name",
+                &s.row_id
+                    .map(|id| format!("instance-{id:08x}"))
+                    .unwrap_or_default(),
+            )?;
             if ctx.mv.at_least(3) {
                 m.serialize_entry("OS-EXT-SRV-ATTR:reservation_id", &s.reservation_id)?;
                 m.serialize_entry("OS-EXT-SRV-ATTR:launch_index", &s.launch_index)?;

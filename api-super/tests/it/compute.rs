@@ -1230,6 +1230,17 @@ async fn create_body_as_nova_schema_has_it() {
     check(&listed);
     let s = body(&region.show(&admin, &id).await)["server"].clone();
     assert_eq!(s["host_status"], "UP", "2.16: {s}");
+    // Nova's `instance-%08x` of the row id.
+    let name = s["OS-EXT-SRV-ATTR:instance_name"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        name.len() == 17
+            && name.starts_with("instance-")
+            && name[9..].bytes().all(|b| b.is_ascii_hexdigit())
+            && name != "instance-00000000",
+        "{s}"
+    );
     // Its host forced down, then disabled, then back (os-services 2.11).
     let host = s["OS-EXT-SRV-ATTR:host"].as_str().unwrap().to_owned();
     let svc = |path: &'static str, extra: Value| {

@@ -121,6 +121,8 @@ struct ShownRow {
 /// An instance as the API shows it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct CellInstance {
+    /// `id` (the row's; `None` for a build request shown as one).
+    pub id: Option<i64>,
     /// `uuid`.
     pub uuid: String,
     /// `project_id`.
@@ -536,7 +538,7 @@ impl ListOrder {
     }
 }
 
-const COLUMNS: &str = "i.uuid, i.project_id, i.user_id, i.display_name, i.host, i.node, \
+const COLUMNS: &str = "i.id, i.uuid, i.project_id, i.user_id, i.display_name, i.host, i.node, \
     i.vm_state, i.task_state, i.power_state, i.availability_zone, i.image_ref, i.reservation_id, \
     i.launch_index, i.launched_at, i.created_at, i.updated_at, i.deleted, i.progress, \
     (SELECT e.flavor FROM instance_extra e WHERE e.instance_uuid = i.uuid) AS flavor, \
