@@ -776,16 +776,27 @@ impl ImageService {
         }
     }
 
-    /// Adds a tag (`PUT /v2/images/{id}/tags/{tag}`; nothing when present).
-    pub async fn add_tag(&self, caller: &Caller, id: &str, tag: &str) -> Result<()> {
-        let img = self
-            .get_visible(&caller.claims, id)
-            .await
-            .map_err(|_| ImageError::NotFound(format!("Image {id} not found.")))?;
+    /// The image a tag call acts on, in Glance's words: not visible is 404
+    /// "Image x not found.", not the caller's to change 403 "Not allowed to
+    /// {verb} tags for image x."; a failure of the store stays what it is.
+    async fn tag_target(&self, caller: &Caller, id: &str, verb: &str) -> Result<Image> {
+        let img = match self.get_visible(&caller.claims, id).await {
+            Ok(img) => img,
+            Err(ImageError::NotFound(_)) => {
+                return Err(ImageError::NotFound(format!("Image {id} not found.")))
+            }
+            Err(e) => return Err(e),
+        };
         self.authorize(caller, "modify_image", &img.row.owner)
             .map_err(|_| {
-                ImageError::Forbidden(format!("Not allowed to update tags for image {id}."))
+                ImageError::Forbidden(format!("Not allowed to {verb} tags for image {id}."))
             })?;
+        Ok(img)
+    }
+
+    /// Adds a tag (`PUT /v2/images/{id}/tags/{tag}`; nothing when present).
+    pub async fn add_tag(&self, caller: &Caller, id: &str, tag: &str) -> Result<()> {
+        let img = self.tag_target(caller, id, "update").await?;
         // The create's rules for a tag.
         let mut probe = img.clone();
         model::set_attribute(&mut probe, "tags", &Value::from(vec![tag]), false)?;
@@ -803,14 +814,7 @@ impl ImageService {
 
     /// Removes a tag (`DELETE /v2/images/{id}/tags/{tag}`; 404 when absent).
     pub async fn remove_tag(&self, caller: &Caller, id: &str, tag: &str) -> Result<()> {
-        let img = self
-            .get_visible(&caller.claims, id)
-            .await
-            .map_err(|_| ImageError::NotFound(format!("Image {id} not found.")))?;
-        self.authorize(caller, "modify_image", &img.row.owner)
-            .map_err(|_| {
-                ImageError::Forbidden(format!("Not allowed to delete tags for image {id}."))
-            })?;
+        self.tag_target(caller, id, "delete").await?;
         let change = self.db.remove_tag(id, tag, now()).await;
         self.boot_cache.forget(id);
         match change? {
