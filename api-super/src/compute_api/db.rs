@@ -823,8 +823,13 @@ impl RequestSpec {
     /// Whether the spec holds something the server views show
     /// ([`SpecView`]; `request_specs.view_fields`).
     pub fn view_fields(&self) -> bool {
-        self.key_name.is_some()
-            || self.availability_zone.is_some()
+        self.key_name.is_some() || self.view_fields_beyond_key()
+    }
+
+    /// Whether the views show more of the spec than its key name (a zone
+    /// asked for, extra specs, hints).
+    pub fn view_fields_beyond_key(&self) -> bool {
+        self.availability_zone.is_some()
             || self
                 .flavor_extra_specs
                 .as_ref()

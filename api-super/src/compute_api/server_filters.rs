@@ -460,40 +460,16 @@ mod tests {
 
     fn row() -> CellInstance {
         CellInstance {
-            id: None,
             uuid: "u".into(),
             project_id: "p".into(),
             user_id: "u".into(),
             display_name: Some("web-1".into()),
-            host: None,
-            node: None,
-            vm_state: None,
-            task_state: None,
             power_state: Some(0),
-            availability_zone: None,
-            image_ref: None,
             reservation_id: Some("r-abc".into()),
             launch_index: Some(0),
-            launched_at: None,
             created_at: chrono::TimeZone::with_ymd_and_hms(&Utc, 2024, 5, 1, 10, 0, 0).unwrap(),
-            updated_at: None,
-            deleted: false,
             progress: Some(0),
-            flavor: None,
-            locked: false,
-            locked_by: None,
-            locked_reason: None,
-            user_data: None,
-            hostname: None,
-            terminated_at: None,
-            kernel_id: None,
-            ramdisk_id: None,
-            config_drive: None,
-            display_description: None,
-            root_device_name: None,
-            access_ip_v4: None,
-            access_ip_v6: None,
-            auto_disk_config: None,
+            ..CellInstance::default()
         }
     }
 

@@ -158,13 +158,10 @@ fn parse_order(ctx: &Ctx, raw: Option<&str>) -> ApiResult<ListOrder> {
 /// filtering it with the cells' rows).
 pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
     CellInstance {
-        id: None,
         uuid: b.uuid.clone(),
         project_id: b.project_id.clone(),
         user_id: b.user_id.clone(),
         display_name: Some(b.display_name.clone()),
-        host: None,
-        node: None,
         vm_state: Some(vs::BUILDING.into()),
         task_state: Some(ts::SCHEDULING.into()),
         power_state: Some(power_state::NOSTATE as i64),
@@ -172,26 +169,12 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
         image_ref: Some(b.image_ref.clone()),
         reservation_id: Some(b.reservation_id.clone()),
         launch_index: Some(b.launch_index),
-        launched_at: None,
         created_at: b.created_at,
-        updated_at: None,
-        deleted: false,
         progress: Some(0),
-        flavor: None,
-        locked: false,
-        locked_by: None,
-        locked_reason: None,
         user_data: b.user_data.clone(),
         hostname: b.hostname.clone(),
-        terminated_at: None,
-        kernel_id: None,
-        ramdisk_id: None,
-        config_drive: None,
         display_description: b.description.clone(),
-        root_device_name: None,
-        access_ip_v4: None,
-        access_ip_v6: None,
-        auto_disk_config: None,
+        ..CellInstance::default()
     }
 }
 
@@ -420,40 +403,11 @@ fn partial_records(app: &App, ctx: &Ctx, raw: Option<&str>) -> bool {
 /// rest, for the sort values of the listing's default order.
 fn mapping_as_instance(m: &MappingRow) -> CellInstance {
     CellInstance {
-        id: None,
         uuid: m.instance_uuid.clone(),
         project_id: m.project_id.clone(),
         user_id: m.user_id.clone().unwrap_or_default(),
-        display_name: None,
-        host: None,
-        node: None,
-        vm_state: None,
-        task_state: None,
-        power_state: None,
-        availability_zone: None,
-        image_ref: None,
-        reservation_id: None,
-        launch_index: None,
-        launched_at: None,
         created_at: m.created_at,
-        updated_at: None,
-        deleted: false,
-        progress: None,
-        flavor: None,
-        locked: false,
-        locked_by: None,
-        locked_reason: None,
-        user_data: None,
-        hostname: None,
-        terminated_at: None,
-        kernel_id: None,
-        ramdisk_id: None,
-        config_drive: None,
-        display_description: None,
-        root_device_name: None,
-        access_ip_v4: None,
-        access_ip_v6: None,
-        auto_disk_config: None,
+        ..CellInstance::default()
     }
 }
 

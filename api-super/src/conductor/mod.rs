@@ -280,18 +280,12 @@ impl SuperConductor {
         // Landed: a later request finds it here without reading the
         // mapping (nor, when its spec shows nothing but a key name, the
         // spec).
-        let plain = spec.availability_zone.is_none()
-            && spec
-                .flavor_extra_specs
-                .as_ref()
-                .is_none_or(|e| e.is_empty())
-            && spec.scheduler_hints.is_empty();
         self.db.remember_landed(
             &b.uuid,
             cell.id,
             &b.project_id,
             spec.key_name.as_deref(),
-            spec.in_group.filter(|_| plain),
+            spec.in_group.filter(|_| !spec.view_fields_beyond_key()),
         );
         let bus = self.cells.bus(cell).await.map_err(|e| chain(&e))?;
         let f = &spec.flavor;

@@ -119,7 +119,7 @@ struct ShownRow {
 }
 
 /// An instance as the API shows it.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct CellInstance {
     /// `id` (the row's; `None` for a build request shown as one).
     pub id: Option<i64>,
