@@ -285,6 +285,13 @@ pub struct BuildRequest {
     pub instance: BuildInstance,
 }
 
+/// A build that [`ComputeDb::finish_build`] landed.
+#[derive(Debug, Clone)]
+pub struct BuildLanded {
+    /// The build as edited since it was written (`None`: never edited).
+    pub edited: Option<BuildInstance>,
+}
+
 impl ComputeDb {
     /// Wraps an API database handle.
     pub fn new(api: ApiDb) -> Self {
@@ -601,52 +608,116 @@ impl ComputeDb {
     }
 
     /// The build landed in cell `cell_id`: deletes the build request and
-    /// points the mapping at the cell, in one transaction. False (nothing
+    /// points the mapping at the cell, in one transaction. `None` (nothing
     /// changed) when the build request was deleted meanwhile (the user
     /// deleted the server while it was being scheduled) or, with an
     /// [`owner`](Self::owner), when another process took it over (a healer
     /// that found this process's heartbeat stale): then the other process
     /// lands it, never both ([`build_taken_over`](Self::build_taken_over)
-    /// tells the two cases apart).
-    pub async fn finish_build(&self, uuid: &str, cell_id: i64) -> Result<bool, ApiError> {
-        if let Pool::Postgres(p) = self.pool() {
+    /// tells the two cases apart). Landed: with the build as
+    /// [`edit_build`](Self::edit_build) left it when it was edited since
+    /// it was written, read in the same statement as the delete, for the
+    /// caller to carry the edits over to the instance row.
+    pub async fn finish_build(
+        &self,
+        uuid: &str,
+        cell_id: i64,
+    ) -> Result<Option<BuildLanded>, ApiError> {
+        let deleted: Option<Option<String>> = if let Pool::Postgres(p) = self.pool() {
             // One statement: the mapping moves only if the delete found the
             // build request.
-            let n: i64 = sqlx::query_scalar(
+            sqlx::query_scalar(
                 "WITH d AS (DELETE FROM build_requests WHERE instance_uuid = $1 \
-                 AND ($2 = '' OR owner = $2) RETURNING instance_uuid), \
+                 AND ($2 = '' OR owner = $2) \
+                 RETURNING instance_uuid, CASE WHEN edited THEN instance END AS edits), \
                  m AS (UPDATE instance_mappings SET cell_id = $3, updated_at = $4 \
                  WHERE instance_uuid IN (SELECT instance_uuid FROM d)) \
-                 SELECT COUNT(*) FROM d",
+                 SELECT edits FROM d",
             )
             .bind(uuid)
             .bind(self.owner().unwrap_or(""))
             .bind(cell_id)
             .bind(Utc::now())
-            .fetch_one(p)
+            .fetch_optional(p)
             .await
-            .map_err(db("build_finish"))?;
-            return Ok(n > 0);
-        }
-        Ok(on_pool!(self.pool(), p => {
+            .map_err(db("build_finish"))?
+        } else {
+            on_pool!(self.pool(), p => {
+                let mut tx = p.begin_write().await.map_err(db("begin"))?;
+                let d: Option<Option<String>> = sqlx::query_scalar(
+                    "DELETE FROM build_requests WHERE instance_uuid = $1 \
+                     AND ($2 = '' OR owner = $2) RETURNING CASE WHEN edited THEN instance END")
+                    .bind(uuid).bind(self.owner().unwrap_or(""))
+                    .fetch_optional(&mut *tx).await.map_err(db("build_request_delete"))?;
+                if d.is_none() {
+                    tx.rollback().await.map_err(db("rollback"))?;
+                } else {
+                    sqlx::query("UPDATE instance_mappings SET cell_id = $1, updated_at = $2 \
+                         WHERE instance_uuid = $3")
+                        .bind(cell_id).bind(Utc::now()).bind(uuid)
+                        .execute(&mut *tx).await.map_err(db("instance_mapping_set_cell"))?;
+                    tx.commit().await.map_err(db("commit"))?;
+                }
+                d
+            })
+        };
+        deleted
+            .map(|edits| {
+                Ok(BuildLanded {
+                    edited: edits
+                        .map(|s| parse_build(&s))
+                        .transpose()?
+                        .map(|b| b.instance),
+                })
+            })
+            .transpose()
+    }
+
+    /// `PUT /servers/{id}` on a build not landed yet: the name, the
+    /// description (`Some(None)` clears it) and the hostname, each when
+    /// given, written into the build request (marked edited, for the
+    /// landing to carry over: [`finish_build`](Self::finish_build)).
+    /// `None` when there is no build request (it landed, or was deleted).
+    pub async fn edit_build(
+        &self,
+        uuid: &str,
+        name: Option<&str>,
+        description: Option<Option<&str>>,
+        hostname: Option<&str>,
+    ) -> Result<Option<BuildRequest>, ApiError> {
+        let lock = if self.is_postgres() {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let read = format!("SELECT instance FROM build_requests WHERE instance_uuid = $1{lock}");
+        on_pool!(self.pool(), p => {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
-            let n = sqlx::query("DELETE FROM build_requests WHERE instance_uuid = $1 \
-                 AND ($2 = '' OR owner = $2)")
-                .bind(uuid).bind(self.owner().unwrap_or(""))
-                .execute(&mut *tx).await.map_err(db("build_request_delete"))?
-                .rows_affected();
-            if n == 0 {
+            let row: Option<String> = sqlx::query_scalar(&read)
+                .bind(uuid).fetch_optional(&mut *tx).await.map_err(db("build_request_get"))?;
+            let Some(row) = row else {
                 tx.rollback().await.map_err(db("rollback"))?;
-                false
-            } else {
-                sqlx::query("UPDATE instance_mappings SET cell_id = $1, updated_at = $2 \
-                     WHERE instance_uuid = $3")
-                    .bind(cell_id).bind(Utc::now()).bind(uuid)
-                    .execute(&mut *tx).await.map_err(db("instance_mapping_set_cell"))?;
-                tx.commit().await.map_err(db("commit"))?;
-                true
+                return Ok(None);
+            };
+            let mut b = parse_build(&row)?;
+            let i = &mut b.instance;
+            if let Some(n) = name {
+                i.display_name = n.to_owned();
             }
-        }))
+            if let Some(d) = description {
+                i.description = d.map(str::to_owned);
+            }
+            if let Some(h) = hostname {
+                i.hostname = Some(h.to_owned());
+            }
+            let text = serde_json::to_string(&b.instance).map_err(ApiError::internal)?;
+            sqlx::query("UPDATE build_requests SET instance = $1, edited = TRUE, updated_at = $2 \
+                 WHERE instance_uuid = $3")
+                .bind(text).bind(Utc::now()).bind(uuid)
+                .execute(&mut *tx).await.map_err(db("build_request_edit"))?;
+            tx.commit().await.map_err(db("commit"))?;
+            Ok(Some(b))
+        })
     }
 
     /// Whether the build request of `uuid` exists and belongs to another

@@ -1430,17 +1430,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         }
     }
     let [requested_host, requested_node] = destination;
-    let description = match o.get("description") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(d)) if d.chars().count() > 255 => {
-            return Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' is too long")))
-        }
-        Some(Value::String(d)) if d.chars().any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t') => {
-            return Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' does not match the description pattern")))
-        }
-        Some(Value::String(d)) => Some(d.clone()),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute description. Value: {other}. {other} is not of type 'string', 'null'"))),
-    };
+    let description = description_field(o)?.flatten();
     let hostname = match o.get("hostname") {
         None => None,
         Some(Value::String(h)) if hostname_ok(ctx, h) => Some(h.clone()),
@@ -1902,7 +1892,26 @@ async fn partial_for_show(app: &App, ctx: &Ctx, m: MappingRow) -> ApiResult<Part
     })
 }
 
-/// `PUT /servers/{id}` (the name).
+/// The `description` of a create or update body as Nova's schema has it
+/// (2.19): `None` absent, `Some(None)` null, else a string of at most 255
+/// characters without control characters other than line breaks and tabs.
+fn description_field(o: &serde_json::Map<String, Value>) -> ApiResult<Option<Option<String>>> {
+    match o.get("description") {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(d)) if d.chars().count() > 255 => {
+            Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' is too long")))
+        }
+        Some(Value::String(d)) if d.chars().any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t') => {
+            Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' does not match the description pattern")))
+        }
+        Some(Value::String(d)) => Ok(Some(Some(d.clone()))),
+        Some(other) => Err(bad(format!("Invalid input for field/attribute description. Value: {other}. {other} is not of type 'string', 'null'"))),
+    }
+}
+
+/// `PUT /servers/{id}`: name, description, hostname; on a build not
+/// landed yet, its build request (the landing carries the edits over).
 pub async fn update(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
@@ -1951,14 +1960,7 @@ pub async fn update(
             )))
         }
     };
-    let description = match o.get("description") {
-        None => None,
-        Some(Value::Null) => Some(None),
-        Some(Value::String(d)) if d.chars().count() <= 255 => Some(Some(d.clone())),
-        Some(other) => {
-            return Err(bad(format!("Invalid input for field/attribute description. Value: {other}. {other} is not of type 'string', 'null' or is too long")))
-        }
-    };
+    let description = description_field(o)?;
     let hostname = match o.get("hostname") {
         None => None,
         Some(Value::String(h)) if hostname_ok(&ctx, h) => Some(h.clone()),
@@ -1966,41 +1968,61 @@ pub async fn update(
             return Err(bad(format!("Invalid input for field/attribute hostname. Value: {other}. {other} is not a valid hostname")))
         }
     };
-    match find(&app, &ctx, &id, "os_compute_api:servers:update").await? {
-        Found::Build(_) => Err(ApiError::Conflict(format!(
-            "Cannot 'update' instance {id} while it is in vm_state building"
-        ))),
-        Found::Cell(cell, mut s) => {
-            current_zones(&app, &ctx, std::slice::from_mut(&mut s)).await?;
-            if name.is_some() || description.is_some() || hostname.is_some() {
-                let db = app.cells.db(&cell).await?;
-                let changed = db
-                    .api_update(
+    // Two tries: the build may land between the find and the edit (the
+    // edit then finds no build request, and the next find the instance).
+    for _ in 0..2 {
+        match find(&app, &ctx, &id, "os_compute_api:servers:update").await? {
+            Found::Build(_) => {
+                let Some(b) = app
+                    .db
+                    .edit_build(
                         &id,
                         name.as_deref(),
                         description.as_ref().map(Option::as_deref),
                         hostname.as_deref(),
                     )
-                    .await?;
-                if !changed {
-                    return Err(ApiError::server_not_found(&id));
-                }
-                if let Some(n) = name {
-                    s.name = n;
-                }
-                if let Some(d) = description {
-                    s.description = d;
-                }
-                if let Some(h) = hostname {
-                    s.hostname = Some(h);
-                }
-                s.updated_at = Some(Utc::now());
+                    .await?
+                else {
+                    continue;
+                };
+                let s = Server::from_build(&b.instance);
+                let mut body = detail_view(&app, &ctx, &s);
+                add_server_groups(&app, &ctx, &s.uuid, &mut body).await?;
+                return Ok(Json(json!({ "server": body })));
             }
-            let mut body = detail_view(&app, &ctx, &s);
-            add_server_groups(&app, &ctx, &s.uuid, &mut body).await?;
-            Ok(Json(json!({ "server": body })))
+            Found::Cell(cell, mut s) => {
+                current_zones(&app, &ctx, std::slice::from_mut(&mut s)).await?;
+                if name.is_some() || description.is_some() || hostname.is_some() {
+                    let db = app.cells.db(&cell).await?;
+                    let changed = db
+                        .api_update(
+                            &id,
+                            name.as_deref(),
+                            description.as_ref().map(Option::as_deref),
+                            hostname.as_deref(),
+                        )
+                        .await?;
+                    if !changed {
+                        return Err(ApiError::server_not_found(&id));
+                    }
+                    if let Some(n) = name {
+                        s.name = n;
+                    }
+                    if let Some(d) = description {
+                        s.description = d;
+                    }
+                    if let Some(h) = hostname {
+                        s.hostname = Some(h);
+                    }
+                    s.updated_at = Some(Utc::now());
+                }
+                let mut body = detail_view(&app, &ctx, &s);
+                add_server_groups(&app, &ctx, &s.uuid, &mut body).await?;
+                return Ok(Json(json!({ "server": body })));
+            }
         }
     }
+    Err(ApiError::server_not_found(&id))
 }
 
 // ------------------------------------------------------------------ delete

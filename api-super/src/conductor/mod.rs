@@ -25,7 +25,7 @@ use cell_mapping::CellMapping;
 use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
 
 use crate::cells::Cells;
-use crate::compute_api::db::{BuildInstance, ComputeDb, RequestSpec};
+use crate::compute_api::db::{BuildInstance, BuildLanded, ComputeDb, RequestSpec};
 use crate::scheduler::{Request, ScheduleError, Scheduler, Selection};
 
 pub mod heal;
@@ -252,7 +252,7 @@ impl SuperConductor {
             .finish_build(&b.uuid, cell.id)
             .await
             .map_err(|e| chain(&e))?;
-        if !landed {
+        let Some(landed) = landed else {
             if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
                 // Another process found this one's heartbeat stale and
                 // drives the build now: the claim and the instance are
@@ -276,7 +276,8 @@ impl SuperConductor {
                 .await
                 .map_err(|e| chain(&e))?;
             return Ok(());
-        }
+        };
+        carry_edits(&cdb, b, landed).await;
         // Landed: a later request finds it here without reading the
         // mapping (nor, when its spec shows nothing but a key name, the
         // spec).
@@ -403,20 +404,55 @@ impl SuperConductor {
         ))
         .await
         .map_err(|e| chain(&e))?;
-        if !self
+        match self
             .db
             .finish_build(&b.uuid, cell0.id)
             .await
             .map_err(|e| chain(&e))?
         {
-            if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
-                tracing::error!(instance = %b.uuid, "build taken over by another scheduler before it was buried; leaving it to that one");
-                return Ok(());
+            Some(landed) => carry_edits(&cdb, b, landed).await,
+            None => {
+                if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
+                    tracing::error!(instance = %b.uuid, "build taken over by another scheduler before it was buried; leaving it to that one");
+                    return Ok(());
+                }
+                cdb.api_delete_local(&b.uuid).await.map_err(|e| chain(&e))?;
             }
-            cdb.api_delete_local(&b.uuid).await.map_err(|e| chain(&e))?;
         }
         Ok(())
     }
+}
+
+/// Writes what `PUT /servers/{id}` changed on the build while it was being
+/// scheduled (name, description, hostname) into the instance row just
+/// written from the build as it was (`b`). Edits made after the landing
+/// went to that row directly. Tried three times; a cell that refuses all
+/// three is logged with the edits it lost.
+async fn carry_edits(cdb: &cell_mapping::CellDb, b: &BuildInstance, landed: BuildLanded) {
+    let Some(e) = landed.edited else {
+        return;
+    };
+    let name = (e.display_name != b.display_name).then_some(e.display_name.as_str());
+    let description = (e.description != b.description).then_some(e.description.as_deref());
+    let hostname = match (&e.hostname, &b.hostname) {
+        (Some(new), old) if Some(new) != old.as_ref() => Some(new.as_str()),
+        _ => None,
+    };
+    if name.is_none() && description.is_none() && hostname.is_none() {
+        return;
+    }
+    let mut last = String::new();
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
+        }
+        match cdb.api_update(&b.uuid, name, description, hostname).await {
+            Ok(_) => return,
+            Err(err) => last = chain(&err),
+        }
+    }
+    tracing::error!(instance = %b.uuid, name = ?name, description = ?description, hostname = ?hostname, error = %last,
+        "the server was renamed while it was scheduled and its cell did not take the edits");
 }
 
 /// The cell row a scheduler process writes for build `b`: on `host`

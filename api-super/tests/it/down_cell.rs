@@ -249,7 +249,7 @@ impl Fixture {
                     })
                     .await
                     .unwrap();
-                assert!(db.finish_build(&id, cells[c].id).await.unwrap());
+                assert!(db.finish_build(&id, cells[c].id).await.unwrap().is_some());
             }
             if queued {
                 db.queue_for_delete(&id).await.unwrap();

@@ -409,7 +409,11 @@ async fn healer_sql(url: &str) {
     // The dead process cannot land what the healer took.
     let group: Vec<_> = want.iter().filter(|(_, o)| o.is_some()).cloned().collect();
     assert!(live_db.take_over_builds(&group, LIVE).await.unwrap());
-    assert!(!dead_db.finish_build(&pair[0].0.uuid, cell0).await.unwrap());
+    assert!(dead_db
+        .finish_build(&pair[0].0.uuid, cell0)
+        .await
+        .unwrap()
+        .is_none());
     assert!(dead_db.build_taken_over(&pair[0].0.uuid).await.unwrap());
     // A second healer that saw the same owner loses the compare-and-set.
     assert!(!plain.take_over_builds(&group, "another").await.unwrap());
@@ -429,8 +433,10 @@ async fn healer_sql(url: &str) {
         plain.build_owner(&aged[0].0.uuid).await.unwrap(),
         Some(None)
     );
-    // The owner lands it; released builds are unowned again.
-    assert!(live_db.finish_build(&pair[0].0.uuid, cell0).await.unwrap());
+    // The owner lands it (never edited: nothing to carry over); released
+    // builds are unowned again.
+    let landed = live_db.finish_build(&pair[0].0.uuid, cell0).await.unwrap();
+    assert!(landed.unwrap().edited.is_none());
     assert!(!live_db.build_taken_over(&pair[0].0.uuid).await.unwrap());
     live_db
         .release_builds(&[pair[1].0.uuid.clone()], LIVE)
@@ -441,6 +447,48 @@ async fn healer_sql(url: &str) {
         Some(None)
     );
     assert_eq!(plain.build_owner(&pair[0].0.uuid).await.unwrap(), None);
+    // `PUT /servers/{id}` on a build: the build request takes the edits,
+    // and the landing's delete hands them back; once landed there is no
+    // build to edit.
+    let id = &aged[0].0.uuid;
+    let e = plain
+        .edit_build(id, Some("renamed"), Some(Some("said")), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.instance.display_name, "renamed");
+    let e = plain
+        .edit_build(id, None, Some(None), Some("h-2"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            e.instance.display_name.as_str(),
+            e.instance.description.as_deref(),
+            e.instance.hostname.as_deref()
+        ),
+        ("renamed", None, Some("h-2"))
+    );
+    assert_eq!(
+        plain
+            .build_request(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .instance
+            .display_name,
+        "renamed"
+    );
+    let landed = plain.finish_build(id, cell0).await.unwrap().unwrap();
+    let edited = landed.edited.expect("edits handed back");
+    assert_eq!(edited.display_name, "renamed");
+    assert_eq!(edited.hostname.as_deref(), Some("h-2"));
+    assert!(plain
+        .edit_build(id, Some("late"), None, None)
+        .await
+        .unwrap()
+        .is_none());
     api.close().await;
 }
 
@@ -612,6 +660,85 @@ async fn a_row_written_late_by_a_previous_owner_gives_way_to_the_owners_create()
         .await
         .unwrap());
     assert_healed(&region, &cells, &api_db, &uuid).await;
+    for c in cells {
+        c.close().await;
+    }
+    region.stop().await;
+}
+
+/// `PUT /servers/{id}` while the server is being scheduled: the build
+/// request takes the new name, description and hostname (shown at once),
+/// and the scheduler, which holds the build as it was created, carries
+/// them over to the instance it writes in its cell.
+#[tokio::test]
+async fn a_server_edited_while_it_is_scheduled_lands_edited() {
+    let region = Region::start_with("heal_edited", 1, 2, |_| {}).await;
+    let api_db = ComputeDb::new(region.api.clone());
+    api_db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
+    let pending = create(&region, Some(LIVE), "pending", 1, Utc::now()).await;
+    let id = pending[0].0.uuid.clone();
+    let path = format!("/v2.1/servers/{id}");
+    let edit = serde_json::json!({"server": {"name": "renamed", "description": "edited while scheduled", "hostname": "edited-1"}});
+    let r = region.call(&region.admin, "PUT", &path, Some(edit)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let shown = |r: &testkit::http::Response| {
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        let s = &v["server"];
+        (
+            s["status"].as_str().unwrap_or("").to_owned(),
+            s["name"].as_str().unwrap_or("").to_owned(),
+            s["description"].as_str().unwrap_or("").to_owned(),
+            s["OS-EXT-SRV-ATTR:hostname"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        )
+    };
+    let want = |status: &str| {
+        (
+            status.to_owned(),
+            "renamed".to_owned(),
+            "edited while scheduled".to_owned(),
+            "edited-1".to_owned(),
+        )
+    };
+    assert_eq!(shown(&r), want("BUILD"));
+    assert_eq!(shown(&region.show(&region.admin, &id).await), want("BUILD"));
+    // A bad edit of a build is refused like one of an instance.
+    let r = region
+        .call(
+            &region.admin,
+            "PUT",
+            &path,
+            Some(serde_json::json!({"server": {"description": "bell\u{7}"}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+
+    // The scheduler lands the build it holds (the name it was created
+    // with): the instance in the cell has the edits.
+    let conductor = scheduler_process(&region, LIVE).await;
+    conductor.schedule_and_build(pending.clone()).await;
+    let s = active(&region, &id).await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    assert_eq!(
+        shown(&region.show(&region.admin, &id).await),
+        want("ACTIVE")
+    );
+    let cells = cell_dbs(&region).await;
+    let row = cells[1].api_instance_shown(&id).await.unwrap().unwrap();
+    assert_eq!(row.instance.display_name.as_deref(), Some("renamed"));
+    // Edits after the landing go to the instance.
+    let r = region
+        .call(
+            &region.admin,
+            "PUT",
+            &path,
+            Some(serde_json::json!({"server": {"name": "landed"}})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(shown(&region.show(&region.admin, &id).await).1, "landed");
     for c in cells {
         c.close().await;
     }
