@@ -822,26 +822,16 @@ pub(crate) async fn current_zones<'a>(
             .is_ok();
     if statuses {
         let hosts = app.conductor().scheduler().host_state().get().await?;
-        let mut by_host: HashMap<&str, &'static str> = HashMap::new();
-        for h in hosts.by_provider.values() {
-            let st = if h.service_forced_down {
-                "DOWN"
-            } else if h.service_disabled {
-                "MAINTENANCE"
-            } else if h.service_up {
-                "UP"
-            } else {
-                "UNKNOWN"
-            };
-            by_host.insert(h.host.as_str(), st);
-        }
         for s in servers.iter_mut() {
-            s.host_status = Some(
-                s.host
-                    .as_deref()
-                    .and_then(|h| by_host.get(h).copied())
-                    .unwrap_or(""),
-            );
+            // Every node of a host has the host's one compute service.
+            let node = s.host.as_deref().and_then(|h| hosts.nodes_of(h).first());
+            s.host_status = Some(match node {
+                None => "",
+                Some(h) if h.service_forced_down => "DOWN",
+                Some(h) if h.service_disabled => "MAINTENANCE",
+                Some(h) if h.service_up => "UP",
+                Some(_) => "UNKNOWN",
+            });
         }
     }
     if servers.iter().all(|s| s.host.is_none()) {
@@ -1595,18 +1585,14 @@ pub async fn create(
     if let (Some(hosts), Some(az)) = (&hosts, &availability_zone) {
         // Nova: a zone is available when one of its compute services is
         // enabled; a forced host skips the check.
-        let available = hosts
-            .by_provider
-            .values()
-            .any(|h| &h.availability_zone == az && !h.service_disabled);
-        if force_host.is_none() && !available {
+        if force_host.is_none() && !hosts.zone_available(az) {
             return Err(bad("The requested availability zone is not available"));
         }
     }
     if let Some(hosts) = &hosts {
         if req.requested_host.is_some() || req.requested_node.is_some() {
             let (host, node) = (req.requested_host.as_deref(), req.requested_node.as_deref());
-            if !hosts.by_provider.values().any(|h| h.is_named(host, node)) {
+            if hosts.named(host, node).next().is_none() {
                 let name = host.or(node).unwrap_or_default();
                 return Err(bad(format!("Compute host {name} could not be found.")));
             }

@@ -95,12 +95,9 @@ fn in_tree<'m>(map: &'m host_state::HostMap, req: &Request) -> Option<&'m str> {
     if host.is_none() && node.is_none() {
         return None;
     }
-    let mut named = map
-        .by_provider
-        .iter()
-        .filter(|(_, h)| h.is_named(host, node));
+    let mut named = map.named(host, node);
     match (named.next(), named.next()) {
-        (Some((provider, _)), None) => Some(provider.as_str()),
+        (Some(h), None) => Some(h.provider.as_str()),
         _ => None,
     }
 }
@@ -371,7 +368,7 @@ impl Scheduler {
             let Some((rp, info)) = ar
                 .allocations
                 .keys()
-                .find_map(|rp| map.by_provider.get(rp).map(|i| (rp, Arc::clone(i))))
+                .find_map(|rp| map.get(rp).map(|i| (rp, Arc::clone(i))))
             else {
                 report.unmapped += 1;
                 continue;
@@ -723,12 +720,7 @@ mod tests {
             info: Arc::new(second),
             ..hosts[2].clone()
         });
-        let map = host_state::HostMap {
-            by_provider: hosts
-                .iter()
-                .map(|c| (c.info.provider.clone(), Arc::clone(&c.info)))
-                .collect(),
-        };
+        let map: host_state::HostMap = hosts.iter().map(|c| Arc::clone(&c.info)).collect();
         let mut r = req();
         assert_eq!(in_tree(&map, &r), None, "no host named");
         r.force_host = Some("host1".into());
@@ -742,6 +734,45 @@ mod tests {
         assert_eq!(in_tree(&map, &r), Some("rp2b"));
         r.requested_host = Some("nope".into());
         assert_eq!(in_tree(&map, &r), None, "unknown: the filters say no");
+    }
+
+    #[test]
+    fn host_map_finds_hosts_nodes_and_zones_by_index() {
+        let mut hosts = make_hosts(4, &["az1", "az2"]);
+        let mut second = (*hosts[2].info).clone();
+        second.node = "host2-b".into();
+        second.provider = "rp2b".into();
+        let second = Arc::new(second);
+        // az2's hosts are host1 and host3: disable both, so az2 has none
+        // enabled.
+        for i in [1, 3] {
+            Arc::make_mut(&mut hosts[i].info).service_disabled = true;
+        }
+        let map: host_state::HostMap = hosts
+            .iter()
+            .map(|c| Arc::clone(&c.info))
+            .chain([second])
+            .collect();
+        let providers = |host: Option<&str>, node: Option<&str>| {
+            let mut v: Vec<String> = map.named(host, node).map(|h| h.provider.clone()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(providers(Some("host2"), None), ["rp2", "rp2b"]);
+        assert_eq!(providers(Some("host2"), Some("host2-b")), ["rp2b"]);
+        assert_eq!(providers(None, Some("host2-b")), ["rp2b"]);
+        assert_eq!(
+            providers(Some("host1"), Some("host2-b")),
+            Vec::<String>::new()
+        );
+        assert_eq!(providers(Some("nope"), None), Vec::<String>::new());
+        assert_eq!(providers(None, None).len(), 5);
+        assert_eq!(map.nodes_of("host2").len(), 2);
+        assert!(map.nodes_of("nope").is_empty());
+        assert_eq!(map.get("rp3").map(|h| h.host.as_str()), Some("host3"));
+        assert!(map.zone_available("az1"));
+        assert!(!map.zone_available("az2"), "all its services disabled");
+        assert!(!map.zone_available("az3"));
     }
 
     #[test]
