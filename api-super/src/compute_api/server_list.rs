@@ -24,6 +24,7 @@ use serde_json::json;
 
 use super::db::{BuildInstance, MappingRow};
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::server_filters::{self, Matchers, PAGING_SORTING_PARAMS};
 use super::servers::{
     brief_view, current_zones, decode, parse_query, CellDetails, DetailView, PartialKind,
@@ -781,6 +782,7 @@ pub async fn index(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
+    query_schema::SERVER_LIST.check(ctx.mv, raw.as_deref())?;
     list(&app, &ctx, raw.as_deref(), false).await
 }
 
@@ -790,6 +792,7 @@ pub async fn index_detail(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
+    query_schema::SERVER_LIST.check(ctx.mv, raw.as_deref())?;
     list(&app, &ctx, raw.as_deref(), true).await
 }
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::db::{BuildInstance, GroupJoin, MappingRow, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
+use super::query_schema;
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError};
 use crate::scheduler::filters::image_properties::ImageProps;
@@ -1790,7 +1791,9 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let mut s = match locate_with(&app, &ctx, &id, "os_compute_api:servers:show", false).await? {
         Located::Found(Found::Cell(_, mut s)) => {
             // Landed here outside any group: the key name was remembered

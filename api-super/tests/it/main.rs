@@ -8,6 +8,7 @@ mod heal;
 mod image;
 mod matrix;
 mod operator;
+mod query_schema;
 mod ratelimit;
 mod scheduler;
 mod server_list;
