@@ -69,6 +69,8 @@ pub(crate) struct Server {
     pub(crate) extra_specs: BTreeMap<String, String>,
     /// Scheduler hints given at create (2.100).
     pub(crate) scheduler_hints: BTreeMap<String, Value>,
+    /// The image's properties recorded at create or rebuild (2.98).
+    pub(crate) image_properties: BTreeMap<String, String>,
     /// Its compute service's state (2.16, admins): `None` not looked up.
     pub(crate) host_status: Option<&'static str>,
     /// The cell row's id (`instance_name`); `None` for a build request.
@@ -84,6 +86,7 @@ impl Server {
         s.metadata = b.metadata.clone();
         s.tags = b.tags.clone();
         s.pinned_az = b.availability_zone.clone();
+        s.image_properties = b.image_properties.clone();
         s
     }
 
@@ -93,6 +96,7 @@ impl Server {
         self.pinned_az = v.availability_zone;
         self.extra_specs = v.flavor_extra_specs;
         self.scheduler_hints = v.scheduler_hints;
+        self.image_properties = v.image_properties;
     }
 
     pub(crate) fn from_cell(i: CellInstance) -> Self {
@@ -128,6 +132,7 @@ impl Server {
             pinned_az: None,
             extra_specs: BTreeMap::new(),
             scheduler_hints: BTreeMap::new(),
+            image_properties: BTreeMap::new(),
             host_status: None,
             row_id: i.id,
         }
@@ -415,12 +420,32 @@ impl serde::Serialize for Concat<'_> {
 struct ImageRefView<'a> {
     id: &'a str,
     links: [RelHref<'a>; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    properties: Option<&'a BTreeMap<String, String>>,
 }
 
-/// A server's `image`: `{id, links}`, or `""` when it has none.
+/// A server's `image`: `{id, links}` (and from 2.98 `properties`, those
+/// recorded when it was booted or rebuilt), or `""` when it has none.
 struct ImageView<'a> {
     base: &'a str,
     image_ref: &'a str,
+    /// `Some` from 2.98.
+    properties: Option<&'a BTreeMap<String, String>>,
+}
+
+impl<'a> ImageView<'a> {
+    fn new(
+        base: &'a str,
+        ctx: &Ctx,
+        image_ref: &'a str,
+        properties: &'a BTreeMap<String, String>,
+    ) -> Self {
+        ImageView {
+            base,
+            image_ref,
+            properties: ctx.mv.at_least(IMAGE_PROPERTIES_MV).then_some(properties),
+        }
+    }
 }
 
 impl serde::Serialize for ImageView<'_> {
@@ -434,6 +459,7 @@ impl serde::Serialize for ImageView<'_> {
                 rel: "bookmark",
                 href: Concat(&[self.base, "/images/", self.image_ref]),
             }],
+            properties: self.properties,
         }
         .serialize(ser)
     }
@@ -548,10 +574,7 @@ impl serde::Serialize for DetailView<'_> {
         m.serialize_entry("hostId", &host_id(&s.project_id, s.host.as_deref()))?;
         m.serialize_entry(
             "image",
-            &ImageView {
-                base,
-                image_ref: &s.image_ref,
-            },
+            &ImageView::new(base, ctx, &s.image_ref, &s.image_properties),
         )?;
         m.serialize_entry(
             "flavor",
@@ -688,6 +711,9 @@ pub(crate) fn brief_view<'a>(base: &'a str, s: &'a Server) -> impl serde::Serial
     }
 }
 
+/// The microversion from which a server's `image` has `properties`.
+pub(crate) const IMAGE_PROPERTIES_MV: u32 = 98;
+
 /// The microversion from which a server whose cell is down is shown as a
 /// partial record (Nova's 2.69) instead of being left out of lists or
 /// failing a show.
@@ -717,6 +743,8 @@ pub(crate) struct PartialShow {
     pub(crate) server_groups: Option<Vec<String>>,
     /// The flavor's extra specs at create (2.47).
     pub(crate) flavor_extra_specs: Option<BTreeMap<String, String>>,
+    /// The image's properties recorded at create or rebuild (2.98).
+    pub(crate) image_properties: BTreeMap<String, String>,
 }
 
 impl PartialServer {
@@ -772,10 +800,7 @@ impl serde::Serialize for PartialView<'_> {
         if let (PartialKind::Show { ctx }, Some(d)) = (self.kind, &p.show) {
             m.serialize_entry(
                 "image",
-                &ImageView {
-                    base,
-                    image_ref: &d.image_ref,
-                },
+                &ImageView::new(base, ctx, &d.image_ref, &d.image_properties),
             )?;
             m.serialize_entry(
                 "flavor",
@@ -983,7 +1008,10 @@ async fn locate_with(
                 if key_name {
                     if let Some(v) = app
                         .db
-                        .spec_views(std::slice::from_ref(&s.uuid))
+                        .spec_views(
+                            std::slice::from_ref(&s.uuid),
+                            ctx.mv.at_least(IMAGE_PROPERTIES_MV),
+                        )
                         .await?
                         .remove(&s.uuid)
                     {
@@ -1562,7 +1590,7 @@ pub async fn create(
     }
     let (limits, group_members_limit) =
         super::quotas::create_limits(&app, reads.quotas, req.metadata.len())?;
-    let (image_ref, image_props) = match &app.images {
+    let (image_ref, image_props, recorded_props) = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
                 claims: &ctx.claims,
@@ -1571,9 +1599,14 @@ pub async fn create(
             };
             let img = images.resolve(&req.image_ref, needs).await?;
             let props = ImageProps::from_image(&img.properties).map_err(bad)?;
-            (img.id, props)
+            let recorded = super::images::recorded_properties(&img.properties);
+            (img.id, props, recorded)
         }
-        None if is_uuid_like(&req.image_ref) => (req.image_ref.clone(), ImageProps::default()),
+        None if is_uuid_like(&req.image_ref) => (
+            req.image_ref.clone(),
+            ImageProps::default(),
+            BTreeMap::new(),
+        ),
         None => return Err(bad("Invalid imageRef provided.")),
     };
     let (availability_zone, force_host, force_node) =
@@ -1680,6 +1713,7 @@ pub async fn create(
                     description: req.description.clone(),
                     hostname: Some(hostname),
                     tags: req.tags.clone(),
+                    image_properties: recorded_props.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -1700,6 +1734,7 @@ pub async fn create(
                     image_properties: image_props.clone(),
                     flavor_extra_specs: Some(extra_specs.clone()),
                     scheduler_hints: req.scheduler_hints.clone(),
+                    recorded_image_properties: recorded_props.clone(),
                 },
             )
         })
@@ -1798,9 +1833,15 @@ pub async fn show(
         Located::Found(Found::Cell(_, mut s)) => {
             // Landed here outside any group: the key name was remembered
             // and there is no group; otherwise both are read (one
-            // statement). The zone comes from the hosts' zone cache, as in
-            // lists.
-            let groups = match app.db.landed_key_name(&s.uuid) {
+            // statement), and from 2.98 always (the image's properties
+            // change with a rebuild). The zone comes from the hosts' zone
+            // cache, as in lists.
+            let remembered = if ctx.mv.at_least(IMAGE_PROPERTIES_MV) {
+                None
+            } else {
+                app.db.landed_key_name(&s.uuid)
+            };
+            let groups = match remembered {
                 Some(key_name) => {
                     s.key_name = key_name;
                     Vec::new()
@@ -1901,6 +1942,7 @@ async fn partial_for_show(app: &App, ctx: &Ctx, m: MappingRow) -> ApiResult<Part
             flavor_extra_specs: spec.flavor_extra_specs,
             availability_zone: spec.availability_zone,
             server_groups,
+            image_properties: spec.recorded_image_properties,
         }),
     })
 }

@@ -6,6 +6,7 @@ mod compute;
 mod down_cell;
 mod heal;
 mod image;
+mod image_properties;
 mod matrix;
 mod operator;
 mod query_schema;
