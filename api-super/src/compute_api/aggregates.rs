@@ -14,12 +14,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::{Extension, Json};
 use cell_mapping::db::{Aggregate, AggregateRefused};
 use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::services::nova_time;
 use super::{App, Ctx};
 use crate::scheduler::placement::change_provider_aggregate;
@@ -161,7 +162,9 @@ async fn conflicting_zones(
 pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-aggregates:index", ctx.project_id())?;
     let all = app.db().api().aggregates(None).await?;
     let items: Vec<Value> = all.iter().map(|a| view(&ctx, a, true)).collect();
@@ -208,7 +211,9 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-aggregates:show", ctx.project_id())?;
     let a = get(&app, parse_id(&id)?).await?;
     Ok(Json(json!({ "aggregate": view(&ctx, &a, true) })))

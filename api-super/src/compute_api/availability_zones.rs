@@ -8,12 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::{Extension, Json};
 use cell_mapping::db::ServiceRecord;
 use serde_json::{json, Value};
 
 use super::error::ApiResult;
+use super::query_schema;
 use super::services::{each_cell, host_zones, is_up, nova_time, COMPUTE_BINARY, INTERNAL_ZONE};
 use super::{App, Ctx};
 
@@ -41,7 +42,9 @@ async fn services_by_zone(app: &App) -> ApiResult<BTreeMap<String, Vec<ServiceRe
 pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(
         &ctx,
         "os_compute_api:os-availability-zone:list",
@@ -63,7 +66,9 @@ pub async fn index(
 pub async fn detail(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(
         &ctx,
         "os_compute_api:os-availability-zone:detail",

@@ -196,6 +196,10 @@ pub struct BuildInstance {
     /// Tags given at create (2.52), sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The image's properties as recorded at create
+    /// ([`super::images::recorded_properties`]; 2.98 `image.properties`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub image_properties: BTreeMap<String, String>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).
@@ -255,6 +259,24 @@ pub struct RequestSpec {
     /// Nova's request spec keeps them; 2.100 shows them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub scheduler_hints: BTreeMap<String, Value>,
+    /// The image's properties as Nova records them in the instance's
+    /// system metadata at create and rebuild, and shows them from 2.98
+    /// (`image.properties`; [`super::images::recorded_properties`]).
+    /// Empty in specs written before this field.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub recorded_image_properties: BTreeMap<String, String>,
+}
+
+/// A rebuild's image as the request spec keeps it
+/// ([`ComputeDb::set_spec_image`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecImage {
+    /// The image's id.
+    pub image_ref: String,
+    /// Its scheduling properties (`ImagePropertiesFilter`).
+    pub scheduling: crate::scheduler::filters::image_properties::ImageProps,
+    /// Its properties as recorded for the views (2.98).
+    pub recorded: BTreeMap<String, String>,
 }
 
 /// An instance mapping: what the API database alone knows of a server
@@ -437,7 +459,7 @@ impl ComputeDb {
                     b,
                     serde_json::to_string(b).map_err(ApiError::internal)?,
                     serde_json::to_string(spec).map_err(ApiError::internal)?,
-                    spec.view_fields(),
+                    (spec.view_fields(), spec.view_image_properties()),
                 ))
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
@@ -447,12 +469,12 @@ impl ComputeDb {
         macro_rules! insert_build {
             ($exec:expr, $b:expr, $inst:expr, $spec:expr, $view:expr) => {{
                 let (b, inst, spec): (&BuildInstance, &String, &String) = ($b, $inst, $spec);
-                let view_fields: bool = $view;
+                let (view_fields, view_image): (bool, bool) = $view;
                 if pg {
                     sqlx::query(INSERT_BUILD_PG)
                         .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(inst)
                         .bind(b.created_at).bind(self.owner()).bind(spec).bind(t)
-                        .bind(b.flavor.vcpus).bind(b.flavor.memory_mb).bind(view_fields)
+                        .bind(b.flavor.vcpus).bind(b.flavor.memory_mb).bind(view_fields).bind(view_image)
                         .execute(&mut *$exec).await.map_err(db("build_insert"))?;
                 } else {
                     sqlx::query("INSERT INTO build_requests (instance_uuid, project_id, user_id, instance, \
@@ -460,8 +482,9 @@ impl ComputeDb {
                         .bind(&b.uuid).bind(&b.project_id).bind(&b.user_id).bind(inst).bind(b.created_at)
                         .bind(self.owner())
                         .execute(&mut *$exec).await.map_err(db("build_request_insert"))?;
-                    sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at, view_fields) VALUES ($1, $2, $3, $4)")
-                        .bind(&b.uuid).bind(spec).bind(t).bind(view_fields)
+                    sqlx::query("INSERT INTO request_specs (instance_uuid, spec, created_at, view_fields, \
+                         view_image_properties) VALUES ($1, $2, $3, $4, $5)")
+                        .bind(&b.uuid).bind(spec).bind(t).bind(view_fields).bind(view_image)
                         .execute(&mut *$exec).await.map_err(db("request_spec_insert"))?;
                     sqlx::query("INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, \
                          created_at, vcpus, memory_mb) VALUES ($1, NULL, $2, $3, $4, $5, $6)")
@@ -550,6 +573,26 @@ impl ComputeDb {
             .bind(uuid).fetch_optional(p).await.map_err(db("request_spec_get"))?);
         row.map(|s| serde_json::from_str(&s).map_err(ApiError::internal))
             .transpose()
+    }
+
+    /// Records a rebuild's image in the request spec of `uuid`, as Nova
+    /// replaces the request spec's image (and the image properties of
+    /// the instance's system metadata) on a rebuild: the reference, the
+    /// scheduling properties and the properties shown from 2.98. A server
+    /// without a request spec is left as it is.
+    pub async fn set_spec_image(&self, uuid: &str, image: &SpecImage) -> Result<(), ApiError> {
+        let Some(mut spec) = self.request_spec(uuid).await? else {
+            return Ok(());
+        };
+        spec.image_ref = image.image_ref.clone();
+        spec.image_properties = image.scheduling.clone();
+        spec.recorded_image_properties = image.recorded.clone();
+        let text = serde_json::to_string(&spec).map_err(ApiError::internal)?;
+        on_pool!(self.pool(), p => sqlx::query(
+            "UPDATE request_specs SET spec = $2, view_image_properties = $3 WHERE instance_uuid = $1")
+            .bind(uuid).bind(text).bind(spec.view_image_properties())
+            .execute(p).await.map_err(db("request_spec_set_image"))?.rows_affected());
+        Ok(())
     }
 
     /// The instance mapping of `uuid`: `(cell id, project id)`.
@@ -888,13 +931,24 @@ pub struct SpecView {
     pub flavor_extra_specs: BTreeMap<String, String>,
     /// The scheduler hints given at create (2.100).
     pub scheduler_hints: BTreeMap<String, Value>,
+    /// The image's properties as recorded at create or rebuild (2.98).
+    pub image_properties: BTreeMap<String, String>,
 }
 
 impl RequestSpec {
-    /// Whether the spec holds something the server views show
-    /// ([`SpecView`]; `request_specs.view_fields`).
+    /// Whether the spec holds something the server views show at every
+    /// microversion that has it, image properties aside ([`SpecView`];
+    /// `request_specs.view_fields`).
     pub fn view_fields(&self) -> bool {
         self.key_name.is_some() || self.view_fields_beyond_key()
+    }
+
+    /// Whether the spec holds image properties, which the server views
+    /// show from 2.98 (`request_specs.view_image_properties`: kept apart
+    /// from [`Self::view_fields`] since most images have some, so that
+    /// the views of older microversions need not read those specs).
+    pub fn view_image_properties(&self) -> bool {
+        !self.recorded_image_properties.is_empty()
     }
 
     /// Whether the views show more of the spec than its key name (a zone
@@ -917,6 +971,7 @@ impl SpecView {
             availability_zone: s.availability_zone,
             flavor_extra_specs: s.flavor_extra_specs.unwrap_or_default(),
             scheduler_hints: s.scheduler_hints,
+            image_properties: s.recorded_image_properties,
         })
     }
 }
@@ -1057,7 +1112,8 @@ struct Landed {
     /// group (a server joins a group only when it is created, and no API
     /// changes its key name). `None`: not known here (read from the
     /// mapping, or in a group, whose deletion ends the membership), the
-    /// show reads it.
+    /// show reads it. Below 2.98 only: the image's properties shown from
+    /// 2.98 change with a rebuild, so those shows read the spec.
     shown: Option<Option<Box<str>>>,
 }
 
@@ -1119,7 +1175,8 @@ impl LandedMappings {
 /// A build's three rows on PostgreSQL, in one statement.
 const INSERT_BUILD_PG: &str = "WITH b AS (INSERT INTO build_requests (instance_uuid, project_id, \
      user_id, instance, created_at, owner) VALUES ($1, $2, $3, $4, $5, $6)), \
-     s AS (INSERT INTO request_specs (instance_uuid, spec, created_at, view_fields) VALUES ($1, $7, $8, $11)) \
+     s AS (INSERT INTO request_specs (instance_uuid, spec, created_at, view_fields, \
+     view_image_properties) VALUES ($1, $7, $8, $11, $12)) \
      INSERT INTO instance_mappings (instance_uuid, cell_id, project_id, user_id, created_at, vcpus, \
      memory_mb) VALUES ($1, NULL, $2, $3, $5, $9, $10)";
 
@@ -1691,16 +1748,22 @@ impl ComputeDb {
     }
 
     /// What the views show of the request specs of `uuids` (only the
-    /// specs that name a key, a zone, extra specs or hints are read and
-    /// returned: `view_fields`): one statement on PostgreSQL, chunks of
-    /// 200 on SQLite.
+    /// specs that name a key, a zone, extra specs or hints, and with
+    /// `image_properties` (2.98) those that hold image properties, are
+    /// read and returned: `view_fields`, `view_image_properties`): one
+    /// statement on PostgreSQL, chunks of 200 on SQLite.
     pub async fn spec_views(
         &self,
         uuids: &[String],
+        image_properties: bool,
     ) -> Result<std::collections::HashMap<String, SpecView>, ApiError> {
         // Marked when written (scanning each spec's text for the four
         // fields cost 4 ms a page of 1,000).
-        const SHOWS_SOMETHING: &str = "view_fields";
+        let shows_something = if image_properties {
+            "(view_fields OR view_image_properties)"
+        } else {
+            "view_fields"
+        };
         let mut out = std::collections::HashMap::new();
         if uuids.is_empty() {
             return Ok(out);
@@ -1710,7 +1773,7 @@ impl ComputeDb {
             Pool::Postgres(p) => {
                 rows = sqlx::query_as(&format!(
                     "SELECT instance_uuid, spec FROM request_specs \
-                     WHERE instance_uuid = ANY($1) AND {SHOWS_SOMETHING}"
+                     WHERE instance_uuid = ANY($1) AND {shows_something}"
                 ))
                 .bind(uuids)
                 .fetch_all(p)
@@ -1722,7 +1785,7 @@ impl ComputeDb {
                     let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
                     let sql = format!(
                         "SELECT instance_uuid, spec FROM request_specs \
-                         WHERE instance_uuid IN ({}) AND {SHOWS_SOMETHING}",
+                         WHERE instance_uuid IN ({}) AND {shows_something}",
                         marks.join(",")
                     );
                     let mut q = sqlx::query_as(&sql);

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use super::db::FlavorSpec;
 use super::error::{ApiError, ApiResult};
 use super::flavors::{detail_with_specs, visible};
+use super::query_schema;
 use super::{App, Ctx};
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -320,7 +321,9 @@ pub async fn specs_index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(
         &ctx,
         "os_compute_api:os-flavor-extra-specs:index",
@@ -359,7 +362,9 @@ pub async fn spec_show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path((id, key)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(
         &ctx,
         "os_compute_api:os-flavor-extra-specs:show",
@@ -438,7 +443,9 @@ pub async fn access_index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-flavor-access", ctx.project_id())?;
     let f = visible(&app, &ctx, &id).await?;
     if f.is_public {

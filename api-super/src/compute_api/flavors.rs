@@ -6,12 +6,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 
 use super::db::Flavor;
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::{App, Ctx};
 
 fn links(app: &App, id: &str) -> Value {
@@ -211,8 +212,10 @@ fn urlencode(s: &str) -> String {
 pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
+    query_schema::FLAVOR_LIST.check(ctx.mv, raw.as_deref())?;
     let (flavors, full) = listed(&app, &ctx, &q).await?;
     let list: Vec<Value> = flavors
         .iter()
@@ -236,8 +239,10 @@ pub async fn index(
 pub async fn index_detail(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
+    RawQuery(raw): RawQuery,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
+    query_schema::FLAVOR_LIST.check(ctx.mv, raw.as_deref())?;
     let (flavors, full) = listed(&app, &ctx, &q).await?;
     let specs = if ctx.mv.at_least(61) {
         let ids: Vec<i64> = flavors.iter().map(|f| f.id).collect();
@@ -271,7 +276,9 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let f = visible(&app, &ctx, &id).await?;
     Ok(Json(
         json!({ "flavor": detail_with_specs(&app, &ctx, &f).await? }),

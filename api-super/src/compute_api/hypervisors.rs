@@ -11,6 +11,7 @@ use cell_mapping::db::HypervisorRecord;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::servers::parse_query;
 use super::services::{each_cell, is_up};
 use super::{App, Ctx};
@@ -232,6 +233,7 @@ pub async fn index(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::HYPERVISOR_LIST.check(ctx.mv, raw.as_deref())?;
     list(&app, &ctx, raw.as_deref(), false).await
 }
 
@@ -241,6 +243,7 @@ pub async fn index_detail(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::HYPERVISOR_LIST.check(ctx.mv, raw.as_deref())?;
     list(&app, &ctx, raw.as_deref(), true).await
 }
 
@@ -251,6 +254,7 @@ pub async fn show(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::HYPERVISOR_SHOW.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-hypervisors:show", ctx.project_id())?;
     let not_found = || ApiError::NotFound(format!("Hypervisor with ID {id} could not be found."));
     let q = parse_query(raw.as_deref());

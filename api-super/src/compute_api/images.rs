@@ -96,6 +96,141 @@ impl ImageLookup for InMemoryImages {
     }
 }
 
+/// The image properties Nova knows (`ImageMetaProps`' fields), which it
+/// shows from 2.98 in a server's `image.properties` when the image had
+/// them at boot.
+const IMAGE_META_PROPS: &[&str] = &[
+    "hw_architecture",
+    "hw_emulation_architecture",
+    "hw_auto_disk_config",
+    "hw_boot_menu",
+    "hw_cdrom_bus",
+    "hw_cpu_cores",
+    "hw_cpu_sockets",
+    "hw_cpu_max_cores",
+    "hw_cpu_max_sockets",
+    "hw_cpu_max_threads",
+    "hw_cpu_policy",
+    "hw_cpu_thread_policy",
+    "hw_cpu_realtime_mask",
+    "hw_cpu_threads",
+    "hw_device_id",
+    "hw_disk_bus",
+    "hw_disk_type",
+    "hw_floppy_bus",
+    "hw_firmware_type",
+    "hw_firmware_stateless",
+    "hw_input_bus",
+    "hw_ipxe_boot",
+    "hw_locked_memory",
+    "hw_machine_type",
+    "hw_mem_encryption",
+    "hw_mem_encryption_model",
+    "hw_mem_page_size",
+    "hw_numa_nodes",
+    "hw_numa_cpus",
+    "hw_numa_mem",
+    "hw_pci_numa_affinity_policy",
+    "hw_pointer_model",
+    "hw_pmu",
+    "hw_qemu_guest_agent",
+    "hw_rescue_bus",
+    "hw_rescue_device",
+    "hw_rng_model",
+    "hw_time_hpet",
+    "hw_serial_port_count",
+    "hw_scsi_model",
+    "hw_video_model",
+    "hw_video_ram",
+    "hw_vif_model",
+    "hw_viommu_model",
+    "hw_vm_mode",
+    "hw_watchdog_action",
+    "hw_vif_multiqueue_enabled",
+    "hw_tpm_model",
+    "hw_tpm_version",
+    "hw_ephemeral_encryption",
+    "hw_ephemeral_encryption_format",
+    "hw_ephemeral_encryption_secret_uuid",
+    "hw_virtio_packed_ring",
+    "hw_maxphysaddr_mode",
+    "hw_maxphysaddr_bits",
+    "hw_sound_model",
+    "hw_usb_model",
+    "hw_redirected_usb_ports",
+    "img_bittorrent",
+    "img_bdm_v2",
+    "img_cache_in_nova",
+    "img_compression_level",
+    "img_hv_requested_version",
+    "img_hv_type",
+    "img_config_drive",
+    "img_linked_clone",
+    "img_owner_id",
+    "img_root_device_name",
+    "img_use_agent",
+    "img_version",
+    "img_signature",
+    "img_signature_hash_method",
+    "img_signature_certificate_uuid",
+    "img_signature_key_type",
+    "img_hide_hypervisor_id",
+    "os_admin_user",
+    "os_command_line",
+    "os_distro",
+    "os_require_quiesce",
+    "os_secure_boot",
+    "os_skip_agent_inject_files_at_boot",
+    "os_skip_agent_inject_ssh",
+    "os_type",
+    "traits_required",
+    // Their legacy names, shown as the image gave them.
+    "architecture",
+    "owner_id",
+    "vmware_disktype",
+    "vmware_image_version",
+    "vmware_ostype",
+    "auto_disk_config",
+    "ipxe_boot",
+    "xenapi_device_id",
+    "xenapi_image_compression_level",
+    "vmware_linked_clone",
+    "xenapi_use_agent",
+    "xenapi_skip_agent_inject_ssh",
+    "xenapi_skip_agent_inject_files_at_boot",
+    "cache_in_nova",
+    "vm_mode",
+    "bittorrent",
+    "bdm_v2",
+    "root_device_name",
+    "hypervisor_version_requires",
+    "hypervisor_type",
+    // Not kept: `mappings`, `block_device_mapping` and their `img_`
+    // names (Nova's `SM_SKIP_KEYS`: too big for system metadata).
+];
+
+/// What Nova records of an image's properties when it boots (or
+/// rebuilds) a server from it, in the instance's system metadata as
+/// `image_<name>`, and shows from 2.98 as the server's
+/// `image.properties`: the properties it knows ([`IMAGE_META_PROPS`],
+/// legacy names included; any other is recorded but never shown), each
+/// value cut to 255 bytes (at a character boundary).
+pub fn recorded_properties(
+    props: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    props
+        .iter()
+        .filter(|(k, _)| IMAGE_META_PROPS.contains(&k.as_str()))
+        .map(|(k, v)| {
+            let mut end = v.len().min(255);
+            while !v.is_char_boundary(end) {
+                end -= 1;
+            }
+            (k.clone(), v[..end].to_owned())
+        })
+        .collect()
+}
+
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (or 32 hex digits).
 pub fn is_uuid_like(s: &str) -> bool {
     uuid::Uuid::parse_str(s).is_ok() && (s.len() == 36 || s.len() == 32)
@@ -134,4 +269,34 @@ fn chain(e: &dyn std::error::Error) -> String {
         src = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::recorded_properties;
+
+    #[test]
+    fn properties_are_recorded_as_nova_shows_them() {
+        let props: BTreeMap<String, String> = [
+            ("os_distro", "cirros".to_owned()),
+            ("os_version", "0.6.2".to_owned()),
+            ("architecture", "amd64".to_owned()),
+            ("hw_rng_model", "é".repeat(200)),
+            ("img_mappings", "[]".to_owned()),
+            ("mappings", "[]".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let r = recorded_properties(&props);
+        assert_eq!(
+            r.keys().collect::<Vec<_>>(),
+            ["architecture", "hw_rng_model", "os_distro"]
+        );
+        assert_eq!(r["architecture"], "amd64");
+        // 255 bytes at most, whole characters (2 bytes each here).
+        assert_eq!(r["hw_rng_model"], "é".repeat(127));
+    }
 }

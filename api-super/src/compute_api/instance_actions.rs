@@ -17,6 +17,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::servers::{check_owner, host_id, parse_query};
 use super::{App, Ctx};
 
@@ -103,20 +104,11 @@ pub async fn index(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::INSTANCE_ACTION_LIST.check(ctx.mv, raw.as_deref())?;
     let mut f = ActionsFilter::default();
     let q = parse_query(raw.as_deref());
     let mut marker = None;
     if ctx.mv.at_least(58) {
-        let allowed: &[&str] = if ctx.mv.at_least(66) {
-            &["limit", "marker", "changes-since", "changes-before"]
-        } else {
-            &["limit", "marker", "changes-since"]
-        };
-        if let Some(k) = q.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(bad(format!(
-                "Invalid input for query parameters {k}. Additional properties are not allowed ('{k}' was unexpected)"
-            )));
-        }
         if let Some(l) = q.get("limit") {
             let n: i64 = l.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
                 bad(format!(
@@ -178,7 +170,9 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path((id, request_id)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let not_found = || {
         ApiError::NotFound(format!(
             "Action for request_id {request_id} on instance {id} not found"

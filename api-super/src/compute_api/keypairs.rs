@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use super::db::KeyPair;
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::{quotas, App, Ctx};
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -323,7 +324,9 @@ pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::KEYPAIR_LIST.check(ctx.mv, raw.as_deref())?;
     let user = target_user(&ctx, &q);
     authorize(&app, &ctx, "os_compute_api:os-keypairs:index", &user)?;
     let paging = ctx.mv.at_least(35);
@@ -384,7 +387,9 @@ pub async fn show(
     Extension(ctx): Extension<Ctx>,
     Path(name): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::KEYPAIR_ONE.check(ctx.mv, raw.as_deref())?;
     let user = target_user(&ctx, &q);
     authorize(&app, &ctx, "os_compute_api:os-keypairs:show", &user)?;
     let k = app
@@ -415,7 +420,9 @@ pub async fn delete(
     Extension(ctx): Extension<Ctx>,
     Path(name): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
+    query_schema::KEYPAIR_ONE.check(ctx.mv, raw.as_deref())?;
     let user = target_user(&ctx, &q);
     authorize(&app, &ctx, "os_compute_api:os-keypairs:delete", &user)?;
     if !app.db.keypair_delete(&user, &name).await? {

@@ -20,6 +20,7 @@ pub mod images;
 pub mod instance_actions;
 pub mod keypairs;
 pub mod microversion;
+pub mod query_schema;
 pub mod quotas;
 pub mod server_actions;
 pub mod server_filters;

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -30,6 +30,7 @@ use serde_json::{json, Map, Value};
 
 use super::db::InstanceLimits;
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::{App, Ctx};
 
 /// `[compute.quota]`: the default limits (-1: unlimited).
@@ -218,7 +219,9 @@ pub async fn show(
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:show", &project)?;
     reject_user_quotas(&q)?;
     let mut v = view(&ctx, &project_limits(&app, &project).await?);
@@ -232,7 +235,9 @@ pub async fn detail(
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:detail", &project)?;
     reject_user_quotas(&q)?;
     let limits = project_limits(&app, &project).await?;
@@ -289,8 +294,10 @@ pub async fn update(
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
+    query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:update", &project)?;
     reject_user_quotas(&q)?;
     let v: Value = serde_json::from_slice(&body)
@@ -347,7 +354,9 @@ pub async fn delete(
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
+    query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:delete", &project)?;
     reject_user_quotas(&q)?;
     app.db.quotas_delete(&project).await?;
@@ -360,7 +369,9 @@ pub async fn limits(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::LIMITS.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:limits", ctx.project_id())?;
     let project = match q.get("tenant_id") {
         Some(t) if t != ctx.project_id() => {

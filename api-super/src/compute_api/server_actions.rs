@@ -10,6 +10,8 @@
 //! cell database. Other upstream actions (resize, shelve, migrate, …) and
 //! `restore` (there is no soft delete) answer 400 "There is no such action".
 
+use std::collections::BTreeMap;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -19,8 +21,11 @@ use cell_mapping::db::server_actions::{ActionRecord, ActionRefused, ActionStart,
 use fabric::rpc::{self, action, method, task_state as ts, vm_state as vs, RequestIds};
 use serde_json::{json, Map, Value};
 
+use crate::scheduler::filters::image_properties::ImageProps;
+
+use super::db::SpecImage;
 use super::error::{ApiError, ApiResult};
-use super::images::is_uuid_like;
+use super::images::{is_uuid_like, recorded_properties};
 use super::server_metadata::validate_metadata;
 use super::servers::{add_server_groups, delete_server, detail_view, find, Found, Server};
 use super::{App, Ctx};
@@ -165,32 +170,32 @@ pub async fn action(
     match name.as_str() {
         "os-stop" => {
             null_body(name, arg)?;
-            power(&app, &ctx, &id, &STOP, None).await
+            power(&app, &ctx, &id, &STOP).await
         }
         "os-start" => {
             null_body(name, arg)?;
-            power(&app, &ctx, &id, &START, None).await
+            power(&app, &ctx, &id, &START).await
         }
         "reboot" => {
             let hard = reboot_type(arg)?;
             let spec = if hard { &HARD_REBOOT } else { &SOFT_REBOOT };
-            power(&app, &ctx, &id, spec, None).await
+            power(&app, &ctx, &id, spec).await
         }
         "pause" => {
             null_body(name, arg)?;
-            power(&app, &ctx, &id, &PAUSE, None).await
+            power(&app, &ctx, &id, &PAUSE).await
         }
         "unpause" => {
             null_body(name, arg)?;
-            power(&app, &ctx, &id, &UNPAUSE, None).await
+            power(&app, &ctx, &id, &UNPAUSE).await
         }
         "suspend" => {
             null_body(name, arg)?;
-            power(&app, &ctx, &id, &SUSPEND, None).await
+            power(&app, &ctx, &id, &SUSPEND).await
         }
         "resume" => {
             null_body(name, arg)?;
-            power(&app, &ctx, &id, &RESUME, None).await
+            power(&app, &ctx, &id, &RESUME).await
         }
         "rebuild" => rebuild(&app, &ctx, &id, arg).await,
         "lock" => lock(&app, &ctx, &id, arg).await,
@@ -290,14 +295,15 @@ fn record(ctx: &Ctx, action: &str, global: &str) -> ActionRecord {
     }
 }
 
-/// Checks and starts a power action (or a rebuild, with its changes), then
-/// casts it to the server's compute. Returns the server as it was found.
+/// Checks and starts a power action (or a rebuild, with its changes and
+/// its image for the request spec), then casts it to the server's
+/// compute. Returns the server as it was found.
 async fn start_action(
     app: &App,
     ctx: &Ctx,
     id: &str,
     spec: &Spec,
-    rebuild: Option<RebuildChange>,
+    rebuild: Option<(RebuildChange, SpecImage)>,
 ) -> ApiResult<Server> {
     let (cell, s) = in_cell(app, ctx, id, spec.rule, spec.name).await?;
     // As upstream: the lock, then the host, then the states.
@@ -318,6 +324,7 @@ async fn start_action(
         ));
     }
     let global = format!("req-{}", uuid::Uuid::new_v4());
+    let (rebuild, spec_image) = rebuild.unzip();
     let image_ref = rebuild.as_ref().map(|r| r.image_ref.clone());
     let start = ActionStart {
         uuid: id.to_owned(),
@@ -336,6 +343,17 @@ async fn start_action(
     db.api_start_action(&start)
         .await?
         .map_err(|r| refused(spec.name, id, r))?;
+    if let Some(image) = &spec_image {
+        // The request spec follows the instance's new image (what the
+        // views show of it from 2.98, what a later scheduling matches).
+        if let Err(e) = app.db.set_spec_image(id, image).await {
+            // Nothing will run the action: do not leave its task state set.
+            if let Err(re) = db.api_revert_task_state(id, spec.new_task).await {
+                tracing::warn!(instance = %id, error = %re, "could not clear the task state");
+            }
+            return Err(e);
+        }
+    }
     let bus = app.cells.bus(&cell).await?;
     let ids = RequestIds {
         request_id: ctx.request_id.clone(),
@@ -374,14 +392,8 @@ async fn start_action(
     Ok(s)
 }
 
-async fn power(
-    app: &App,
-    ctx: &Ctx,
-    id: &str,
-    spec: &Spec,
-    rebuild: Option<RebuildChange>,
-) -> ApiResult<Response> {
-    start_action(app, ctx, id, spec, rebuild).await?;
+async fn power(app: &App, ctx: &Ctx, id: &str, spec: &Spec) -> ApiResult<Response> {
+    start_action(app, ctx, id, spec, None).await?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -455,7 +467,7 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
     }
     // The image must exist and be visible to the caller (checked before
     // anything changes).
-    let image_ref = match &app.images {
+    let (image_ref, properties) = match &app.images {
         Some(images) => {
             // Checked against the server's flavor, as Nova does.
             let (_, current) = in_cell(app, ctx, id, REBUILD.rule, REBUILD.name).await?;
@@ -468,18 +480,26 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
                 ram_mb: ram.max(0) as u64,
                 disk_gb: disk.max(0) as u64,
             };
-            images.resolve(&image, needs).await?.id
+            let img = images.resolve(&image, needs).await?;
+            (img.id, img.properties)
         }
-        None if is_uuid_like(&image) => image,
+        None if is_uuid_like(&image) => (image, BTreeMap::new()),
         None => return Err(bad("Invalid imageRef provided.")),
+    };
+    let spec_image = SpecImage {
+        image_ref: image_ref.clone(),
+        scheduling: ImageProps::from_image(&properties).map_err(bad)?,
+        recorded: recorded_properties(&properties),
     };
     let change = RebuildChange {
         image_ref: image_ref.clone(),
         name: name.clone(),
         metadata: metadata.clone(),
     };
-    let mut s = start_action(app, ctx, id, &REBUILD, Some(change)).await?;
+    let recorded = spec_image.recorded.clone();
+    let mut s = start_action(app, ctx, id, &REBUILD, Some((change, spec_image))).await?;
     s.image_ref = image_ref;
+    s.image_properties = recorded;
     if let Some(n) = name {
         s.name = n;
     }

@@ -16,6 +16,7 @@ use regex::Regex;
 
 use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
+use super::query_schema;
 use super::servers::{decode, task_and_vm_states_from_statuses};
 use super::{App, Ctx};
 
@@ -76,11 +77,10 @@ pub(crate) fn allowed_search_options(mv: Version) -> Vec<&'static str> {
 const TAG_FILTERS: [&str; 4] = ["tags", "tags-any", "not-tags", "not-tags-any"];
 
 /// Options the query schema of `mv` does not know, for everyone: Nova's
-/// schema strips them (before 2.75; it has no other way to refuse them).
+/// schema strips them before 2.75 (from 2.75 the list refuses them before
+/// it reads its query: [`query_schema::SERVER_LIST`]).
 fn unknown_at(mv: Version, k: &str) -> bool {
-    (TAG_FILTERS.contains(&k) && !mv.at_least(26))
-        || (k == "changes-before" && !mv.at_least(66))
-        || (k == "locked" && !mv.at_least(73))
+    !query_schema::SERVER_LIST.knows(mv, k)
 }
 
 /// Nova's filters on joined tables: always a 400.

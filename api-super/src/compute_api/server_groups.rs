@@ -22,6 +22,7 @@ use cell_mapping::db::{NewServerGroup, ServerGroup};
 use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::servers::parse_query;
 use super::{App, Ctx};
 
@@ -98,6 +99,7 @@ pub async fn index(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::SERVER_GROUP_LIST.check(ctx.mv, raw.as_deref())?;
     app.authorize(
         &ctx,
         "os_compute_api:os-server-groups:index",
@@ -306,7 +308,9 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let g = visible(&app, &ctx, &id, "os_compute_api:os-server-groups:show").await?;
     Ok(Json(json!({ "server_group": view(&ctx, &g) })))
 }

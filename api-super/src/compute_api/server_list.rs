@@ -24,10 +24,11 @@ use serde_json::json;
 
 use super::db::{BuildInstance, MappingRow};
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::server_filters::{self, Matchers, PAGING_SORTING_PARAMS};
 use super::servers::{
     brief_view, current_zones, decode, parse_query, CellDetails, DetailView, PartialKind,
-    PartialServer, PartialView, Server, PARTIAL_RECORDS_MV,
+    PartialServer, PartialView, Server, IMAGE_PROPERTIES_MV, PARTIAL_RECORDS_MV,
 };
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError, Cells};
@@ -231,7 +232,7 @@ impl Source {
             let key_names = match (&q.matchers.key_name, rows.is_empty()) {
                 (Some(_), false) => {
                     let ids: Vec<String> = rows.iter().map(|r| r.uuid.clone()).collect();
-                    q.app.db.spec_views(&ids).await?
+                    q.app.db.spec_views(&ids, false).await?
                 }
                 _ => HashMap::new(),
             };
@@ -342,7 +343,7 @@ async fn list(app: &App, ctx: &Ctx, raw: Option<&str>, detail: bool) -> ApiResul
     };
     let mut page = combine(&query.filter.order, merged, partials, limit);
     if detail {
-        with_details(app, &sources, &mut page).await?;
+        with_details(app, ctx, &sources, &mut page).await?;
         current_zones(app, ctx, page.iter_mut().filter_map(|(_, e)| e.full_mut())).await?;
     }
     let entries = page.into_iter().map(|(_, e)| e).collect();
@@ -578,6 +579,7 @@ async fn merge(
 /// cannot be completed).
 async fn with_details(
     app: &App,
+    ctx: &Ctx,
     sources: &[Source],
     page: &mut [(Option<usize>, Entry)],
 ) -> ApiResult<()> {
@@ -614,7 +616,8 @@ async fn with_details(
     // that hold one are read) at the same time: neither needs the other.
     let (reads, views) = futures_util::future::join(
         futures_util::future::join_all(jobs),
-        app.db.spec_views(&ids),
+        app.db
+            .spec_views(&ids, ctx.mv.at_least(IMAGE_PROPERTIES_MV)),
     )
     .await;
     let mut views = views?;
@@ -781,6 +784,7 @@ pub async fn index(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
+    query_schema::SERVER_LIST.check(ctx.mv, raw.as_deref())?;
     list(&app, &ctx, raw.as_deref(), false).await
 }
 
@@ -790,6 +794,7 @@ pub async fn index_detail(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
+    query_schema::SERVER_LIST.check(ctx.mv, raw.as_deref())?;
     list(&app, &ctx, raw.as_deref(), true).await
 }
 

@@ -4,7 +4,7 @@
 //! compute involved).
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -14,6 +14,7 @@ use fabric::rpc::vm_state as vs;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::server_actions::metadata_object;
 use super::servers::{find, Found, Server};
 use super::{App, Ctx};
@@ -143,7 +144,9 @@ pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let items = match located(&app, &ctx, &id, "os_compute_api:server-metadata:index").await? {
         None => Vec::new(),
         Some((_, s)) => s.metadata,
@@ -214,7 +217,9 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path((id, key)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let Some((_, s)) = located(&app, &ctx, &id, "os_compute_api:server-metadata:show").await?
     else {
         return Err(item_not_found());

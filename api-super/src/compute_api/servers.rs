@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::db::{BuildInstance, GroupJoin, MappingRow, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
+use super::query_schema;
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError};
 use crate::scheduler::filters::image_properties::ImageProps;
@@ -68,6 +69,8 @@ pub(crate) struct Server {
     pub(crate) extra_specs: BTreeMap<String, String>,
     /// Scheduler hints given at create (2.100).
     pub(crate) scheduler_hints: BTreeMap<String, Value>,
+    /// The image's properties recorded at create or rebuild (2.98).
+    pub(crate) image_properties: BTreeMap<String, String>,
     /// Its compute service's state (2.16, admins): `None` not looked up.
     pub(crate) host_status: Option<&'static str>,
     /// The cell row's id (`instance_name`); `None` for a build request.
@@ -83,6 +86,7 @@ impl Server {
         s.metadata = b.metadata.clone();
         s.tags = b.tags.clone();
         s.pinned_az = b.availability_zone.clone();
+        s.image_properties = b.image_properties.clone();
         s
     }
 
@@ -92,6 +96,7 @@ impl Server {
         self.pinned_az = v.availability_zone;
         self.extra_specs = v.flavor_extra_specs;
         self.scheduler_hints = v.scheduler_hints;
+        self.image_properties = v.image_properties;
     }
 
     pub(crate) fn from_cell(i: CellInstance) -> Self {
@@ -127,6 +132,7 @@ impl Server {
             pinned_az: None,
             extra_specs: BTreeMap::new(),
             scheduler_hints: BTreeMap::new(),
+            image_properties: BTreeMap::new(),
             host_status: None,
             row_id: i.id,
         }
@@ -414,12 +420,32 @@ impl serde::Serialize for Concat<'_> {
 struct ImageRefView<'a> {
     id: &'a str,
     links: [RelHref<'a>; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    properties: Option<&'a BTreeMap<String, String>>,
 }
 
-/// A server's `image`: `{id, links}`, or `""` when it has none.
+/// A server's `image`: `{id, links}` (and from 2.98 `properties`, those
+/// recorded when it was booted or rebuilt), or `""` when it has none.
 struct ImageView<'a> {
     base: &'a str,
     image_ref: &'a str,
+    /// `Some` from 2.98.
+    properties: Option<&'a BTreeMap<String, String>>,
+}
+
+impl<'a> ImageView<'a> {
+    fn new(
+        base: &'a str,
+        ctx: &Ctx,
+        image_ref: &'a str,
+        properties: &'a BTreeMap<String, String>,
+    ) -> Self {
+        ImageView {
+            base,
+            image_ref,
+            properties: ctx.mv.at_least(IMAGE_PROPERTIES_MV).then_some(properties),
+        }
+    }
 }
 
 impl serde::Serialize for ImageView<'_> {
@@ -433,6 +459,7 @@ impl serde::Serialize for ImageView<'_> {
                 rel: "bookmark",
                 href: Concat(&[self.base, "/images/", self.image_ref]),
             }],
+            properties: self.properties,
         }
         .serialize(ser)
     }
@@ -547,10 +574,7 @@ impl serde::Serialize for DetailView<'_> {
         m.serialize_entry("hostId", &host_id(&s.project_id, s.host.as_deref()))?;
         m.serialize_entry(
             "image",
-            &ImageView {
-                base,
-                image_ref: &s.image_ref,
-            },
+            &ImageView::new(base, ctx, &s.image_ref, &s.image_properties),
         )?;
         m.serialize_entry(
             "flavor",
@@ -687,6 +711,9 @@ pub(crate) fn brief_view<'a>(base: &'a str, s: &'a Server) -> impl serde::Serial
     }
 }
 
+/// The microversion from which a server's `image` has `properties`.
+pub(crate) const IMAGE_PROPERTIES_MV: u32 = 98;
+
 /// The microversion from which a server whose cell is down is shown as a
 /// partial record (Nova's 2.69) instead of being left out of lists or
 /// failing a show.
@@ -716,6 +743,8 @@ pub(crate) struct PartialShow {
     pub(crate) server_groups: Option<Vec<String>>,
     /// The flavor's extra specs at create (2.47).
     pub(crate) flavor_extra_specs: Option<BTreeMap<String, String>>,
+    /// The image's properties recorded at create or rebuild (2.98).
+    pub(crate) image_properties: BTreeMap<String, String>,
 }
 
 impl PartialServer {
@@ -771,10 +800,7 @@ impl serde::Serialize for PartialView<'_> {
         if let (PartialKind::Show { ctx }, Some(d)) = (self.kind, &p.show) {
             m.serialize_entry(
                 "image",
-                &ImageView {
-                    base,
-                    image_ref: &d.image_ref,
-                },
+                &ImageView::new(base, ctx, &d.image_ref, &d.image_properties),
             )?;
             m.serialize_entry(
                 "flavor",
@@ -972,7 +998,10 @@ async fn locate_with(
                 if key_name {
                     if let Some(v) = app
                         .db
-                        .spec_views(std::slice::from_ref(&s.uuid))
+                        .spec_views(
+                            std::slice::from_ref(&s.uuid),
+                            ctx.mv.at_least(IMAGE_PROPERTIES_MV),
+                        )
                         .await?
                         .remove(&s.uuid)
                     {
@@ -1541,7 +1570,7 @@ pub async fn create(
     }
     let (limits, group_members_limit) =
         super::quotas::create_limits(&app, reads.quotas, req.metadata.len())?;
-    let (image_ref, image_props) = match &app.images {
+    let (image_ref, image_props, recorded_props) = match &app.images {
         Some(images) => {
             let needs = super::images::BootNeeds {
                 claims: &ctx.claims,
@@ -1550,9 +1579,14 @@ pub async fn create(
             };
             let img = images.resolve(&req.image_ref, needs).await?;
             let props = ImageProps::from_image(&img.properties).map_err(bad)?;
-            (img.id, props)
+            let recorded = super::images::recorded_properties(&img.properties);
+            (img.id, props, recorded)
         }
-        None if is_uuid_like(&req.image_ref) => (req.image_ref.clone(), ImageProps::default()),
+        None if is_uuid_like(&req.image_ref) => (
+            req.image_ref.clone(),
+            ImageProps::default(),
+            BTreeMap::new(),
+        ),
         None => return Err(bad("Invalid imageRef provided.")),
     };
     let (availability_zone, force_host, force_node) =
@@ -1655,6 +1689,7 @@ pub async fn create(
                     description: req.description.clone(),
                     hostname: Some(hostname),
                     tags: req.tags.clone(),
+                    image_properties: recorded_props.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -1675,6 +1710,7 @@ pub async fn create(
                     image_properties: image_props.clone(),
                     flavor_extra_specs: Some(extra_specs.clone()),
                     scheduler_hints: req.scheduler_hints.clone(),
+                    recorded_image_properties: recorded_props.clone(),
                 },
             )
         })
@@ -1766,14 +1802,22 @@ pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::EMPTY_V2102.check(ctx.mv, raw.as_deref())?;
     let mut s = match locate_with(&app, &ctx, &id, "os_compute_api:servers:show", false).await? {
         Located::Found(Found::Cell(_, mut s)) => {
             // Landed here outside any group: the key name was remembered
             // and there is no group; otherwise both are read (one
-            // statement). The zone comes from the hosts' zone cache, as in
-            // lists.
-            let groups = match app.db.landed_key_name(&s.uuid) {
+            // statement), and from 2.98 always (the image's properties
+            // change with a rebuild). The zone comes from the hosts' zone
+            // cache, as in lists.
+            let remembered = if ctx.mv.at_least(IMAGE_PROPERTIES_MV) {
+                None
+            } else {
+                app.db.landed_key_name(&s.uuid)
+            };
+            let groups = match remembered {
                 Some(key_name) => {
                     s.key_name = key_name;
                     Vec::new()
@@ -1874,6 +1918,7 @@ async fn partial_for_show(app: &App, ctx: &Ctx, m: MappingRow) -> ApiResult<Part
             flavor_extra_specs: spec.flavor_extra_specs,
             availability_zone: spec.availability_zone,
             server_groups,
+            image_properties: spec.recorded_image_properties,
         }),
     })
 }

@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::servers::parse_query;
 use super::{App, Ctx};
 use crate::cells::CellError;
@@ -142,6 +143,7 @@ pub async fn index(
     Extension(ctx): Extension<Ctx>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::SERVICE_LIST.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-services:list", ctx.project_id())?;
     let q = parse_query(raw.as_deref());
     let host = q.get("host").cloned();

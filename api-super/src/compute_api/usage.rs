@@ -10,13 +10,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::{Extension, Json};
 use cell_mapping::db::{InstanceFlavor, Pool};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::query_schema;
 use super::{App, Ctx};
 
 /// One instance as the usage needs it.
@@ -227,7 +228,9 @@ pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::USAGE_LIST.check(ctx.mv, raw.as_deref())?;
     app.authorize(
         &ctx,
         "os_compute_api:os-simple-tenant-usage:list",
@@ -246,7 +249,9 @@ pub async fn show(
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    query_schema::USAGE_SHOW.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-simple-tenant-usage:show", &project)?;
     let (start, stop, _) = period(&q)?;
     if project.is_empty() {

@@ -48,6 +48,18 @@ impl Region {
         hosts: usize,
         tweak: impl FnOnce(&mut ComputeConfig),
     ) -> Region {
+        Self::start_full(name, cells, hosts, tweak, None).await
+    }
+
+    /// [`Region::start_with`] and an image lookup (without one any
+    /// UUID-shaped imageRef boots, with no properties).
+    pub(crate) async fn start_full(
+        name: &str,
+        cells: usize,
+        hosts: usize,
+        tweak: impl FnOnce(&mut ComputeConfig),
+        images: Option<Arc<dyn api_super::compute_api::images::ImageLookup>>,
+    ) -> Region {
         let env = common::start(&format!("{name}_id"), |_| {}).await;
         let other_spec = BootstrapSpec {
             member: Some(("other".into(), MEMBER_PW.into(), "other".into())),
@@ -168,7 +180,7 @@ impl Region {
             auth: env.running.identity.validator.clone(),
             policy: Arc::new(Policy::defaults()),
             placement: Arc::new(HttpPlacement::new(&purl, "admin").unwrap()),
-            images: None,
+            images,
         };
         tweak(&mut cfg);
         let compute = api_super::serve_compute(cfg, deps)

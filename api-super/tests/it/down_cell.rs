@@ -193,6 +193,7 @@ impl Fixture {
                 description: None,
                 hostname: None,
                 tags: Vec::new(),
+                image_properties: Default::default(),
             };
             let spec = RequestSpec {
                 instance_uuid: id.clone(),
@@ -213,6 +214,12 @@ impl Fixture {
                 in_group: Some(in_group),
                 image_properties: Default::default(),
                 flavor_extra_specs: None,
+                // The fourth server's image had properties (shown from 2.98).
+                recorded_image_properties: if n == 3 {
+                    [("os_distro".to_owned(), "cirros".to_owned())].into()
+                } else {
+                    Default::default()
+                },
             };
             let join = in_group.then(|| GroupJoin {
                 id: group_id,
@@ -607,7 +614,15 @@ async fn assert_views_while_down(f: &Fixture, b: &Before) {
     assert_eq!(show(2, "2.71").await, p);
     let mut p = partial(4, "UNKNOWN");
     p["server"]["server_groups"] = json!([]);
+    assert_eq!(show(4, "2.97").await, p);
+    // 2.98: and the image's properties its request spec recorded.
+    p["server"]["image"]["properties"] = json!({"os_distro": "cirros"});
+    assert_eq!(show(4, "2.98").await, p);
     assert_eq!(show(4, "latest").await, p);
+    let mut p = partial(2, "az-b");
+    p["server"]["server_groups"] = json!([f.group]);
+    p["server"]["image"]["properties"] = json!({});
+    assert_eq!(show(2, "latest").await, p);
     // Being deleted: not found; another project's: not found.
     for n in [5, 6] {
         let r = get_on(

@@ -58,6 +58,7 @@ pub(crate) async fn builds(
                     description: None,
                     hostname: None,
                     tags: Vec::new(),
+                    image_properties: Default::default(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -78,6 +79,7 @@ pub(crate) async fn builds(
                     in_group: Some(false),
                     image_properties: Default::default(),
                     flavor_extra_specs: None,
+                    recorded_image_properties: Default::default(),
                 },
             )
         })

@@ -335,7 +335,9 @@ async fn sort_keys_paging_host_and_changes_since_across_cells() {
 /// elsewhere (an extra spec of that name) gives no key, unknown uuids give
 /// nothing, a spec with nothing to show is not read, and a page of
 /// 450 uuids (one array on PostgreSQL, chunks of 200 on SQLite) finds the
-/// keyed one at its end.
+/// keyed one at its end. A spec whose only shown content is the image's
+/// properties is read only for 2.98's views; a rebuild's image replaces
+/// them.
 async fn key_names_of_a_page(url: &str) {
     migrations::migrate(migrations::Kind::Api, url)
         .await
@@ -347,10 +349,13 @@ async fn key_names_of_a_page(url: &str) {
     b[0].1.key_name = Some("k1".into());
     b[0].0.key_name = Some("k1".into());
     b[1].1.flavor_extra_specs = Some([("key_name".to_owned(), "x".to_owned())].into());
+    let cirros: std::collections::BTreeMap<String, String> =
+        [("os_distro".to_owned(), "cirros".to_owned())].into();
+    b[2].1.recorded_image_properties = cirros.clone();
     db.create_builds(&b, None, None).await.unwrap();
     let mut page: Vec<String> = (0..447).map(|i| format!("no-such-{i}")).collect();
     page.extend(b.iter().rev().map(|(i, _)| i.uuid.clone()));
-    let views = db.spec_views(&page).await.unwrap();
+    let views = db.spec_views(&page, false).await.unwrap();
     let keys: Vec<(String, String)> = views
         .iter()
         .filter_map(|(u, v)| v.key_name.clone().map(|k| (u.clone(), k)))
@@ -361,7 +366,37 @@ async fn key_names_of_a_page(url: &str) {
         [("key_name".to_owned(), "x".to_owned())].into()
     );
     assert_eq!(views.len(), 2, "a spec that shows nothing is not read");
-    assert!(db.spec_views(&[]).await.unwrap().is_empty());
+    assert!(db.spec_views(&[], false).await.unwrap().is_empty());
+    // From 2.98 the image's properties too.
+    let views = db.spec_views(&page, true).await.unwrap();
+    assert_eq!(views.len(), 3);
+    assert_eq!(views[&b[2].0.uuid].image_properties, cirros);
+    assert!(views[&b[0].0.uuid].image_properties.is_empty());
+    // A rebuild's image replaces them (and the spec's image), or clears
+    // them for an image without any.
+    let virtio: std::collections::BTreeMap<String, String> =
+        [("hw_rng_model".to_owned(), "virtio".to_owned())].into();
+    let rebuilt = |image: &str, recorded| api_super::compute_api::db::SpecImage {
+        image_ref: image.into(),
+        recorded,
+        ..Default::default()
+    };
+    db.set_spec_image(&b[1].0.uuid, &rebuilt("img-2", virtio.clone()))
+        .await
+        .unwrap();
+    db.set_spec_image(&b[2].0.uuid, &rebuilt("img-3", Default::default()))
+        .await
+        .unwrap();
+    let views = db.spec_views(&page, true).await.unwrap();
+    assert_eq!(views[&b[1].0.uuid].image_properties, virtio);
+    assert_eq!(views[&b[1].0.uuid].flavor_extra_specs.len(), 1, "kept");
+    assert!(!views.contains_key(&b[2].0.uuid), "nothing left to show");
+    let spec = db.request_spec(&b[2].0.uuid).await.unwrap().unwrap();
+    assert_eq!(spec.image_ref, "img-3");
+    assert!(spec.recorded_image_properties.is_empty());
+    db.set_spec_image("no-such", &rebuilt("img-4", virtio))
+        .await
+        .unwrap();
     api.close().await;
 }
 
