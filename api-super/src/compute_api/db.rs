@@ -937,10 +937,16 @@ pub struct SpecView {
 
 impl RequestSpec {
     /// Whether the spec holds something the server views show at every
-    /// microversion that has it, image properties aside ([`SpecView`];
-    /// `request_specs.view_fields`).
+    /// microversion that has it, beyond what the instance row keeps (the
+    /// key name is on the row) and image properties aside: a zone asked
+    /// for, extra specs, hints ([`SpecView`]; `request_specs.view_fields`).
     pub fn view_fields(&self) -> bool {
-        self.key_name.is_some() || self.view_fields_beyond_key()
+        self.availability_zone.is_some()
+            || self
+                .flavor_extra_specs
+                .as_ref()
+                .is_some_and(|e| !e.is_empty())
+            || !self.scheduler_hints.is_empty()
     }
 
     /// Whether the spec holds image properties, which the server views
@@ -949,17 +955,6 @@ impl RequestSpec {
     /// the views of older microversions need not read those specs).
     pub fn view_image_properties(&self) -> bool {
         !self.recorded_image_properties.is_empty()
-    }
-
-    /// Whether the views show more of the spec than its key name (a zone
-    /// asked for, extra specs, hints).
-    pub fn view_fields_beyond_key(&self) -> bool {
-        self.availability_zone.is_some()
-            || self
-                .flavor_extra_specs
-                .as_ref()
-                .is_some_and(|e| !e.is_empty())
-            || !self.scheduler_hints.is_empty()
     }
 }
 

@@ -227,22 +227,28 @@ impl Source {
                 Err(e) => return Err(e.into()),
             };
             self.done = (rows.len() as i64) < want;
-            // Key names are the API database's: read for this batch only
-            // when a `key_name` filter needs them.
-            let key_names = match (&q.matchers.key_name, rows.is_empty()) {
-                (Some(_), false) => {
-                    let ids: Vec<String> = rows.iter().map(|r| r.uuid.clone()).collect();
+            // Key names are on the rows; those written before the cells
+            // kept them have theirs in the API database's request specs:
+            // read for this batch only when a `key_name` filter needs them.
+            let key_names = match &q.matchers.key_name {
+                Some(_) => {
+                    let ids: Vec<String> = rows
+                        .iter()
+                        .filter(|r| r.key_name.is_none())
+                        .map(|r| r.uuid.clone())
+                        .collect();
                     q.app.db.spec_views(&ids, false).await?
                 }
-                _ => HashMap::new(),
+                None => HashMap::new(),
             };
             for r in rows {
                 let v = q.filter.order.values(&r);
                 self.after = Some(v.clone());
-                if q.matchers.row_ok(&r)
-                    && q.matchers
-                        .key_ok(key_names.get(&r.uuid).and_then(|v| v.key_name.as_deref()))
-                {
+                let key_name = r
+                    .key_name
+                    .as_deref()
+                    .or_else(|| key_names.get(&r.uuid).and_then(|v| v.key_name.as_deref()));
+                if q.matchers.row_ok(&r) && q.matchers.key_ok(key_name) {
                     self.rows.push_back((v, Server::from_cell(r)));
                 }
             }

@@ -92,7 +92,11 @@ impl Server {
 
     /// What the request spec adds to the cell's row.
     pub(crate) fn apply_spec(&mut self, v: super::db::SpecView) {
-        self.key_name = v.key_name;
+        // The row's key name; a row written before the cells kept it has
+        // it only in the spec.
+        if self.key_name.is_none() {
+            self.key_name = v.key_name;
+        }
         self.pinned_az = v.availability_zone;
         self.extra_specs = v.flavor_extra_specs;
         self.scheduler_hints = v.scheduler_hints;
@@ -123,7 +127,7 @@ impl Server {
             locked_reason: i.locked_reason,
             metadata: Vec::new(),
             tags: Vec::new(),
-            key_name: None,
+            key_name: i.key_name,
             reservation_id: i.reservation_id,
             launch_index: i.launch_index,
             user_data: i.user_data,
@@ -1819,7 +1823,9 @@ pub async fn show(
             };
             let groups = match remembered {
                 Some(key_name) => {
-                    s.key_name = key_name;
+                    if s.key_name.is_none() {
+                        s.key_name = key_name;
+                    }
                     Vec::new()
                 }
                 None => {

@@ -286,7 +286,7 @@ impl SuperConductor {
             cell.id,
             &b.project_id,
             spec.key_name.as_deref(),
-            spec.in_group.filter(|_| !spec.view_fields_beyond_key()),
+            spec.in_group.filter(|_| !spec.view_fields()),
         );
         let bus = self.cells.bus(cell).await.map_err(|e| chain(&e))?;
         let f = &spec.flavor;
@@ -488,6 +488,7 @@ pub fn new_instance(
         description: b.description.clone(),
         hostname: b.hostname.clone(),
         tags: b.tags.clone(),
+        key_name: b.key_name.clone(),
     }
 }
 

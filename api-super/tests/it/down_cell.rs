@@ -253,6 +253,7 @@ impl Fixture {
                         description: None,
                         hostname: None,
                         tags: Vec::new(),
+                        key_name: None,
                     })
                     .await
                     .unwrap();

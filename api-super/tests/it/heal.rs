@@ -155,7 +155,7 @@ async fn scheduler_process(region: &Region, owner: &str) -> api_super::conductor
 }
 
 /// The cell databases of a region (cell0 first).
-async fn cell_dbs(region: &Region) -> Vec<CellDb> {
+pub(crate) async fn cell_dbs(region: &Region) -> Vec<CellDb> {
     let mut out = Vec::new();
     // `_dbs`: api, cell0, placement, then the cells.
     for (i, d) in region._dbs.iter().enumerate() {

@@ -330,12 +330,13 @@ async fn sort_keys_paging_host_and_changes_since_across_cells() {
     region.stop().await;
 }
 
-/// The key names (and extra specs) a detailed list shows come from the
-/// request specs that hold one: a spec whose text holds `"key_name"`
-/// elsewhere (an extra spec of that name) gives no key, unknown uuids give
-/// nothing, a spec with nothing to show is not read, and a page of
-/// 450 uuids (one array on PostgreSQL, chunks of 200 on SQLite) finds the
-/// keyed one at its end. A spec whose only shown content is the image's
+/// What a detailed list shows from the request specs (extra specs, and
+/// the key names of rows written before the cells kept them) comes from
+/// the specs marked for it: a spec holding only a key name is not read
+/// (the row has it), one marked by older code is, a spec whose text holds
+/// `"key_name"` elsewhere (an extra spec of that name) gives no key,
+/// unknown uuids give nothing, and a page of 450 uuids (one array on
+/// PostgreSQL, chunks of 200 on SQLite) finds the keyed one at its end. A spec whose only shown content is the image's
 /// properties is read only for 2.98's views; a rebuild's image replaces
 /// them.
 async fn key_names_of_a_page(url: &str) {
@@ -356,16 +357,25 @@ async fn key_names_of_a_page(url: &str) {
     let mut page: Vec<String> = (0..447).map(|i| format!("no-such-{i}")).collect();
     page.extend(b.iter().rev().map(|(i, _)| i.uuid.clone()));
     let views = db.spec_views(&page, false).await.unwrap();
+    // The key name is on the instance row: a spec holding nothing else
+    // is not read.
+    assert!(!views.contains_key(&b[0].0.uuid), "a key name alone");
+    assert_eq!(
+        views[&b[1].0.uuid].flavor_extra_specs,
+        [("key_name".to_owned(), "x".to_owned())].into()
+    );
+    assert_eq!(views.len(), 1, "a spec that shows nothing is not read");
+    // A spec written before the rows kept key names was marked for its
+    // key name: read, and the key name is there.
+    let mark = "UPDATE request_specs SET view_fields = TRUE WHERE instance_uuid = $1";
+    crate::operator::exec(api.pool(), mark, &b[0].0.uuid).await;
+    let views = db.spec_views(&page, false).await.unwrap();
     let keys: Vec<(String, String)> = views
         .iter()
         .filter_map(|(u, v)| v.key_name.clone().map(|k| (u.clone(), k)))
         .collect();
     assert_eq!(keys, [(b[0].0.uuid.clone(), "k1".to_owned())]);
-    assert_eq!(
-        views[&b[1].0.uuid].flavor_extra_specs,
-        [("key_name".to_owned(), "x".to_owned())].into()
-    );
-    assert_eq!(views.len(), 2, "a spec that shows nothing is not read");
+    assert_eq!(views.len(), 2);
     assert!(db.spec_views(&[], false).await.unwrap().is_empty());
     // From 2.98 the image's properties too.
     let views = db.spec_views(&page, true).await.unwrap();
@@ -848,10 +858,16 @@ async fn list_filter_sql(url: &str) {
             description: None,
             hostname: None,
             tags: Vec::new(),
+            key_name: (n % 2 == 1).then(|| format!("k{n}")),
         })
         .await
         .unwrap();
         ids.push(uuid);
+    }
+    // The key name is written on the row.
+    for (n, id) in ids.iter().enumerate() {
+        let row = db.api_instance(id).await.unwrap().unwrap();
+        assert_eq!(row.key_name, (n % 2 == 1).then(|| format!("k{n}")));
     }
     let exec = |sql: &'static str, uuid: String| {
         let db = db.clone();

@@ -1547,6 +1547,7 @@ async fn put_instance(
         description: None,
         hostname: None,
         tags: Vec::new(),
+        key_name: None,
     })
     .await
     .expect("instance");

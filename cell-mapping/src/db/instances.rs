@@ -90,6 +90,8 @@ pub struct NewCellInstance {
     pub hostname: Option<String>,
     /// Tags given at create (2.52), written with the row.
     pub tags: Vec<String>,
+    /// The key pair's name given at create (`key_name`).
+    pub key_name: Option<String>,
     /// When the super-conductor started scheduling it: the `create`
     /// action gets upstream's `conductor_schedule_and_build_instances`
     /// event from then to now (Success, or Error with the fault).
@@ -189,6 +191,9 @@ pub struct CellInstance {
     pub access_ip_v6: Option<String>,
     /// `auto_disk_config` (never set in this cloud).
     pub auto_disk_config: Option<bool>,
+    /// `key_name` (written at create; rows written before it was are
+    /// `NULL`: their key name is in the API database's request spec).
+    pub key_name: Option<String>,
 }
 
 /// The latest fault of an instance.
@@ -545,7 +550,7 @@ const COLUMNS: &str = "i.id, i.uuid, i.project_id, i.user_id, i.display_name, i.
     i.locked, i.locked_by, CASE WHEN i.locked THEN (SELECT sm.value FROM instance_system_metadata sm \
     WHERE sm.instance_uuid = i.uuid AND sm.key = 'locked_reason') END AS locked_reason, i.user_data, \
     i.hostname, i.terminated_at, i.kernel_id, i.ramdisk_id, i.config_drive, i.display_description, \
-    i.root_device_name, i.access_ip_v4, i.access_ip_v6, i.auto_disk_config";
+    i.root_device_name, i.access_ip_v4, i.access_ip_v6, i.auto_disk_config, i.key_name";
 
 // The lock's reason is looked up only for a locked row: it is written with
 // the lock and removed with it in one transaction
@@ -558,17 +563,17 @@ const COLUMNS: &str = "i.id, i.uuid, i.project_id, i.user_id, i.display_name, i.
 const FROM: &str = "instances i";
 
 /// A new instance row (binds `$1` to `$19`, then `user_data`,
-/// `display_description` and `hostname` as parameters `$n`, `$n+1` and
-/// `$n+2`; a `NULL` hostname is the display name).
+/// `display_description`, `hostname` and `key_name` as parameters `$n`
+/// to `$n+3`; a `NULL` hostname is the display name).
 fn insert_instance(n: usize) -> String {
-    let (d, h) = (n + 1, n + 2);
+    let (d, h, k) = (n + 1, n + 2, n + 3);
     format!(
         "INSERT INTO instances (uuid, project_id, user_id, display_name, \
          hostname, vm_state, task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, \
          host, node, launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at, \
-         user_data, display_description) \
+         user_data, display_description, key_name) \
          VALUES ($1, $2, $3, $4, COALESCE(${h}, $4), $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, \
-         $17, $18, $19, ${n}, ${d})"
+         $17, $18, $19, ${n}, ${d}, ${k})"
     )
 }
 
@@ -633,13 +638,13 @@ impl CellDb {
             } else {
                 "m AS (INSERT INTO instance_metadata (instance_uuid, key, value, created_at) \
                  SELECT i.uuid, k.key, k.value, $19 FROM i, \
-                 unnest($31::VARCHAR[], $32::VARCHAR[]) AS k (key, value)), "
+                 unnest($32::VARCHAR[], $33::VARCHAR[]) AS k (key, value)), "
             };
             let tags = if n.tags.is_empty() {
                 ""
             } else {
                 "t AS (INSERT INTO tags (resource_id, tag, created_at) \
-                 SELECT i.uuid, t.tag, $19 FROM i, unnest($33::VARCHAR[]) AS t (tag)), "
+                 SELECT i.uuid, t.tag, $19 FROM i, unnest($34::VARCHAR[]) AS t (tag)), "
             };
             let sql = format!(
                 "WITH i AS ({} RETURNING uuid, id), {metadata}{tags}\
@@ -670,7 +675,8 @@ impl CellDb {
                 .bind(n.scheduled_from)
                 .bind(&n.user_data)
                 .bind(&n.description)
-                .bind(&n.hostname);
+                .bind(&n.hostname)
+                .bind(&n.key_name);
             if !n.metadata.is_empty() || !n.tags.is_empty() {
                 q = q.bind(keys).bind(values);
             }
@@ -686,6 +692,7 @@ impl CellDb {
                 .bind(&n.user_data)
                 .bind(&n.description)
                 .bind(&n.hostname)
+                .bind(&n.key_name)
                 .fetch_one(&mut *tx)).await?;
             for tag in &n.tags {
                 measured("api_instance_tag_insert", sqlx::query(

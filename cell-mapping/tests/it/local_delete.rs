@@ -63,6 +63,7 @@ pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
         description: None,
         hostname: None,
         tags: Vec::new(),
+        key_name: None,
     }
 }
 

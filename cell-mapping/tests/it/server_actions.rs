@@ -71,6 +71,7 @@ async fn flow(be: Be, name: &str) {
         description: None,
         hostname: None,
         tags: Vec::new(),
+        key_name: None,
     })
     .await
     .expect("create");
