@@ -11,7 +11,7 @@ use api_super::compute_api::error::ApiError;
 use api_super::compute_api::images::{BootNeeds, ImageLookup, LookupFuture, ResolvedImage};
 use serde_json::{json, Value};
 
-use crate::common::{self, json as body};
+use crate::common::json as body;
 use crate::compute::{Region, IMAGE};
 
 const REBUILD_IMAGE: &str = "0b1c2d3e-0000-4000-8000-000000000002";
@@ -49,15 +49,7 @@ async fn at(
     path: &str,
     b: Option<Value>,
 ) -> testkit::http::Response {
-    let v = format!("compute {mv}");
-    common::req(
-        region.compute.addr,
-        method,
-        path,
-        &[("x-auth-token", token), ("openstack-api-version", &v)],
-        b,
-    )
-    .await
+    crate::operator::at(region, token, mv, method, path, b).await
 }
 
 /// `{"id", "links"}` of an image, and `properties` when given.

@@ -11,7 +11,7 @@ use crate::common::{self, json as body};
 use crate::compute::{placement_get, Region};
 
 /// A request at compute microversion `mv`.
-async fn at(
+pub(crate) async fn at(
     region: &Region,
     token: &str,
     mv: &str,

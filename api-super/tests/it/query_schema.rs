@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{self, json as body};
+use crate::common::json as body;
 use crate::compute::Region;
 
 /// One request at microversion `2.<mv>`.
@@ -17,15 +17,7 @@ async fn at(
     path: &str,
     b: Option<Value>,
 ) -> testkit::http::Response {
-    let v = format!("compute 2.{mv}");
-    common::req(
-        region.compute.addr,
-        method,
-        path,
-        &[("x-auth-token", token), ("openstack-api-version", &v)],
-        b,
-    )
-    .await
+    crate::operator::at(region, token, &format!("2.{mv}"), method, path, b).await
 }
 
 /// `path` with one more query parameter.
