@@ -10,6 +10,13 @@ use serde_json::{json, Value};
 
 use crate::tls::Tls;
 
+/// The key pair `target.key_pairs` imports for every tenant: (name, an
+/// OpenSSH public key; nobody holds its private half).
+pub const LOADTEST_KEY_PAIR: (&str, &str) = (
+    "loadtest",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINIp4W3nq3RqGc17pVDpZ60gLx8MvS/JhqDJwu/m5A2N loadtest",
+);
+
 /// The Compute API microversion the scenario speaks (networks required,
 /// fault in the detail view).
 pub const COMPUTE_MICROVERSION: &str = "2.90";
@@ -125,13 +132,14 @@ impl Compute {
     }
 
     /// `POST /servers` of one server with no network, in `zone` when given,
-    /// on compute host `host` when given (2.74's `host`: administrators).
+    /// on compute host `host` when given (2.74's `host`: administrators),
+    /// with key pair `key_name` when given.
     pub async fn create(
         &self,
         name: &str,
         flavor: &str,
         image: &str,
-        (zone, host): (Option<&str>, Option<&str>),
+        (zone, host, key_name): (Option<&str>, Option<&str>, Option<&str>),
     ) -> Result<Created> {
         let mut body = json!({"server": {
             "name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}});
@@ -140,6 +148,9 @@ impl Compute {
         }
         if let Some(h) = host {
             body["server"]["host"] = json!(h);
+        }
+        if let Some(k) = key_name {
+            body["server"]["key_name"] = json!(k);
         }
         let resp = self
             .req(reqwest::Method::POST, "/servers")
@@ -157,6 +168,25 @@ impl Compute {
             .as_str()
             .context("POST /servers: no server id")?;
         Ok(Created::Accepted(id.to_owned()))
+    }
+
+    /// Imports the key pair [`LOADTEST_KEY_PAIR`] for this client's user
+    /// (`POST /os-keypairs`); one of that name already there is kept.
+    pub async fn import_key_pair(&self) -> Result<()> {
+        let (name, public_key) = LOADTEST_KEY_PAIR;
+        let resp = self
+            .req(reqwest::Method::POST, "/os-keypairs")
+            .json(&json!({"keypair": {"name": name, "public_key": public_key}}))
+            .send()
+            .await
+            .context("POST /os-keypairs")?;
+        match resp.status().as_u16() {
+            200 | 201 | 409 => Ok(()),
+            s => bail!(
+                "POST /os-keypairs: HTTP {s}: {}",
+                resp.text().await.unwrap_or_default()
+            ),
+        }
     }
 
     /// `DELETE /servers/{id}`: the status (204 accepted, 404 gone already).

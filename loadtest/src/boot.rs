@@ -362,7 +362,7 @@ pub async fn run(t: &Target, spec: &BootSpec) -> Result<BootReport> {
             async move {
                 let posted = Instant::now();
                 let created = compute
-                    .create(&name, &spec.flavor, &spec.image, (None, None))
+                    .create(&name, &spec.flavor, &spec.image, (None, None, None))
                     .await?;
                 let accepted = Instant::now();
                 match &created {

@@ -173,6 +173,8 @@ struct Tenant {
     name: String,
     compute: Compute,
     watcher: Arc<Watcher>,
+    /// The key pair its creates name (`target.key_pairs`).
+    key_name: Option<&'static str>,
 }
 
 // ---------------------------------------------------------------- fleet
@@ -732,7 +734,12 @@ impl Ctx {
         let fid = self.flavor_ids.get(&flavor).cloned().unwrap_or_default();
         let res = t
             .compute
-            .create(&name, &fid, &self.image, (zone.as_deref(), host.as_deref()))
+            .create(
+                &name,
+                &fid,
+                &self.image,
+                (zone.as_deref(), host.as_deref(), t.key_name),
+            )
             .await;
         let accepted = Instant::now();
         let mut rec = ServerRec {
@@ -1155,6 +1162,7 @@ fn new_tenant(name: &str, compute: Compute, poll: Duration) -> Tenant {
         name: name.to_owned(),
         compute,
         watcher,
+        key_name: None,
     }
 }
 
@@ -1176,7 +1184,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
     let wants_hosts = s.phases.iter().any(|p| p.requested_hosts > 0.0);
 
-    let (embedded, target, mut memory, tenants, image, url_checks) = match s.target.kind {
+    let (embedded, target, mut memory, mut tenants, image, url_checks) = match s.target.kind {
         TargetKind::Embedded => {
             let (e, target, memory) = start_embedded(s, &mut rng).await?;
             let r = &e.region;
@@ -1325,6 +1333,15 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             )
         }
     };
+    if s.target.key_pairs {
+        for t in &mut tenants {
+            t.compute
+                .import_key_pair()
+                .await
+                .with_context(|| format!("the key pair of tenant {}", t.name))?;
+            t.key_name = Some(api::LOADTEST_KEY_PAIR.0);
+        }
+    }
 
     // Flavor names → ids.
     let mut flavor_ids = HashMap::new();

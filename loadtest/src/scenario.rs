@@ -33,6 +33,8 @@
 //!                              # file; default OS_CACERT)
 //! insecure = false             # url: true skips certificate checks
 //!                              # (like `openstack --insecure`; warns)
+//! key_pairs = false            # true: every tenant imports a key pair
+//!                              # and names it in each create (`key_name`)
 //!
 //! [region]                     # passed to region::RegionConfig's [region]
 //! heartbeat_interval_secs = 10
@@ -249,6 +251,10 @@ pub struct TargetSpec {
     /// Skip certificate verification of the https endpoints (`url`; like
     /// the openstack CLI's `--insecure`).
     pub insecure: bool,
+    /// Every tenant imports a key pair ([`crate::api::LOADTEST_KEY_PAIR`])
+    /// before the phases and names it in each create, as most servers of a
+    /// real cloud have one.
+    pub key_pairs: bool,
     /// Image name or id (default: the region's CirrOS-like image).
     pub image: Option<String>,
     /// The embedded region's data directory (default: a fresh temporary

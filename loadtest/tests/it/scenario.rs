@@ -159,6 +159,26 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
     let summary = report::summary(&r);
     assert!(summary.contains("invariants: all hold"), "{summary}");
     assert!(summary.contains("1-boot-and-delete"), "{summary}");
+    // `target.key_pairs`: every tenant's creates named the key pair it
+    // imported, and the cell's rows (deleted ones are kept) carry it.
+    let url = format!("sqlite://{}/cell1.sqlite", data.display());
+    let cell = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let keys: Vec<(Option<String>, i64)> =
+        sqlx::query_as("SELECT key_name, COUNT(*) FROM instances GROUP BY key_name")
+            .fetch_all(&cell)
+            .await
+            .unwrap();
+    let requested: i64 = phases
+        .iter()
+        .map(|p| p["requested"].as_i64().unwrap())
+        .sum();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(keys[0].0.as_deref(), Some("loadtest"), "{keys:?}");
+    assert!(
+        keys[0].1 >= requested,
+        "{keys:?}: {requested} servers asked for"
+    );
+    cell.close().await;
     std::fs::remove_dir_all(&data).ok();
     std::fs::remove_dir_all(&out).ok();
 }
