@@ -786,10 +786,19 @@ async fn compute_lookup_and_seeded_image() {
         lookup.find_bootable(&member_claims, "big", 1024, 40).await,
         Err(LookupError::FlavorMemoryTooSmall)
     ));
+    let small = lookup.find_bootable(&member_claims, "big", 4096, 10).await;
     assert!(matches!(
-        lookup.find_bootable(&member_claims, "big", 4096, 10).await,
-        Err(LookupError::FlavorDiskTooSmall)
+        small,
+        Err(LookupError::FlavorDiskSmallerThanMinDisk {
+            flavor_bytes: 10737418240,
+            min_disk_bytes: 21474836480,
+        })
     ));
+    assert_eq!(
+        small.unwrap_err().to_string(),
+        "Flavor's disk is smaller than the minimum size specified in image metadata. Flavor \
+         disk is 10737418240 bytes, minimum size is 21474836480 bytes."
+    );
     lookup
         .find_bootable(&member_claims, "big", 4096, 20)
         .await
