@@ -435,19 +435,8 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
             ))
         }
     };
-    let name = match o.get("name") {
-        None => None,
-        Some(Value::String(s))
-            if !s.trim().is_empty() && s.trim().len() == s.len() && s.chars().count() <= 255 =>
-        {
-            Some(s.clone())
-        }
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute name. Value: {other}. {other} does not match the name pattern"
-            )))
-        }
-    };
+    // Nova's rebuild schema has the create's `parameter_types.name`.
+    let name = o.get("name").map(super::servers::name_field).transpose()?;
     let metadata = match o.get("metadata") {
         None => None,
         Some(m) => Some(validate_metadata(m, "metadata")?),

@@ -592,7 +592,7 @@ async fn flavor_manage_extra_specs_and_access() {
             Some(Stack::boot_body("v", "p1")),
         )
         .await;
-    fault(&r, 400, "badRequest", "Invalid flavorRef provided.");
+    fault(&r, 400, "badRequest", "Flavor p1 could not be found.");
     // Admin filters: default public (and accessible), false: private, none: all.
     let r = s.call(&s.admin, "GET", "/v2.1/flavors", None).await;
     assert!(!ids(&r).contains(&"p1".to_owned()));
