@@ -2125,7 +2125,9 @@ fn fqdn_error(key: &str, v: &Value) -> ApiError {
 /// The `description` of a create or update body as Nova's schema has it
 /// (2.19): `None` absent, `Some(None)` null, else a string of at most 255
 /// characters without control characters other than line breaks and tabs.
-fn description_field(o: &serde_json::Map<String, Value>) -> ApiResult<Option<Option<String>>> {
+pub(crate) fn description_field(
+    o: &serde_json::Map<String, Value>,
+) -> ApiResult<Option<Option<String>>> {
     match o.get("description") {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),

@@ -1280,6 +1280,67 @@ async fn create_body_as_nova_schema_has_it() {
             "{mv} {b}"
         );
     }
+    // The actions' bodies are checked before the server is looked for
+    // (as Nova's schema runs first): a server that does not exist will do.
+    let action = format!("/v2.1/servers/{}/action", uuid::Uuid::new_v4());
+    for (mv, b, want) in [
+        (
+            "2.1",
+            json!({"reboot": {"type": "WARM"}}),
+            "Invalid input for field/attribute type. Value: WARM. 'WARM' is not one of ['HARD', \
+             'Hard', 'hard', 'SOFT', 'Soft', 'soft']",
+        ),
+        (
+            "2.1",
+            json!({"reboot": {}}),
+            "Invalid input for field/attribute reboot. Value: {}. 'type' is a required property",
+        ),
+        (
+            "2.1",
+            json!({"reboot": {"type": "HARD", "now": true}}),
+            "Invalid input for field/attribute reboot. Value: {'now': True, 'type': 'HARD'}. \
+             Additional properties are not allowed ('now' was unexpected)",
+        ),
+        (
+            "2.1",
+            json!({"rebuild": {"imageRef": 7}}),
+            "Invalid input for field/attribute imageRef. Value: 7. 7 is not of type 'string'",
+        ),
+        (
+            "2.1",
+            json!({"rebuild": {"imageRef": IMAGE, "name": "x "}}),
+            "An invalid 'name' value was provided. The name must be: printable characters. Can \
+             not start or end with whitespace.",
+        ),
+        (
+            "2.73",
+            json!({"lock": {"locked_reason": 5}}),
+            "Invalid input for field/attribute locked_reason. Value: 5. 5 is not of type 'string'",
+        ),
+        (
+            "2.73",
+            json!({"lock": "now"}),
+            "Invalid input for field/attribute lock. Value: now. 'now' is not of type 'object', \
+             'null'",
+        ),
+    ] {
+        let r = common::req(
+            region.compute.addr,
+            "POST",
+            &action,
+            &[
+                ("x-auth-token", &member),
+                ("openstack-api-version", &format!("compute {mv}")),
+            ],
+            Some(b.clone()),
+        )
+        .await;
+        assert_eq!(
+            body(&r),
+            json!({"badRequest": {"code": 400, "message": want}}),
+            "{mv} {b}"
+        );
+    }
     let r = region
         .call(&admin, "GET", "/v2.1/servers?all_tenants=1", None)
         .await;
