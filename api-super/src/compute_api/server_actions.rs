@@ -491,11 +491,23 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
                 ram_mb: ram.max(0) as u64,
                 disk_gb: disk.max(0) as u64,
             };
-            let img = images.resolve(&image, needs).await?;
+            // Nova's rebuild has its own words for an image it cannot find.
+            let not_found = crate::image::LookupError::NotFound.to_string();
+            let img = images.resolve(&image, needs).await.map_err(|e| match e {
+                ApiError::BadRequest(m) if m == not_found => bad("Cannot find image for rebuild"),
+                e => e,
+            })?;
             (img.id, img.properties)
         }
         None if is_uuid_like(&image) => (image, BTreeMap::new()),
-        None => return Err(bad("Invalid imageRef provided.")),
+        // No image service: only an id will do (Nova's `image_id`).
+        None => {
+            return Err(invalid_field(
+                "imageRef",
+                &Value::String(image.clone()),
+                &format!("{} is not a 'uuid'", python_repr(&image)),
+            ))
+        }
     };
     let spec_image = SpecImage {
         image_ref: image_ref.clone(),

@@ -1714,7 +1714,18 @@ pub async fn create(
             ImageProps::default(),
             BTreeMap::new(),
         ),
-        None => return Err(bad("Invalid imageRef provided.")),
+        // No image service: only an id will do, as Nova's schema says
+        // (`image_id_or_empty_string`, a `oneOf`).
+        None => {
+            return Err(invalid_field(
+                "imageRef",
+                &Value::String(req.image_ref.clone()),
+                &format!(
+                    "{} is not valid under any of the given schemas",
+                    query_schema::python_repr(&req.image_ref)
+                ),
+            ))
+        }
     };
     let (availability_zone, force_host, force_node) =
         parse_availability_zone(req.availability_zone.as_deref())?;

@@ -1213,6 +1213,13 @@ async fn create_body_as_nova_schema_has_it() {
         ),
         (
             "2.1",
+            server(json!({"imageRef": "cirros"})),
+            "Invalid input for field/attribute imageRef. Value: cirros. 'cirros' is not valid \
+             under any of the given schemas"
+                .to_owned(),
+        ),
+        (
+            "2.1",
             server(json!({"min_count": "abc"})),
             "Invalid input for field/attribute min_count. Value: abc. 'abc' does not match \
              '^[0-9]*$'"
@@ -1415,6 +1422,21 @@ async fn create_body_as_nova_schema_has_it() {
         .cloned()
         .unwrap();
     check(&listed);
+    // A rebuild's imageRef without an image service: an id (Nova's
+    // `image_id`), refused before anything changes.
+    let r = region
+        .call(
+            &member,
+            "POST",
+            &format!("/v2.1/servers/{id}/action"),
+            Some(json!({"rebuild": {"imageRef": "cirros"}})),
+        )
+        .await;
+    assert_eq!(
+        body(&r),
+        json!({"badRequest": {"code": 400, "message":
+            "Invalid input for field/attribute imageRef. Value: cirros. 'cirros' is not a 'uuid'"}})
+    );
     let s = body(&region.show(&admin, &id).await)["server"].clone();
     assert_eq!(s["host_status"], "UP", "2.16: {s}");
     // Nova's `instance-%08x` of the row id.
