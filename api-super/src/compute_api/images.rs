@@ -91,7 +91,9 @@ impl ImageLookup for InMemoryImages {
                 id,
                 properties: Default::default(),
             })
-            .ok_or_else(|| ApiError::BadRequest(format!("Image {image_ref} could not be found.")));
+            // Nova's words for ImageNotFound at create, as the image
+            // service's lookup says them.
+            .ok_or_else(|| ApiError::BadRequest("Can not find requested image".into()));
         Box::pin(std::future::ready(found))
     }
 }

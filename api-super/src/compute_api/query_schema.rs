@@ -296,6 +296,57 @@ pub(crate) fn python_repr(s: &str) -> String {
     out
 }
 
+/// A JSON value as Python's `repr` writes the decoded value (how JSON
+/// Schema's messages show an instance, `%r`): strings quoted as
+/// [`python_repr`], `None`, `True`, `False`, numbers bare, lists and
+/// dicts in Python's brackets (a dict's keys in this map's order, which is
+/// sorted, not the body's).
+pub(crate) fn python_value_repr(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => python_repr(s),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(python_value_repr).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(m) => {
+            let items: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{}: {}", python_repr(k), python_value_repr(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+/// A JSON value as Python's `str` writes the decoded value (Nova's
+/// `Value: %(value)s`): a string as it is, anything else as its `repr`.
+pub(crate) fn python_value_str(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        v => python_value_repr(v),
+    }
+}
+
+/// Nova's 400 for a request body that fails its JSON schema at `field`
+/// (nova.api.validation.validators): `Invalid input for field/attribute
+/// {field}. Value: {value}. {message}`, the value as Python's `str`.
+pub(crate) fn invalid_field(field: &str, v: &serde_json::Value, message: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "Invalid input for field/attribute {field}. Value: {}. {message}",
+        python_value_str(v)
+    ))
+}
+
+/// JSON Schema's `type` message: `{repr} is not of type 'a', 'b'`.
+pub(crate) fn not_of_type(v: &serde_json::Value, types: &str) -> String {
+    format!("{} is not of type {types}", python_value_repr(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,5 +407,12 @@ mod tests {
         assert_eq!(python_repr("a'\"b"), "'a\\'\"b'");
         assert_eq!(python_repr("a\\b\n\u{1}"), "'a\\\\b\\n\\x01'");
         assert_eq!(python_repr("é"), "'é'");
+        let v = serde_json::json!({"b": [1, null, true, "x"], "a": false});
+        assert_eq!(
+            python_value_repr(&v),
+            "{'a': False, 'b': [1, None, True, 'x']}"
+        );
+        assert_eq!(python_value_str(&serde_json::json!("abc")), "abc");
+        assert_eq!(python_value_str(&serde_json::json!(null)), "None");
     }
 }

@@ -162,8 +162,10 @@ pub fn create_limits(
     let g = |r: &str| l.get(r).copied().unwrap_or(-1);
     let items = g("metadata_items");
     if items >= 0 && metadata_items as i64 > items {
+        // Nova's MetadataLimitExceeded (nova.compute.api's
+        // `_check_metadata_properties_quota`).
         return Err(ApiError::Forbidden(format!(
-            "Quota exceeded for metadata_items: Requested {metadata_items}, but already used 0 of {items} metadata_items"
+            "Maximum number of metadata items exceeds {items}"
         )));
     }
     Ok((

@@ -26,6 +26,7 @@ use crate::scheduler::filters::image_properties::ImageProps;
 use super::db::SpecImage;
 use super::error::{ApiError, ApiResult};
 use super::images::{is_uuid_like, recorded_properties};
+use super::query_schema::{invalid_field, not_of_type, python_repr, python_value_repr as py_repr};
 use super::server_metadata::validate_metadata;
 use super::servers::{add_server_groups, delete_server, detail_view, find, Found, Server};
 use super::{App, Ctx};
@@ -223,33 +224,53 @@ fn null_body(name: &str, arg: &Value) -> ApiResult<()> {
     match arg {
         Value::Null => Ok(()),
         Value::Object(m) if m.is_empty() => Ok(()),
-        other => Err(bad(format!(
-            "Invalid input for field/attribute {name}. Value: {other}. {other} is not of type 'null'"
-        ))),
+        // Nova's schemas for these actions take any value (`{}`, with a
+        // TODO to restrict it to null); this region refuses anything else
+        // than null or `{}`, in JSON Schema's words for a `null` type.
+        other => Err(invalid_field(name, other, &not_of_type(other, "'null'"))),
     }
 }
 
 /// `{"reboot": {"type": "SOFT" | "HARD"}}`: whether it is hard.
 fn reboot_type(arg: &Value) -> ApiResult<bool> {
     let Some(o) = arg.as_object() else {
-        return Err(bad(format!(
-            "Invalid input for field/attribute reboot. Value: {arg}. {arg} is not of type 'object'"
-        )));
+        return Err(invalid_field("reboot", arg, &not_of_type(arg, "'object'")));
     };
-    if let Some(k) = o.keys().find(|k| k.as_str() != "type") {
-        return Err(bad(format!(
-            "Invalid input for field/attribute reboot. Value: {arg}. Additional properties are not allowed ('{k}' was unexpected)"
-        )));
-    }
+    // Nova's schema order: properties, required, additionalProperties.
     match o.get("type") {
-        None => Err(bad(
-            "Invalid input for field/attribute reboot. Value: {}. 'type' is a required property",
+        Some(t) if !t.is_string() => {
+            return Err(invalid_field("type", t, &not_of_type(t, "'string'")));
+        }
+        None => {
+            return Err(invalid_field(
+                "reboot",
+                arg,
+                "'type' is a required property",
+            ));
+        }
+        _ => {}
+    }
+    if let Some(k) = o.keys().find(|k| k.as_str() != "type") {
+        return Err(invalid_field(
+            "reboot",
+            arg,
+            &format!(
+                "Additional properties are not allowed ({} was unexpected)",
+                python_repr(k)
+            ),
+        ));
+    }
+    match &o["type"] {
+        Value::String(t) if t.eq_ignore_ascii_case("HARD") => Ok(true),
+        Value::String(t) if t.eq_ignore_ascii_case("SOFT") => Ok(false),
+        t => Err(invalid_field(
+            "type",
+            t,
+            &format!(
+                "{} is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']",
+                py_repr(t)
+            ),
         )),
-        Some(Value::String(t)) if t.eq_ignore_ascii_case("HARD") => Ok(true),
-        Some(Value::String(t)) if t.eq_ignore_ascii_case("SOFT") => Ok(false),
-        Some(t) => Err(bad(format!(
-            "Invalid input for field/attribute type. Value: {t}. {t} is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']"
-        ))),
     }
 }
 
@@ -413,21 +434,27 @@ const REBUILD_KEYS: &[&str] = &[
 /// `rebuild`: `imageRef` (required), `name`, `metadata` (replaces all).
 async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response> {
     let Some(o) = arg.as_object() else {
-        return Err(bad(format!(
-            "Invalid input for field/attribute rebuild. Value: {arg}. {arg} is not of type 'object'"
-        )));
+        return Err(invalid_field("rebuild", arg, &not_of_type(arg, "'object'")));
     };
+    // Errors about the `rebuild` object itself leave out Nova's
+    // `Value: {…}`, which would print `adminPass` into the message.
     if let Some(k) = o.keys().find(|k| !REBUILD_KEYS.contains(&k.as_str())) {
         return Err(bad(format!(
-            "Invalid input for field/attribute rebuild. Value: {arg}. Additional properties are not allowed ('{k}' was unexpected)"
+            "Invalid input for field/attribute rebuild. Additional properties are not allowed ({} was unexpected)",
+            python_repr(k)
         )));
     }
     let image = match o.get("imageRef") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(v @ Value::String(_)) => {
+            return Err(invalid_field("imageRef", v, "'' is not a 'uuid'"))
+        }
         Some(other) => {
-            return Err(bad(format!(
-            "Invalid input for field/attribute imageRef. Value: {other}. {other} is not a 'uuid'"
-        )))
+            return Err(invalid_field(
+                "imageRef",
+                other,
+                &not_of_type(other, "'string'"),
+            ))
         }
         None => {
             return Err(bad(
@@ -435,35 +462,19 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
             ))
         }
     };
-    let name = match o.get("name") {
-        None => None,
-        Some(Value::String(s))
-            if !s.trim().is_empty() && s.trim().len() == s.len() && s.chars().count() <= 255 =>
-        {
-            Some(s.clone())
-        }
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute name. Value: {other}. {other} does not match the name pattern"
-            )))
-        }
-    };
+    // Nova's rebuild schema has the create's `parameter_types.name`.
+    let name = o.get("name").map(super::servers::name_field).transpose()?;
     let metadata = match o.get("metadata") {
         None => None,
         Some(m) => Some(validate_metadata(m, "metadata")?),
     };
     if ctx.mv.at_least(19) {
-        if let Some(d) = o.get("description") {
-            if !(d.is_null() || d.as_str().is_some_and(|s| s.chars().count() <= 255)) {
-                return Err(bad(format!(
-                    "Invalid input for field/attribute description. Value: {d}."
-                )));
-            }
-        }
+        // Nova's `parameter_types.description`, as at create.
+        super::servers::description_field(o)?;
     } else if o.contains_key("description") {
-        return Err(bad(format!(
-            "Invalid input for field/attribute rebuild. Value: {arg}. Additional properties are not allowed ('description' was unexpected)"
-        )));
+        return Err(bad(
+            "Invalid input for field/attribute rebuild. Additional properties are not allowed ('description' was unexpected)",
+        ));
     }
     // The image must exist and be visible to the caller (checked before
     // anything changes).
@@ -480,11 +491,23 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
                 ram_mb: ram.max(0) as u64,
                 disk_gb: disk.max(0) as u64,
             };
-            let img = images.resolve(&image, needs).await?;
+            // Nova's rebuild has its own words for an image it cannot find.
+            let not_found = crate::image::LookupError::NotFound.to_string();
+            let img = images.resolve(&image, needs).await.map_err(|e| match e {
+                ApiError::BadRequest(m) if m == not_found => bad("Cannot find image for rebuild"),
+                e => e,
+            })?;
             (img.id, img.properties)
         }
         None if is_uuid_like(&image) => (image, BTreeMap::new()),
-        None => return Err(bad("Invalid imageRef provided.")),
+        // No image service: only an id will do (Nova's `image_id`).
+        None => {
+            return Err(invalid_field(
+                "imageRef",
+                &Value::String(image.clone()),
+                &format!("{} is not a 'uuid'", python_repr(&image)),
+            ))
+        }
     };
     let spec_image = SpecImage {
         image_ref: image_ref.clone(),
@@ -533,27 +556,49 @@ async fn lock(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response
     let reason = match arg {
         Value::Null => None,
         Value::Object(m) if ctx.mv.at_least(73) => {
-            if let Some(k) = m.keys().find(|k| k.as_str() != "locked_reason") {
-                return Err(bad(format!(
-                    "Invalid input for field/attribute lock. Value: {arg}. Additional properties are not allowed ('{k}' was unexpected)"
-                )));
-            }
             match m.get("locked_reason") {
-                None => None,
-                Some(Value::String(s)) if s.chars().count() <= 255 => Some(s.clone()),
+                None => {}
+                Some(Value::String(s)) if s.chars().count() <= 255 => {}
+                Some(v @ Value::String(_)) => {
+                    return Err(invalid_field(
+                        "locked_reason",
+                        v,
+                        &format!("{} is too long", py_repr(v)),
+                    ))
+                }
                 Some(other) => {
-                    return Err(bad(format!(
-                        "Invalid input for field/attribute locked_reason. Value: {other}. {other} is not of type 'string' or is longer than 255 characters"
-                    )))
+                    return Err(invalid_field(
+                        "locked_reason",
+                        other,
+                        &not_of_type(other, "'string'"),
+                    ))
                 }
             }
+            if let Some(k) = m.keys().find(|k| k.as_str() != "locked_reason") {
+                return Err(invalid_field(
+                    "lock",
+                    arg,
+                    &format!(
+                        "Additional properties are not allowed ({} was unexpected)",
+                        python_repr(k)
+                    ),
+                ));
+            }
+            m.get("locked_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
         }
         Value::Object(m) if m.is_empty() => None,
-        other => {
-            return Err(bad(format!(
-            "Invalid input for field/attribute lock. Value: {other}. {other} is not of type 'null'"
-        )))
+        // 2.73: Nova's `['object', 'null']`. Before, Nova takes any value
+        // (`{}`); this region only null or `{}`.
+        other if ctx.mv.at_least(73) => {
+            return Err(invalid_field(
+                "lock",
+                other,
+                &not_of_type(other, "'object', 'null'"),
+            ))
         }
+        other => return Err(invalid_field("lock", other, &not_of_type(other, "'null'"))),
     };
     let (cell, s) = in_cell(app, ctx, id, "os_compute_api:os-lock-server:lock", "lock").await?;
     let is_owner = s.project_id == ctx.project_id();

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::db::{BuildInstance, GroupJoin, MappingRow, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
-use super::query_schema;
+use super::query_schema::{self, invalid_field, not_of_type, python_value_repr as py_repr};
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError};
 use crate::scheduler::filters::image_properties::ImageProps;
@@ -1128,14 +1128,12 @@ pub(crate) fn sanitize_hostname(name: &str) -> String {
 /// A value of one of the create keys this region accepts without acting
 /// on it: valid as Nova's schema says, else a 400.
 fn check_inert(key: &str, v: &Value) -> ApiResult<()> {
-    let wrong = |why: &str| {
-        Err(bad(format!(
-            "Invalid input for field/attribute {key}. Value: {v}. {why}"
-        )))
-    };
+    let wrong = |why: &str| Err(invalid_field(key, v, why));
     match (key, v) {
         ("OS-DCF:diskConfig", Value::String(s)) if s == "AUTO" || s == "MANUAL" => Ok(()),
-        ("OS-DCF:diskConfig", _) => wrong(&format!("{v} is not one of ['AUTO', 'MANUAL']")),
+        ("OS-DCF:diskConfig", _) => {
+            wrong(&format!("{} is not one of ['AUTO', 'MANUAL']", py_repr(v)))
+        }
         ("config_drive", Value::Bool(false)) => Ok(()),
         ("config_drive", Value::String(s))
             if matches!(
@@ -1148,9 +1146,9 @@ fn check_inert(key: &str, v: &Value) -> ApiResult<()> {
         ("config_drive", Value::Bool(true) | Value::String(_)) => Err(bad(
             "Config drives are not built in this region: boot without config_drive.",
         )),
-        ("config_drive", _) => wrong(&format!("{v} is not of type 'boolean', 'string'")),
+        ("config_drive", _) => wrong(&not_of_type(v, "'boolean', 'string'")),
         ("return_reservation_id", Value::Bool(_)) => Ok(()),
-        ("return_reservation_id", _) => wrong(&format!("{v} is not of type 'boolean'")),
+        ("return_reservation_id", _) => wrong(&not_of_type(v, "'boolean'")),
         ("security_groups", Value::Array(items)) => {
             for g in items {
                 match g.as_object().and_then(|o| {
@@ -1165,9 +1163,9 @@ fn check_inert(key: &str, v: &Value) -> ApiResult<()> {
             }
             Ok(())
         }
-        ("security_groups", _) => wrong(&format!("{v} is not of type 'array'")),
+        ("security_groups", _) => wrong(&not_of_type(v, "'array'")),
         ("adminPass", Value::String(_)) => Ok(()),
-        ("adminPass", _) => wrong(&format!("{v} is not of type 'string'")),
+        ("adminPass", _) => wrong(&not_of_type(v, "'string'")),
         _ => Ok(()),
     }
 }
@@ -1187,7 +1185,11 @@ fn local_image_bdm(items: &[Value]) -> ApiResult<Option<String>> {
         };
     };
     let Some(m) = item.as_object() else {
-        return Err(bad(format!("Invalid input for field/attribute block_device_mapping_v2. Value: {item}. {item} is not of type 'object'")));
+        return Err(invalid_field(
+            "block_device_mapping_v2",
+            item,
+            &not_of_type(item, "'object'"),
+        ));
     };
     let s = |k: &str| m.get(k).and_then(Value::as_str);
     let boot_index = match m.get("boot_index") {
@@ -1246,23 +1248,38 @@ fn parse_availability_zone(z: Option<&str>) -> ApiResult<ZoneHostNode> {
 const MAX_USER_DATA: usize = 65535;
 
 fn int_field(o: &serde_json::Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
-    match o.get(key) {
-        None => Ok(None),
-        Some(Value::Number(n)) => n
+    // Nova's `positive_integer`: an integer or a string, checked in its
+    // schema's order (type, pattern `^[0-9]*$`, minimum, minLength).
+    let Some(v) = o.get(key) else {
+        return Ok(None);
+    };
+    match v {
+        Value::Number(n) => n
             .as_i64()
             .filter(|v| *v >= 1)
             .map(Some)
-            .ok_or_else(|| bad(format!("Invalid input for field/attribute {key}. Value: {n}. {n} is less than the minimum of 1"))),
-        Some(Value::String(s)) if s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() => {
-            let v: i64 = s.parse().map_err(|_| bad(format!("Invalid input for field/attribute {key}.")))?;
-            if v < 1 {
-                return Err(bad(format!("Invalid input for field/attribute {key}. Value: {s}. {s} is less than the minimum of 1")));
-            }
-            Ok(Some(v))
-        }
-        Some(v) => Err(bad(format!(
-            "Invalid input for field/attribute {key}. Value: {v}. {v} is not of type 'integer', 'string'"
-        ))),
+            .ok_or_else(|| invalid_field(key, v, &format!("{n} is less than the minimum of 1"))),
+        Value::String(s) if !s.bytes().all(|b| b.is_ascii_digit()) => Err(invalid_field(
+            key,
+            v,
+            &format!("{} does not match '^[0-9]*$'", py_repr(v)),
+        )),
+        Value::String(s) if s.is_empty() => Err(invalid_field(key, v, "'' is too short")),
+        Value::String(s) => match s.parse::<i64>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            // "0" passes Nova's schema (a string has no minimum); Nova
+            // then refuses it further on. Ours says why here.
+            _ => Err(invalid_field(
+                key,
+                v,
+                &format!("{s} is less than the minimum of 1"),
+            )),
+        },
+        v => Err(invalid_field(
+            key,
+            v,
+            &not_of_type(v, "'integer', 'string'"),
+        )),
     }
 }
 
@@ -1277,7 +1294,11 @@ fn check_requested_networks(items: &[Value]) -> ApiResult<()> {
     // The request's shape first (the schema), every entry.
     for item in items {
         let Some(m) = item.as_object() else {
-            return Err(bad(format!("Invalid input for field/attribute networks. Value: {item}. {item} is not of type 'object'")));
+            return Err(invalid_field(
+                "networks",
+                item,
+                &not_of_type(item, "'object'"),
+            ));
         };
         if let Some(k) = m
             .keys()
@@ -1289,12 +1310,17 @@ fn check_requested_networks(items: &[Value]) -> ApiResult<()> {
             match m.get(key) {
                 None | Some(Value::String(_)) => {}
                 Some(Value::Null) if key == "port" => {}
-                Some(other) => return Err(bad(format!("Invalid input for field/attribute {key}. Value: {other}. {other} is not of type 'string'"))),
+                Some(other) => {
+                    return Err(invalid_field(key, other, &not_of_type(other, "'string'")))
+                }
             }
         }
         if let Some(port) = m.get("port").and_then(Value::as_str) {
             if uuid::Uuid::parse_str(port).is_err() {
-                return Err(bad(format!("Invalid input for field/attribute port. Value: {port}. '{port}' is not a 'uuid'")));
+                return Err(bad(format!(
+                    "Invalid input for field/attribute port. Value: {port}. {} is not a 'uuid'",
+                    query_schema::python_repr(port)
+                )));
             }
         }
     }
@@ -1322,10 +1348,15 @@ fn check_requested_networks(items: &[Value]) -> ApiResult<()> {
 fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let v: Value = serde_json::from_slice(body).map_err(|_| bad("Malformed request body"))?;
     let Some(server) = v.get("server") else {
-        return Err(bad("Invalid input for field/attribute server. Value: None. 'server' is a required property"));
+        // Nova's schema error at the body's root has no field prefix.
+        return Err(bad("'server' is a required property"));
     };
     let Some(o) = server.as_object() else {
-        return Err(bad(format!("Invalid input for field/attribute server. Value: {server}. {server} is not of type 'object'")));
+        return Err(invalid_field(
+            "server",
+            server,
+            &not_of_type(server, "'object'"),
+        ));
     };
     if let Some(top) = v.as_object() {
         if let Some(k) = top.keys().find(|k| {
@@ -1339,6 +1370,10 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             )));
         }
     }
+    // Errors about the `server` object itself (an unknown key, a required
+    // one missing) leave out Nova's `Value: {…}`: Nova prints the whole
+    // body there, `adminPass` and `user_data` included, into a message
+    // that proxies and its own log keep.
     for (k, val) in o {
         match create_key(ctx, k) {
             None => {
@@ -1359,61 +1394,127 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         }
     }
     let name = match o.get("name") {
-        Some(Value::String(s)) => {
-            let t = s.trim();
-            if t.is_empty() || s.chars().count() > 255 || t.len() != s.len() {
-                return Err(bad(format!("Invalid input for field/attribute name. Value: {s}. '{s}' does not match the name pattern")));
-            }
-            s.clone()
+        Some(v) => name_field(v)?,
+        None => {
+            return Err(bad(
+                "Invalid input for field/attribute server. 'name' is a required property",
+            ))
         }
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute name. Value: {other}. {other} is not of type 'string'"))),
-        None => return Err(bad("Invalid input for field/attribute server. 'name' is a required property")),
     };
     let flavor_ref = match o.get("flavorRef") {
         // A flavor's link is its id (Nova's `get_id_from_href`).
         Some(Value::String(s)) if s.contains('/') => {
-            let path = s.split(['?', '#']).next().unwrap_or("").trim_end_matches('/');
+            let path = s
+                .split(['?', '#'])
+                .next()
+                .unwrap_or("")
+                .trim_end_matches('/');
             path.rsplit('/').next().unwrap_or("").to_owned()
         }
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(Value::Number(n)) if n.is_i64() => n.to_string(),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute flavorRef. Value: {other}. {other} is not of type 'string', 'integer'"))),
-        None => return Err(bad("Invalid input for field/attribute server. 'flavorRef' is a required property")),
+        Some(v @ Value::String(_)) => return Err(invalid_field("flavorRef", v, "'' is too short")),
+        Some(other) => {
+            return Err(invalid_field(
+                "flavorRef",
+                other,
+                &not_of_type(other, "'string', 'integer'"),
+            ))
+        }
+        None => {
+            return Err(bad(
+                "Invalid input for field/attribute server. 'flavorRef' is a required property",
+            ))
+        }
     };
     let bdm_image = match o.get("block_device_mapping_v2") {
         None => None,
         Some(Value::Array(items)) => local_image_bdm(items)?,
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute block_device_mapping_v2. Value: {other}. {other} is not of type 'array'"))),
+        Some(other) => {
+            return Err(invalid_field(
+                "block_device_mapping_v2",
+                other,
+                &not_of_type(other, "'array'"),
+            ))
+        }
     };
     let image_ref = match (o.get("imageRef"), bdm_image) {
         (Some(Value::String(s)), Some(b)) if !s.is_empty() && *s != b => {
-            return Err(bad(format!("Block device mapping is invalid: the boot image {b} is not the imageRef {s}.")))
+            return Err(bad(format!(
+                "Block device mapping is invalid: the boot image {b} is not the imageRef {s}."
+            )))
         }
         (Some(Value::String(s)), _) if !s.is_empty() => s.clone(),
         (None | Some(Value::String(_)), Some(b)) => b,
         (Some(Value::String(_)), None) => return Err(bad("Missing imageRef attribute")),
-        (Some(other), _) => return Err(bad(format!("Invalid input for field/attribute imageRef. Value: {other}. {other} is not of type 'string'"))),
-        // Boot from volume is not built: an image is required.
-        (None, None) => return Err(bad("Invalid input for field/attribute server. 'imageRef' is a required property")),
+        // Nova's `image_id_or_empty_string` is a `oneOf`.
+        (Some(other), _) => {
+            return Err(invalid_field(
+                "imageRef",
+                other,
+                &format!(
+                    "{} is not valid under any of the given schemas",
+                    py_repr(other)
+                ),
+            ))
+        }
+        // Boot from volume is not built: an image is required (Nova's
+        // schema does not require the key; its create then says this).
+        (None, None) => return Err(bad("Missing imageRef attribute")),
     };
     let availability_zone = match o.get("availability_zone") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute availability_zone. Value: {other}. {other} is not of type 'string'"))),
+        Some(other) => {
+            return Err(invalid_field(
+                "availability_zone",
+                other,
+                &not_of_type(other, "'string'"),
+            ))
+        }
     };
     match o.get("networks") {
         // Before 2.37 `networks` is optional (and a string is tolerated).
         None if !ctx.mv.at_least(37) => {}
         Some(Value::String(_)) if !ctx.mv.at_least(37) => {}
-        None => return Err(bad("Invalid input for field/attribute server. 'networks' is a required property")),
+        None => {
+            return Err(bad(
+                "Invalid input for field/attribute server. 'networks' is a required property",
+            ))
+        }
         Some(Value::String(s)) if s == "auto" || s == "none" => {}
         Some(Value::Array(items)) => check_requested_networks(items)?,
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute networks. Value: {other}. {other} is not valid under any of the given schemas"))),
+        Some(other) => {
+            return Err(invalid_field(
+                "networks",
+                other,
+                &format!(
+                    "{} is not valid under any of the given schemas",
+                    py_repr(other)
+                ),
+            ))
+        }
     }
     let key_name = match o.get("key_name") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= 255 => Some(s.clone()),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute key_name. Value: {other}. {other} is not of type 'string', 'null'"))),
+        Some(v @ Value::String(s)) if s.is_empty() => {
+            return Err(invalid_field("key_name", v, "'' is too short"))
+        }
+        Some(v @ Value::String(_)) => {
+            return Err(invalid_field(
+                "key_name",
+                v,
+                &format!("{} is too long", py_repr(v)),
+            ))
+        }
+        Some(other) => {
+            return Err(invalid_field(
+                "key_name",
+                other,
+                &not_of_type(other, "'string'"),
+            ))
+        }
     };
     let metadata = match o.get("metadata") {
         None => Vec::new(),
@@ -1422,7 +1523,11 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let user_data = match o.get("user_data") {
         None | Some(Value::Null) => None,
         Some(Value::String(u)) if u.chars().count() > MAX_USER_DATA => {
-            return Err(bad(format!("Invalid input for field/attribute user_data. Value: {u}. '{u}' is too long")))
+            return Err(invalid_field(
+                "user_data",
+                &o["user_data"],
+                &format!("{} is too long", query_schema::python_repr(u)),
+            ))
         }
         Some(Value::String(u)) => {
             use base64::Engine;
@@ -1433,12 +1538,25 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
                 .chars()
                 .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
                 .collect();
-            if base64::engine::general_purpose::STANDARD.decode(kept).is_err() {
-                return Err(bad(format!("Invalid input for field/attribute user_data. Value: {u}. '{u}' is not a 'base64'")));
+            if base64::engine::general_purpose::STANDARD
+                .decode(kept)
+                .is_err()
+            {
+                return Err(invalid_field(
+                    "user_data",
+                    &o["user_data"],
+                    &format!("{} is not a 'base64'", query_schema::python_repr(u)),
+                ));
             }
             Some(u.clone())
         }
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute user_data. Value: {other}. {other} is not of type 'string'"))),
+        Some(other) => {
+            return Err(invalid_field(
+                "user_data",
+                other,
+                &not_of_type(other, "'string'"),
+            ))
+        }
     };
     // 2.74: a requested destination (admins; checked in `create`).
     let mut destination = [None, None];
@@ -1449,7 +1567,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
                 return Err(bad(format!("Invalid input for field/attribute server. Additional properties are not allowed ('{key}' was unexpected)")))
             }
             Some(Value::String(v)) if (1..=255).contains(&v.chars().count()) => *slot = Some(v.clone()),
-            Some(other) => return Err(bad(format!("Invalid input for field/attribute {key}. Value: {other}. {other} is not a valid hostname"))),
+            Some(other) => return Err(fqdn_error(key, other)),
         }
     }
     let [requested_host, requested_node] = destination;
@@ -1457,7 +1575,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let hostname = match o.get("hostname") {
         None => None,
         Some(Value::String(h)) if hostname_ok(ctx, h) => Some(h.clone()),
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute hostname. Value: {other}. {other} is not a valid hostname"))),
+        Some(other) => return Err(hostname_error(ctx, other)),
     };
     let mut tags = match o.get("tags") {
         None => Vec::new(),
@@ -1465,16 +1583,18 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             .iter()
             .map(super::server_metadata::validate_tag)
             .collect::<ApiResult<Vec<_>>>()?,
-        Some(other) => return Err(bad(format!("Invalid input for field/attribute tags. Value: {other}. {other} is not of type 'array'"))),
+        Some(other) => return Err(invalid_field("tags", other, &not_of_type(other, "'array'"))),
     };
     tags.sort();
     tags.dedup();
     if tags.len() as i64 > super::server_metadata::MAX_TAGS {
-        return Err(bad(format!(
-            "Invalid input for field/attribute tags. Value: {:?}. is too long (at most {} items)",
-            tags,
-            super::server_metadata::MAX_TAGS
-        )));
+        // Nova's `maxItems`, with the list as it was sent.
+        let sent = &o["tags"];
+        return Err(invalid_field(
+            "tags",
+            sent,
+            &format!("{} is too long", py_repr(sent)),
+        ));
     }
     let min_count = int_field(o, "min_count")?.unwrap_or(1);
     let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
@@ -1549,7 +1669,10 @@ pub async fn create(
         .flavor_for_create(&req.flavor_ref, ctx.project_id(), ctx.is_admin())
         .await?
         .filter(|r| !r.flavor.disabled)
-        .ok_or_else(|| bad("Invalid flavorRef provided."))?;
+        // Nova's FlavorNotFound (a 400 at create). For a disabled flavor
+        // Nova names the flavor's database id; the id asked for is named
+        // here, as for one that does not exist.
+        .ok_or_else(|| bad(format!("Flavor {} could not be found.", req.flavor_ref)))?;
     let (flavor, extra_specs) = (reads.flavor, reads.extra_specs);
     // A flavor without a root disk boots only volume-backed servers
     // (not built here), except for whom the policy allows (admins), as
@@ -1591,7 +1714,18 @@ pub async fn create(
             ImageProps::default(),
             BTreeMap::new(),
         ),
-        None => return Err(bad("Invalid imageRef provided.")),
+        // No image service: only an id will do, as Nova's schema says
+        // (`image_id_or_empty_string`, a `oneOf`).
+        None => {
+            return Err(invalid_field(
+                "imageRef",
+                &Value::String(req.image_ref.clone()),
+                &format!(
+                    "{} is not valid under any of the given schemas",
+                    query_schema::python_repr(&req.image_ref)
+                ),
+            ))
+        }
     };
     let (availability_zone, force_host, force_node) =
         parse_availability_zone(req.availability_zone.as_deref())?;
@@ -1929,21 +2063,112 @@ async fn partial_for_show(app: &App, ctx: &Ctx, m: MappingRow) -> ApiResult<Part
     })
 }
 
+/// A server's `name` as Nova's `parameter_types.name` has it, checked in
+/// its order: a string (type), printable without leading or trailing
+/// whitespace (its `name` format, whose failure is Nova's `InvalidName`
+/// message without the field prefix), 1–255 characters.
+pub(crate) fn name_field(v: &Value) -> ApiResult<String> {
+    let Value::String(s) = v else {
+        return Err(invalid_field("name", v, &not_of_type(v, "'string'")));
+    };
+    if s.trim() != s || s.chars().any(char::is_control) {
+        return Err(bad(
+            "An invalid 'name' value was provided. The name must be: printable characters. \
+             Can not start or end with whitespace.",
+        ));
+    }
+    if s.is_empty() {
+        return Err(invalid_field("name", v, "'' is too short"));
+    }
+    if s.chars().count() > 255 {
+        return Err(invalid_field(
+            "name",
+            v,
+            &format!("{} is too long", py_repr(v)),
+        ));
+    }
+    Ok(s.clone())
+}
+
+/// Nova's schema message for a `hostname` (2.90, `parameter_types.hostname`;
+/// 2.94, `fqdn`) that [`hostname_ok`] refuses, checked in the schema's
+/// order: type, pattern, minLength, maxLength.
+fn hostname_error(ctx: &Ctx, v: &Value) -> ApiError {
+    if ctx.mv.at_least(94) {
+        return fqdn_error("hostname", v);
+    }
+    let Value::String(h) = v else {
+        return invalid_field("hostname", v, &not_of_type(v, "'string'"));
+    };
+    let r = py_repr(v);
+    let pattern_ok = h.len() >= 2
+        && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !h.starts_with('-')
+        && !h.ends_with('-');
+    let why = if !pattern_ok {
+        format!("{r} does not match '^[a-zA-Z0-9]+[a-zA-Z0-9-]*[a-zA-Z0-9]+$'")
+    } else {
+        format!("{r} is too long")
+    };
+    invalid_field("hostname", v, &why)
+}
+
+/// Nova's schema message for a value of `parameter_types.fqdn` (2.74's
+/// `host` and `hypervisor_hostname`, 2.94's `hostname`) that is refused.
+fn fqdn_error(key: &str, v: &Value) -> ApiError {
+    let Value::String(h) = v else {
+        return invalid_field(key, v, &not_of_type(v, "'string'"));
+    };
+    let r = py_repr(v);
+    let why = if !h
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    {
+        format!("{r} does not match '^[a-zA-Z0-9-._]*$'")
+    } else if h.is_empty() {
+        format!("{r} is too short")
+    } else {
+        format!("{r} is too long")
+    };
+    invalid_field(key, v, &why)
+}
+
 /// The `description` of a create or update body as Nova's schema has it
 /// (2.19): `None` absent, `Some(None)` null, else a string of at most 255
 /// characters without control characters other than line breaks and tabs.
-fn description_field(o: &serde_json::Map<String, Value>) -> ApiResult<Option<Option<String>>> {
+pub(crate) fn description_field(
+    o: &serde_json::Map<String, Value>,
+) -> ApiResult<Option<Option<String>>> {
     match o.get("description") {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(d)) if d.chars().count() > 255 => {
-            Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' is too long")))
-        }
-        Some(Value::String(d)) if d.chars().any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t') => {
-            Err(bad(format!("Invalid input for field/attribute description. Value: {d}. '{d}' does not match the description pattern")))
+        Some(Value::String(d)) if d.chars().count() > 255 => Err(invalid_field(
+            "description",
+            &o["description"],
+            &format!("{} is too long", query_schema::python_repr(d)),
+        )),
+        Some(Value::String(d))
+            if d.chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t') =>
+        {
+            // Nova's message would quote its pattern, a regular expression
+            // of every printable Unicode range (thousands of characters):
+            // it is named instead.
+            Err(invalid_field(
+                "description",
+                &o["description"],
+                &format!(
+                    "{} does not match the description pattern",
+                    query_schema::python_repr(d)
+                ),
+            ))
         }
         Some(Value::String(d)) => Ok(Some(Some(d.clone()))),
-        Some(other) => Err(bad(format!("Invalid input for field/attribute description. Value: {other}. {other} is not of type 'string', 'null'"))),
+        Some(other) => Err(invalid_field(
+            "description",
+            other,
+            &not_of_type(other, "'string', 'null'"),
+        )),
     }
 }
 
@@ -1956,9 +2181,14 @@ pub async fn update(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let v: Value = serde_json::from_slice(&body).map_err(|_| bad("Malformed request body"))?;
-    let Some(o) = v.get("server").and_then(|s| s.as_object()) else {
-        return Err(bad(
-            "Invalid input for field/attribute server. 'server' is a required property",
+    let Some(server) = v.get("server") else {
+        return Err(bad("'server' is a required property"));
+    };
+    let Some(o) = server.as_object() else {
+        return Err(invalid_field(
+            "server",
+            server,
+            &not_of_type(server, "'object'"),
         ));
     };
     // Nova's update schema: `name` (2.1), `description` (2.19, null
@@ -1981,29 +2211,12 @@ pub async fn update(
             check_inert(k, &o[k])?;
         }
     }
-    let name = match o.get("name") {
-        None => None,
-        Some(Value::String(s))
-            if !s.is_empty() && s.trim() == s && s.chars().count() <= 255 =>
-        {
-            Some(s.clone())
-        }
-        Some(Value::String(s)) => {
-            return Err(bad(format!("Invalid input for field/attribute name. Value: {s}. '{s}' does not match the name pattern")))
-        }
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute name. Value: {other}. {other} is not of type 'string'"
-            )))
-        }
-    };
+    let name = o.get("name").map(name_field).transpose()?;
     let description = description_field(o)?;
     let hostname = match o.get("hostname") {
         None => None,
         Some(Value::String(h)) if hostname_ok(&ctx, h) => Some(h.clone()),
-        Some(other) => {
-            return Err(bad(format!("Invalid input for field/attribute hostname. Value: {other}. {other} is not a valid hostname")))
-        }
+        Some(other) => return Err(hostname_error(&ctx, other)),
     };
     // Two tries: the build may land between the find and the edit (the
     // edit then finds no build request, and the next find the instance).

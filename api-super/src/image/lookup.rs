@@ -55,12 +55,33 @@ pub enum LookupError {
         /// The image.
         id: ImageId,
     },
-    /// `min_ram` above the flavor's RAM.
+    /// `min_ram` above the flavor's RAM (Nova's FlavorMemoryTooSmall).
     #[error("Flavor's memory is too small for requested image.")]
     FlavorMemoryTooSmall,
-    /// `min_disk` (or the image size) above the flavor's root disk.
-    #[error("Flavor's disk is too small for requested image.")]
-    FlavorDiskTooSmall,
+    /// The image's size above the flavor's root disk (Nova's
+    /// FlavorDiskSmallerThanImage).
+    #[error(
+        "Flavor's disk is too small for requested image. Flavor disk is {flavor_bytes} bytes, \
+         image is {image_bytes} bytes."
+    )]
+    FlavorDiskSmallerThanImage {
+        /// The flavor's root disk, bytes.
+        flavor_bytes: u64,
+        /// The image's size, bytes.
+        image_bytes: u64,
+    },
+    /// `min_disk` above the flavor's root disk (Nova's
+    /// FlavorDiskSmallerThanMinDisk).
+    #[error(
+        "Flavor's disk is smaller than the minimum size specified in image metadata. Flavor \
+         disk is {flavor_bytes} bytes, minimum size is {min_disk_bytes} bytes."
+    )]
+    FlavorDiskSmallerThanMinDisk {
+        /// The flavor's root disk, bytes.
+        flavor_bytes: u64,
+        /// The image's `min_disk`, bytes.
+        min_disk_bytes: u64,
+    },
     /// The image store failed (a 500).
     #[error("image lookup failed")]
     Internal(#[source] ImageError),
@@ -75,9 +96,20 @@ impl ImageSummary {
             return Err(LookupError::FlavorMemoryTooSmall);
         }
         if disk_gb > 0 {
-            let disk_bytes = disk_gb.saturating_mul(1 << 30);
-            if disk_gb < self.min_disk_gb || self.size_bytes.unwrap_or(0) > disk_bytes {
-                return Err(LookupError::FlavorDiskTooSmall);
+            // Nova's order: the image's size first, then `min_disk`.
+            let flavor_bytes = disk_gb.saturating_mul(1 << 30);
+            let image_bytes = self.size_bytes.unwrap_or(0);
+            if image_bytes > flavor_bytes {
+                return Err(LookupError::FlavorDiskSmallerThanImage {
+                    flavor_bytes,
+                    image_bytes,
+                });
+            }
+            if disk_gb < self.min_disk_gb {
+                return Err(LookupError::FlavorDiskSmallerThanMinDisk {
+                    flavor_bytes,
+                    min_disk_bytes: self.min_disk_gb.saturating_mul(1 << 30),
+                });
             }
         }
         Ok(())

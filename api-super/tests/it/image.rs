@@ -768,6 +768,16 @@ async fn compute_lookup_and_seeded_image() {
     );
     // Zero-disk flavors skip the disk check, as in Nova.
     by_id.check_flavor(64, 0).unwrap();
+    // An image bigger than the root disk: Nova's FlavorDiskSmallerThanImage,
+    // checked before min_disk.
+    let mut huge = by_id.clone();
+    huge.size_bytes = Some(3 << 30);
+    huge.min_disk_gb = 4;
+    assert_eq!(
+        huge.check_flavor(64, 2).unwrap_err().to_string(),
+        "Flavor's disk is too small for requested image. Flavor disk is 2147483648 bytes, image \
+         is 3221225472 bytes."
+    );
 
     // min_ram / min_disk against the flavor; not active; not visible.
     let big = env
@@ -786,10 +796,19 @@ async fn compute_lookup_and_seeded_image() {
         lookup.find_bootable(&member_claims, "big", 1024, 40).await,
         Err(LookupError::FlavorMemoryTooSmall)
     ));
+    let small = lookup.find_bootable(&member_claims, "big", 4096, 10).await;
     assert!(matches!(
-        lookup.find_bootable(&member_claims, "big", 4096, 10).await,
-        Err(LookupError::FlavorDiskTooSmall)
+        small,
+        Err(LookupError::FlavorDiskSmallerThanMinDisk {
+            flavor_bytes: 10737418240,
+            min_disk_bytes: 21474836480,
+        })
     ));
+    assert_eq!(
+        small.unwrap_err().to_string(),
+        "Flavor's disk is smaller than the minimum size specified in image metadata. Flavor \
+         disk is 10737418240 bytes, minimum size is 21474836480 bytes."
+    );
     lookup
         .find_bootable(&member_claims, "big", 4096, 20)
         .await

@@ -592,7 +592,7 @@ async fn flavor_manage_extra_specs_and_access() {
             Some(Stack::boot_body("v", "p1")),
         )
         .await;
-    fault(&r, 400, "badRequest", "Invalid flavorRef provided.");
+    fault(&r, 400, "badRequest", "Flavor p1 could not be found.");
     // Admin filters: default public (and accessible), false: private, none: all.
     let r = s.call(&s.admin, "GET", "/v2.1/flavors", None).await;
     assert!(!ids(&r).contains(&"p1".to_owned()));
@@ -1119,7 +1119,10 @@ async fn quotas_limits_and_enforcement() {
     let mut b = Stack::boot_body("meta", "1");
     b["server"]["metadata"] = json!({"a": "1", "b": "2"});
     let r = s.call(&s.member, "POST", "/v2.1/servers", Some(b)).await;
-    fault(&r, 403, "forbidden", "Quota exceeded for metadata_items");
+    assert_eq!(
+        body(&r),
+        json!({"forbidden": {"code": 403, "message": "Maximum number of metadata items exceeds 1"}})
+    );
     // Delete: back to the defaults.
     let r = s.call(&s.admin, "DELETE", &mine, None).await;
     assert_eq!(r.status, 202, "{}", r.body);
