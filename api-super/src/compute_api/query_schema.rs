@@ -347,6 +347,11 @@ pub(crate) fn not_of_type(v: &serde_json::Value, types: &str) -> String {
     format!("{} is not of type {types}", python_value_repr(v))
 }
 
+/// JSON Schema's `maxLength` / `maxItems` message: `{repr} is too long`.
+pub(crate) fn too_long(v: &serde_json::Value) -> String {
+    format!("{} is too long", python_value_repr(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,9 @@ use crate::scheduler::filters::image_properties::ImageProps;
 use super::db::SpecImage;
 use super::error::{ApiError, ApiResult};
 use super::images::{is_uuid_like, recorded_properties};
-use super::query_schema::{invalid_field, not_of_type, python_repr, python_value_repr as py_repr};
+use super::query_schema::{
+    invalid_field, not_of_type, python_repr, python_value_repr as py_repr, too_long,
+};
 use super::server_metadata::validate_metadata;
 use super::servers::{add_server_groups, delete_server, detail_view, find, Found, Server};
 use super::{App, Ctx};
@@ -560,11 +562,7 @@ async fn lock(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response
                 None => {}
                 Some(Value::String(s)) if s.chars().count() <= 255 => {}
                 Some(v @ Value::String(_)) => {
-                    return Err(invalid_field(
-                        "locked_reason",
-                        v,
-                        &format!("{} is too long", py_repr(v)),
-                    ))
+                    return Err(invalid_field("locked_reason", v, &too_long(v)))
                 }
                 Some(other) => {
                     return Err(invalid_field(

@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 use super::db::{BuildInstance, GroupJoin, MappingRow, RequestSpec};
 use super::error::{ApiError, ApiResult};
 use super::images::is_uuid_like;
-use super::query_schema::{self, invalid_field, not_of_type, python_value_repr as py_repr};
+use super::query_schema::{
+    self, invalid_field, not_of_type, python_value_repr as py_repr, too_long,
+};
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError};
 use crate::scheduler::filters::image_properties::ImageProps;
@@ -1345,19 +1347,25 @@ fn check_requested_networks(items: &[Value]) -> ApiResult<()> {
     }
 }
 
-fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| bad("Malformed request body"))?;
-    let Some(server) = v.get("server") else {
-        // Nova's schema error at the body's root has no field prefix.
-        return Err(bad("'server' is a required property"));
-    };
-    let Some(o) = server.as_object() else {
-        return Err(invalid_field(
+/// A create's or update's body and its `server` object (taken out of the
+/// body), or Nova's 400 when the body is not JSON, has no `server` (a
+/// schema error at the root has no field prefix) or it is not an object.
+fn server_object(body: &[u8]) -> ApiResult<(Value, serde_json::Map<String, Value>)> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|_| bad("Malformed request body"))?;
+    match v.get_mut("server").map(Value::take) {
+        None => Err(bad("'server' is a required property")),
+        Some(Value::Object(o)) => Ok((v, o)),
+        Some(other) => Err(invalid_field(
             "server",
-            server,
-            &not_of_type(server, "'object'"),
-        ));
-    };
+            &other,
+            &not_of_type(&other, "'object'"),
+        )),
+    }
+}
+
+fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
+    let (v, o) = server_object(body)?;
+    let o = &o;
     if let Some(top) = v.as_object() {
         if let Some(k) = top.keys().find(|k| {
             !matches!(
@@ -1501,13 +1509,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         Some(v @ Value::String(s)) if s.is_empty() => {
             return Err(invalid_field("key_name", v, "'' is too short"))
         }
-        Some(v @ Value::String(_)) => {
-            return Err(invalid_field(
-                "key_name",
-                v,
-                &format!("{} is too long", py_repr(v)),
-            ))
-        }
+        Some(v @ Value::String(_)) => return Err(invalid_field("key_name", v, &too_long(v))),
         Some(other) => {
             return Err(invalid_field(
                 "key_name",
@@ -1526,7 +1528,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             return Err(invalid_field(
                 "user_data",
                 &o["user_data"],
-                &format!("{} is too long", query_schema::python_repr(u)),
+                &too_long(&o["user_data"]),
             ))
         }
         Some(Value::String(u)) => {
@@ -1590,11 +1592,7 @@ fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     if tags.len() as i64 > super::server_metadata::MAX_TAGS {
         // Nova's `maxItems`, with the list as it was sent.
         let sent = &o["tags"];
-        return Err(invalid_field(
-            "tags",
-            sent,
-            &format!("{} is too long", py_repr(sent)),
-        ));
+        return Err(invalid_field("tags", sent, &too_long(sent)));
     }
     let min_count = int_field(o, "min_count")?.unwrap_or(1);
     let max_count = int_field(o, "max_count")?.unwrap_or(min_count);
@@ -2081,11 +2079,7 @@ pub(crate) fn name_field(v: &Value) -> ApiResult<String> {
         return Err(invalid_field("name", v, "'' is too short"));
     }
     if s.chars().count() > 255 {
-        return Err(invalid_field(
-            "name",
-            v,
-            &format!("{} is too long", py_repr(v)),
-        ));
+        return Err(invalid_field("name", v, &too_long(v)));
     }
     Ok(s.clone())
 }
@@ -2145,7 +2139,7 @@ pub(crate) fn description_field(
         Some(Value::String(d)) if d.chars().count() > 255 => Err(invalid_field(
             "description",
             &o["description"],
-            &format!("{} is too long", query_schema::python_repr(d)),
+            &too_long(&o["description"]),
         )),
         Some(Value::String(d))
             if d.chars()
@@ -2180,17 +2174,8 @@ pub async fn update(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let v: Value = serde_json::from_slice(&body).map_err(|_| bad("Malformed request body"))?;
-    let Some(server) = v.get("server") else {
-        return Err(bad("'server' is a required property"));
-    };
-    let Some(o) = server.as_object() else {
-        return Err(invalid_field(
-            "server",
-            server,
-            &not_of_type(server, "'object'"),
-        ));
-    };
+    let (_, o) = server_object(&body)?;
+    let o = &o;
     // Nova's update schema: `name` (2.1), `description` (2.19, null
     // clears it), `hostname` (2.90); `OS-DCF:diskConfig`, `accessIPv4/6`
     // accepted as upstream's schema has them.
