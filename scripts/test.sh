@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The workspace links libvirt (the libvirt driver is built by default).
+scripts/install-libvirt.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Every binary: the distributed-deployment test runs them as separate processes.

@@ -483,6 +483,19 @@ pub(crate) fn superseded(e: &ComputeError) -> bool {
 }
 
 impl Host {
+    /// What the host offers: read from the hypervisor where the driver can
+    /// (libvirt), else the configured `[resources]`; the allocation ratios
+    /// always come from the configuration.
+    fn resources(&self) -> HostResources {
+        let mut r = self.cfg.resources;
+        if let Some(inv) = self.driver.host_inventory() {
+            r.vcpus = inv.vcpus;
+            r.memory_mb = inv.memory_mb;
+            r.disk_gb = inv.disk_gb;
+        }
+        r
+    }
+
     async fn try_register(
         &self,
         queue: &str,
@@ -497,7 +510,7 @@ impl Host {
                 version: rpc::SERVICE_VERSION,
             })
             .await?;
-        let r = &self.cfg.resources;
+        let r = &self.resources();
         let running = self.driver.list().map_or(0, |g| g.len()) as i64;
         let node = self
             .conductor
@@ -525,7 +538,7 @@ impl Host {
 
     /// Reports the node's provider and inventory; false (logged) on failure.
     async fn report_inventory(&self, node_uuid: ProviderUuid) -> bool {
-        let r = &self.cfg.resources;
+        let r = &self.resources();
         let inv = Inventory {
             vcpus: r.vcpus,
             memory_mb: r.memory_mb,

@@ -16,7 +16,8 @@ pub struct ComputeSection {
     pub host: String,
     /// Number of fake hosts this process runs (fake driver only).
     pub fake_hosts: u32,
-    /// `fake` (the only driver built by default).
+    /// `fake` (simulated hosts, `fake_hosts` of them) or `libvirt` (this
+    /// machine's hypervisor, one host; see `[libvirt]`).
     pub driver: String,
     /// Seconds between heartbeats.
     pub heartbeat_interval_secs: u64,
@@ -111,6 +112,15 @@ pub struct PlacementSection {
     pub auth: fabric::login::ServiceCredentials,
 }
 
+/// `[image]`: the image service the libvirt driver downloads from.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageSection {
+    /// Base URL of the image API (`http://127.0.0.1:9292`). The token is
+    /// the one `[placement]` logs in for.
+    pub endpoint: String,
+}
+
 /// The whole file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -123,6 +133,10 @@ pub struct ComputeConfig {
     pub bus: BusSection,
     /// Placement.
     pub placement: PlacementSection,
+    /// The image service (libvirt driver).
+    pub image: ImageSection,
+    /// The libvirt driver.
+    pub libvirt: crate::driver::libvirt::config::LibvirtSection,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
 }

@@ -2,9 +2,9 @@
 //!
 //! - [`driver`]: the hypervisor [`driver::Driver`] trait, the
 //!   [`driver::fake`] driver (hundreds of hosts per process; automatic and
-//!   explicit modes; per-host knobs to fail or delay spawns) and a stub
-//!   libvirt driver behind the `libvirt` cargo feature (not compiled by
-//!   default).
+//!   explicit modes; per-host knobs to fail or delay spawns) and the
+//!   [`driver::libvirt`] driver (real guests through libvirtd; built by
+//!   default, so every build links libvirt).
 //! - [`agent`]: one task per host: registration, heartbeats, inventory
 //!   reporting, `build_and_run_instance` and `terminate_instance`
 //!   ([`agent::start_host`]).
@@ -15,7 +15,8 @@
 //! - [`placement`]: inventory reporting ([`placement::Placement`] trait, HTTP
 //!   implementation with `X-Auth-Token`, in-memory one for tests).
 //!
-//! May depend on: `fabric` and an HTTP client for placement. Must never
+//! May depend on: `fabric`, an HTTP client for placement and the image
+//! service, and libvirt's bindings (`virt`). Must never
 //! depend on sqlx or on axum's server side: compute holds no database
 //! credentials.
 

@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use compute::config::ComputeConfig;
 use compute::driver::fake::FakeHypervisor;
+use compute::driver::libvirt::images::GlanceImages;
+use compute::driver::libvirt::LibvirtDriver;
 use compute::placement::{HttpPlacement, NoPlacement, Placement};
 use fabric::config;
 
@@ -40,35 +42,57 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     fabric::telemetry::init("compute", &cfg.telemetry)?;
-    if cfg.compute.driver != "fake" {
+    if !matches!(cfg.compute.driver.as_str(), "fake" | "libvirt") {
         bail!(
-            "compute.driver {:?} is not available: only \"fake\" is built (libvirt is a stub behind the `libvirt` feature)",
+            "compute.driver {:?} is not a driver: fake or libvirt",
             cfg.compute.driver
         );
+    }
+    if cfg.compute.driver == "libvirt" && cfg.compute.fake_hosts > 1 {
+        bail!("compute.fake_hosts is for the fake driver: a libvirt agent runs one host");
     }
     let bus = fabric::bus::connect(&cfg.bus.transport_url)
         .await
         .context("connect to the cell's bus")?;
-    let mut _login = None;
+    let (token, _login) = fabric::login::service_token(&cfg.placement.token, &cfg.placement.auth)
+        .await
+        .context("log in for placement and images")?;
     let placement: Arc<dyn Placement> = if cfg.placement.endpoint.is_empty() {
         tracing::warn!("no placement endpoint: inventory is not reported");
         Arc::new(NoPlacement)
     } else {
-        let (token, kept) = fabric::login::service_token(&cfg.placement.token, &cfg.placement.auth)
-            .await
-            .context("log in for placement")?;
-        _login = kept;
-        Arc::new(HttpPlacement::with_token(&cfg.placement.endpoint, token)?)
+        Arc::new(HttpPlacement::with_token(
+            &cfg.placement.endpoint,
+            token.clone(),
+        )?)
     };
-    let hv = FakeHypervisor::automatic(Duration::from_millis(cfg.compute.fake_spawn_latency_ms));
-    let hosts: Vec<_> = cfg
-        .hosts()
-        .into_iter()
-        .map(|h| {
-            let driver = hv.driver(&h.host);
-            compute::start_host(h, bus.clone(), driver, placement.clone())
-        })
-        .collect();
+    let hosts: Vec<_> = if cfg.compute.driver == "libvirt" {
+        if cfg.image.endpoint.is_empty() {
+            bail!("the libvirt driver needs [image] endpoint (the image service's URL)");
+        }
+        let images = GlanceImages::new(
+            &cfg.image.endpoint,
+            token,
+            Duration::from_secs(cfg.libvirt.image_download_timeout_secs.max(1)),
+        )?;
+        let driver = LibvirtDriver::connect(cfg.libvirt.clone(), Arc::new(images))?;
+        cfg.hosts()
+            .into_iter()
+            .map(|h| {
+                compute::start_host(h, bus.clone(), Arc::new(driver.clone()), placement.clone())
+            })
+            .collect()
+    } else {
+        let hv =
+            FakeHypervisor::automatic(Duration::from_millis(cfg.compute.fake_spawn_latency_ms));
+        cfg.hosts()
+            .into_iter()
+            .map(|h| {
+                let driver = hv.driver(&h.host);
+                compute::start_host(h, bus.clone(), driver, placement.clone())
+            })
+            .collect()
+    };
     tracing::info!(hosts = hosts.len(), "compute agents started");
     tokio::signal::ctrl_c().await?;
     for h in hosts {

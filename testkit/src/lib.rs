@@ -53,6 +53,28 @@ fn skip_or_panic(what: &str, why: &str) {
     eprintln!("SKIP: {what} unavailable ({why}); set {REQUIRE_ENV}=1 to make this a failure");
 }
 
+/// The URI of this machine's libvirtd (`qemu:///system`) when it answers;
+/// otherwise `None` after printing why (a panic when real backends are
+/// required: CI starts libvirtd with `scripts/install-libvirt.sh --daemon`).
+pub fn libvirtd() -> Option<&'static str> {
+    const URI: &str = "qemu:///system";
+    let out = std::process::Command::new("virsh")
+        .args(["-c", URI, "version"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(URI),
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr).trim().to_owned();
+            skip_or_panic("libvirtd (qemu:///system)", &why);
+            None
+        }
+        Err(e) => {
+            skip_or_panic("libvirtd (qemu:///system)", &format!("virsh: {e}"));
+            None
+        }
+    }
+}
+
 /// Ports [`free_port`] hands out: below Linux's ephemeral range (32768 and
 /// up), so that no outgoing connection of a test running beside this one
 /// can be given the port between the probe and the service's bind.

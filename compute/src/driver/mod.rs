@@ -1,9 +1,8 @@
 //! The hypervisor driver: a trait, the [`fake`] driver (hundreds of hosts in
-//! one process; automatic and explicit modes) and, behind the `libvirt`
-//! cargo feature (off by default), a stub of the libvirt driver.
+//! one process; automatic and explicit modes) and the [`libvirt`] driver
+//! (real guests through libvirtd; built by default).
 
 pub mod fake;
-#[cfg(feature = "libvirt")]
 pub mod libvirt;
 
 use std::fmt;
@@ -46,6 +45,18 @@ pub enum DriverError {
         /// The hypervisor's message.
         message: String,
     },
+}
+
+/// What a host offers, read from the host itself (what is left for
+/// guests once the host's reserve is taken off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostInventory {
+    /// VCPU.
+    pub vcpus: i64,
+    /// MEMORY_MB.
+    pub memory_mb: i64,
+    /// DISK_GB.
+    pub disk_gb: i64,
 }
 
 /// A power or rebuild operation on an existing guest.
@@ -106,6 +117,12 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// type, vm mode)` triples (what `ImagePropertiesFilter` matches an
     /// image's `hw_architecture`, `img_hv_type` and `hw_vm_mode` against).
     fn supported_instances(&self) -> Vec<[String; 3]>;
+
+    /// The host's resources as the hypervisor reads them; `None` (the
+    /// fake driver): the configured `[resources]` are reported.
+    fn host_inventory(&self) -> Option<HostInventory> {
+        None
+    }
 
     /// Creates and starts the guest; returns once it runs.
     fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>>;

@@ -6,6 +6,8 @@
 mod abandon;
 mod fake_driver;
 mod fleet;
+mod libvirt;
+mod libvirt_qemu;
 mod placement_e2e;
 mod retry;
 mod stub;

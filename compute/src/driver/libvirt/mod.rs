@@ -1,0 +1,570 @@
+//! The libvirt driver: real guests through libvirtd (`qemu:///system`), or
+//! libvirt's in-process test driver (`test:///default`) in tests.
+//!
+//! - [`config`]: the `[libvirt]` section (virt type, CPU mode, instances
+//!   path, reserved resources, timeouts).
+//! - [`guest`]: image properties checked, and the domain XML.
+//! - [`images`]: the image cache (one download per image per host,
+//!   verified) and `qemu-img`.
+//! - [`host`]: the host's inventory from libvirt's node info and the
+//!   instances path's filesystem.
+//!
+//! Each instance has a directory `<instances_path>/<uuid>` holding its
+//! disks (`disk`, a qcow2 overlay on the cached base image grown to the
+//! flavor's root size; `disk.eph0`; `disk.swap`), the kernel and ramdisk
+//! of a direct kernel boot, `console.log` (the serial console) and
+//! `instance.json` (what a rebuild needs). The domain's uuid is the
+//! instance's and its name `instance-<uuid>`. A spawn that fails at any
+//! step undoes what it did: no domain, directory or disk is left.
+//!
+//! libvirt's calls block: each runs on tokio's blocking pool.
+
+pub mod config;
+pub mod guest;
+pub mod host;
+pub mod images;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fabric::ids::InstanceUuid;
+use fabric::rpc::{power_state, FlavorResources};
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::sys;
+
+use self::config::{CpuMode, LibvirtSection, VirtType};
+use self::guest::{domain_name, Bus, DiskSpec, DomainSpec, GuestProps};
+use self::images::{ImageCache, ImageSource, QemuImg};
+use super::{Driver, DriverError, GuestOp, HostInventory, SpawnSpec};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// The libvirt driver of one host.
+#[derive(Debug, Clone)]
+pub struct LibvirtDriver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Connect,
+    cfg: LibvirtSection,
+    virt_type: VirtType,
+    cpu_mode: CpuMode,
+    images: ImageCache,
+    qemu_img: QemuImg,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LibvirtDriver")
+            .field("uri", &self.cfg.connection_uri)
+            .field("virt_type", &self.virt_type)
+            .finish()
+    }
+}
+
+/// What a rebuild needs of the spawn (kept in `instance.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Kept {
+    vcpus: i64,
+    memory_mb: i64,
+    root_gb: i64,
+    ephemeral_gb: i64,
+    swap_mb: i64,
+    image_ref: String,
+}
+
+fn hv(op: &'static str) -> impl FnOnce(virt::error::Error) -> DriverError {
+    move |e| DriverError::OperationFailed {
+        op,
+        message: format!("hypervisor: {}", e.message()),
+    }
+}
+
+fn is_no_domain(e: &virt::error::Error) -> bool {
+    matches!(
+        e.code(),
+        virt::error::ErrorNumberEnum::Known(virt::error::ErrorNumber::NoDomain)
+    )
+}
+
+impl LibvirtDriver {
+    /// Opens `cfg.connection_uri`; images come from `source`.
+    pub fn connect(
+        cfg: LibvirtSection,
+        source: Arc<dyn ImageSource>,
+    ) -> Result<LibvirtDriver, DriverError> {
+        let bad = |e: config::LibvirtConfigError| DriverError::Unavailable(e.to_string());
+        let virt_type = cfg.virt_type().map_err(bad)?;
+        let cpu_mode = cfg.cpu_mode().map_err(bad)?;
+        // libvirt prints every error on stderr unless told not to; ours
+        // are returned and logged once where they are handled.
+        virt::error::clear_error_callback();
+        let conn = Connect::open(Some(&cfg.connection_uri)).map_err(|e| {
+            DriverError::Unavailable(format!(
+                "hypervisor: cannot connect to {}: {}",
+                cfg.connection_uri,
+                e.message()
+            ))
+        })?;
+        let qemu_img = QemuImg::new(Duration::from_secs(cfg.qemu_img_timeout_secs.max(1)));
+        let images = ImageCache::new(cfg.instances_path.join("_base"), source, qemu_img.clone());
+        Ok(LibvirtDriver {
+            inner: Arc::new(Inner {
+                conn,
+                cfg,
+                virt_type,
+                cpu_mode,
+                images,
+                qemu_img,
+            }),
+        })
+    }
+
+    /// The image cache (for the ageing pass and its counters).
+    pub fn images(&self) -> &ImageCache {
+        &self.inner.images
+    }
+
+    /// The instance's directory.
+    pub fn instance_dir(&self, instance: InstanceUuid) -> PathBuf {
+        self.inner.cfg.instances_path.join(instance.to_string())
+    }
+
+    /// Runs a blocking libvirt call on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, DriverError> + Send + 'static,
+    ) -> Result<T, DriverError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| DriverError::Unavailable(format!("libvirt call did not finish: {e}")))?
+    }
+
+    async fn build(&self, spec: &SpawnSpec, dir: &Path) -> Result<String, DriverError> {
+        let inner = &self.inner;
+        let img = |e: images::ImageError| DriverError::SpawnFailed(e.to_string());
+        let meta = inner.images.meta(&spec.image_ref).await.map_err(img)?;
+        let props = GuestProps::from_properties(&meta.properties)
+            .map_err(|e| DriverError::SpawnFailed(e.to_string()))?;
+        tokio::fs::create_dir_all(dir).await.map_err(|e| {
+            DriverError::SpawnFailed(format!("host disk: create {}: {e}", dir.display()))
+        })?;
+        let f = &spec.flavor;
+        let kept = Kept {
+            vcpus: f.vcpus,
+            memory_mb: f.memory_mb,
+            root_gb: f.root_gb,
+            ephemeral_gb: f.ephemeral_gb,
+            swap_mb: f.swap_mb,
+            image_ref: spec.image_ref.clone(),
+        };
+        write_file(
+            &dir.join("instance.json"),
+            &serde_json::to_vec(&kept).unwrap_or_default(),
+        )
+        .await?;
+        // The root disk: an overlay on the cached base, grown to the
+        // flavor's root size (or the image's own size for root_gb 0).
+        let base = inner.images.fetch(&meta, true).await.map_err(img)?;
+        let virtual_size = base.disk.as_ref().map_or(0, |d| d.virtual_size);
+        let root = if f.root_gb > 0 {
+            f.root_gb as u64 * GIB
+        } else {
+            virtual_size
+        };
+        if root < virtual_size {
+            return Err(DriverError::SpawnFailed(format!(
+                "image {}: its virtual size ({virtual_size} bytes) is larger than the flavor's root disk ({root} bytes)",
+                meta.id
+            )));
+        }
+        let mut disks = Vec::new();
+        let bus = props.disk_bus;
+        let root_path = dir.join("disk");
+        inner
+            .qemu_img
+            .overlay(&base.path, &meta.disk_format, &root_path, root)
+            .await
+            .map_err(img)?;
+        disks.push(disk(root_path, bus, 0));
+        if f.ephemeral_gb > 0 {
+            let p = dir.join("disk.eph0");
+            inner
+                .qemu_img
+                .blank(&p, f.ephemeral_gb as u64 * GIB)
+                .await
+                .map_err(img)?;
+            disks.push(disk(p, bus, disks.len()));
+        }
+        if f.swap_mb > 0 {
+            let p = dir.join("disk.swap");
+            inner
+                .qemu_img
+                .blank(&p, f.swap_mb as u64 * MIB)
+                .await
+                .map_err(img)?;
+            disks.push(disk(p, bus, disks.len()));
+        }
+        // Direct kernel boot: the kernel and ramdisk are copied next to the
+        // disks, so the cache may age its base files out from under no one.
+        let mut kernel = None;
+        let mut ramdisk = None;
+        for (id, name, slot) in [
+            (&props.kernel_id, "kernel", &mut kernel),
+            (&props.ramdisk_id, "ramdisk", &mut ramdisk),
+        ] {
+            if let Some(id) = id {
+                let m = inner.images.meta(id).await.map_err(img)?;
+                let c = inner.images.fetch(&m, false).await.map_err(img)?;
+                let dest = dir.join(name);
+                tokio::fs::copy(&c.path, &dest).await.map_err(|e| {
+                    DriverError::SpawnFailed(format!("host disk: copy the {name}: {e}"))
+                })?;
+                *slot = Some(dest);
+            }
+        }
+        let uuid = *spec.instance.as_uuid();
+        let d = DomainSpec {
+            uuid,
+            name: domain_name(uuid),
+            virt_type: inner.virt_type,
+            cpu_mode: inner.cpu_mode,
+            vcpus: f.vcpus.max(1),
+            memory_mb: f.memory_mb.max(1),
+            props,
+            disks,
+            kernel,
+            ramdisk,
+            console_log: dir.join("console.log"),
+        };
+        Ok(d.to_xml())
+    }
+
+    /// Destroys and undefines the domain (if any) and removes the
+    /// instance's directory.
+    async fn remove(&self, instance: InstanceUuid) -> Result<(), DriverError> {
+        self.blocking(move |i| {
+            match lookup(&i.conn, instance) {
+                Ok(Some(dom)) => undefine(&dom),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            }
+            .map_err(|e| DriverError::DestroyFailed(e.to_string()))
+        })
+        .await?;
+        let dir = self.instance_dir(instance);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(DriverError::DestroyFailed(format!(
+                "host disk: remove {}: {e}",
+                dir.display()
+            ))),
+        }
+    }
+
+    /// Waits until the domain is shut off, up to `timeout`.
+    async fn wait_shutoff(&self, instance: InstanceUuid, timeout: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.power_state(instance) != power_state::RUNNING
+                && self.power_state(instance) != power_state::PAUSED
+            {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Asks the guest to shut down (ACPI), waits up to `timeout`, then
+    /// destroys it (Nova's clean shutdown).
+    async fn shutdown_then_destroy(
+        &self,
+        instance: InstanceUuid,
+        op: &'static str,
+        timeout: Duration,
+    ) -> Result<bool, DriverError> {
+        let asked = self
+            .blocking(move |i| {
+                let dom = must(&i.conn, instance)?;
+                if !dom.is_active().map_err(hv(op))? {
+                    return Ok(false);
+                }
+                dom.shutdown().map_err(hv(op))?;
+                Ok(true)
+            })
+            .await?;
+        if !asked {
+            return Ok(true);
+        }
+        if self.wait_shutoff(instance, timeout).await {
+            return Ok(true);
+        }
+        tracing::info!(%instance, ?timeout, "guest did not shut down in time; destroying it");
+        self.blocking(move |i| {
+            let dom = must(&i.conn, instance)?;
+            if dom.is_active().map_err(hv(op))? {
+                dom.destroy().map_err(hv(op))?;
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(false)
+    }
+
+    async fn start(&self, instance: InstanceUuid, op: &'static str) -> Result<(), DriverError> {
+        self.blocking(move |i| {
+            let dom = must(&i.conn, instance)?;
+            if !dom.is_active().map_err(hv(op))? {
+                dom.create().map_err(hv(op))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_op(&self, instance: InstanceUuid, op: &GuestOp) -> Result<(), DriverError> {
+        let name = op.name();
+        let cfg = &self.inner.cfg;
+        match op {
+            GuestOp::PowerOff => {
+                let t = Duration::from_secs(cfg.shutdown_timeout_secs);
+                self.shutdown_then_destroy(instance, name, t)
+                    .await
+                    .map(drop)
+            }
+            GuestOp::PowerOn | GuestOp::Resume => self.start(instance, name).await,
+            GuestOp::Reboot { hard: false } => {
+                let t = Duration::from_secs(cfg.wait_soft_reboot_seconds);
+                self.shutdown_then_destroy(instance, name, t).await?;
+                self.start(instance, name).await
+            }
+            GuestOp::Reboot { hard: true } => {
+                self.blocking(move |i| {
+                    let dom = must(&i.conn, instance)?;
+                    if dom.is_active().map_err(hv(name))? {
+                        dom.destroy().map_err(hv(name))?;
+                    }
+                    dom.create().map_err(hv(name))
+                })
+                .await
+            }
+            GuestOp::Pause => {
+                self.blocking(move |i| must(&i.conn, instance)?.suspend().map_err(hv(name)))
+                    .await
+            }
+            GuestOp::Unpause => {
+                self.blocking(move |i| must(&i.conn, instance)?.resume().map_err(hv(name)))
+                    .await
+            }
+            GuestOp::Suspend => {
+                self.blocking(move |i| must(&i.conn, instance)?.managed_save(0).map_err(hv(name)))
+                    .await
+            }
+            GuestOp::Rebuild { image_ref } => self.rebuild(instance, image_ref).await,
+        }
+    }
+
+    async fn rebuild(&self, instance: InstanceUuid, image_ref: &str) -> Result<(), DriverError> {
+        let dir = self.instance_dir(instance);
+        let kept: Kept = tokio::fs::read(dir.join("instance.json"))
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| DriverError::OperationFailed {
+                op: "rebuild",
+                message: format!("host disk: {} has no readable instance.json", dir.display()),
+            })?;
+        self.remove(instance).await?;
+        let spec = SpawnSpec {
+            instance,
+            flavor: FlavorResources {
+                vcpus: kept.vcpus,
+                memory_mb: kept.memory_mb,
+                root_gb: kept.root_gb,
+                ephemeral_gb: kept.ephemeral_gb,
+                swap_mb: kept.swap_mb,
+                ..Default::default()
+            },
+            image_ref: image_ref.to_owned(),
+        };
+        self.spawn_guest(&spec)
+            .await
+            .map_err(|e| DriverError::OperationFailed {
+                op: "rebuild",
+                message: e.to_string(),
+            })
+    }
+
+    async fn spawn_guest(&self, spec: &SpawnSpec) -> Result<(), DriverError> {
+        let instance = spec.instance;
+        let dir = self.instance_dir(instance);
+        // What an earlier attempt on this host may have left.
+        self.remove(instance).await?;
+        let res = async {
+            let xml = self.build(spec, &dir).await?;
+            self.blocking(move |i| {
+                let dom = i.conn.define_domain_xml(&xml).map_err(|e| {
+                    DriverError::SpawnFailed(format!("hypervisor: define: {}", e.message()))
+                })?;
+                dom.create().map_err(|e| {
+                    DriverError::SpawnFailed(format!("hypervisor: start: {}", e.message()))
+                })
+            })
+            .await
+        }
+        .await;
+        if let Err(e) = &res {
+            tracing::warn!(%instance, error = %e, "spawn failed; removing what it made");
+            if let Err(u) = self.remove(instance).await {
+                tracing::error!(%instance, error = %u, "could not undo the failed spawn");
+            }
+        }
+        res
+    }
+}
+
+fn disk(path: PathBuf, bus: Bus, index: usize) -> DiskSpec {
+    DiskSpec {
+        path,
+        format: "qcow2",
+        device: "disk",
+        bus,
+        dev: bus.dev(index),
+    }
+}
+
+async fn write_file(path: &Path, data: &[u8]) -> Result<(), DriverError> {
+    tokio::fs::write(path, data)
+        .await
+        .map_err(|e| DriverError::SpawnFailed(format!("host disk: write {}: {e}", path.display())))
+}
+
+/// The instance's domain, `None` when there is none.
+fn lookup(conn: &Connect, instance: InstanceUuid) -> Result<Option<Domain>, DriverError> {
+    match conn.lookup_domain_by_uuid_string(&instance.to_string()) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if is_no_domain(&e) => Ok(None),
+        Err(e) => Err(DriverError::Unavailable(format!(
+            "hypervisor: {}",
+            e.message()
+        ))),
+    }
+}
+
+fn must(conn: &Connect, instance: InstanceUuid) -> Result<Domain, DriverError> {
+    lookup(conn, instance)?.ok_or(DriverError::NotFound(instance))
+}
+
+fn undefine(dom: &Domain) -> Result<(), DriverError> {
+    let fail =
+        |e: virt::error::Error| DriverError::DestroyFailed(format!("hypervisor: {}", e.message()));
+    if dom.is_active().map_err(fail)? {
+        if let Err(e) = dom.destroy() {
+            // Gone in between is fine.
+            if dom.is_active().map_err(fail)? {
+                return Err(fail(e));
+            }
+        }
+    }
+    // With its managed save (a suspended guest); our guests boot from
+    // BIOS, so there is no NVRAM to remove.
+    dom.undefine_flags(sys::VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+        .or_else(|e| if is_no_domain(&e) { Ok(()) } else { Err(e) })
+        .map_err(fail)
+}
+
+/// libvirt's domain state as Nova's power state.
+fn power(state: sys::virDomainState) -> i32 {
+    match state {
+        sys::VIR_DOMAIN_RUNNING | sys::VIR_DOMAIN_BLOCKED => power_state::RUNNING,
+        sys::VIR_DOMAIN_PAUSED => power_state::PAUSED,
+        sys::VIR_DOMAIN_SHUTDOWN | sys::VIR_DOMAIN_SHUTOFF => power_state::SHUTDOWN,
+        sys::VIR_DOMAIN_CRASHED => power_state::CRASHED,
+        sys::VIR_DOMAIN_PMSUSPENDED => power_state::SUSPENDED,
+        _ => power_state::NOSTATE,
+    }
+}
+
+impl Driver for LibvirtDriver {
+    fn hypervisor_type(&self) -> &'static str {
+        "QEMU"
+    }
+
+    fn hypervisor_version(&self) -> i64 {
+        // libvirt encodes it as major * 1,000,000 + minor * 1,000 + micro,
+        // as Nova does.
+        self.inner.conn.hyp_version().map_or(0, i64::from)
+    }
+
+    fn supported_instances(&self) -> Vec<[String; 3]> {
+        guest::ARCHITECTURES
+            .iter()
+            .map(|a| {
+                [
+                    (*a).to_owned(),
+                    self.inner.virt_type.as_str().to_owned(),
+                    "hvm".to_owned(),
+                ]
+            })
+            .collect()
+    }
+
+    fn host_inventory(&self) -> Option<HostInventory> {
+        match host::inventory(&self.inner.conn, &self.inner.cfg) {
+            Ok(inv) => Some(inv),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the host's resources; using [resources]");
+                None
+            }
+        }
+    }
+
+    fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(self.spawn_guest(spec))
+    }
+
+    fn destroy(&self, instance: InstanceUuid) -> BoxFuture<'_, Result<(), DriverError>> {
+        Box::pin(self.remove(instance))
+    }
+
+    fn power_state(&self, instance: InstanceUuid) -> i32 {
+        match lookup(&self.inner.conn, instance) {
+            Ok(Some(dom)) => dom
+                .info()
+                .map_or(power_state::NOSTATE, |i| power(i.state.to_raw())),
+            _ => power_state::NOSTATE,
+        }
+    }
+
+    fn list(&self) -> Result<Vec<InstanceUuid>, DriverError> {
+        let doms = self
+            .inner
+            .conn
+            .list_all_domains(0)
+            .map_err(|e| DriverError::Unavailable(format!("hypervisor: {}", e.message())))?;
+        Ok(doms
+            .iter()
+            .filter(|d| d.name().is_ok_and(|n| n.starts_with("instance-")))
+            .filter_map(|d| d.uuid_string().ok()?.parse().ok())
+            .collect())
+    }
+
+    fn perform<'a>(
+        &'a self,
+        instance: InstanceUuid,
+        op: &'a GuestOp,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(self.run_op(instance, op))
+    }
+}
