@@ -57,8 +57,9 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, error, info, instrument, warn, Instrument};
 
+use crate::actions::ActionPlan;
 use crate::conductor::{CallRetry, ConductorClient};
-use crate::driver::{Driver, GuestOp, SpawnSpec};
+use crate::driver::{Driver, SpawnSpec};
 use crate::error::{chain, ComputeError};
 use crate::init_host;
 use crate::metrics;
@@ -113,6 +114,9 @@ pub struct HostConfig {
     pub call_retry_deadline: Duration,
     /// Wait before retrying a failed registration.
     pub retry_interval: Duration,
+    /// How often the power-state sync looks at every guest, not only
+    /// those that changed (Nova's `sync_power_state_interval`).
+    pub power_sync_full_interval: Duration,
     /// Bound of the start-up reconciliation ([`crate::init_host`]); the
     /// host becomes ready when it ends or this has passed.
     pub init_timeout: Duration,
@@ -130,6 +134,7 @@ impl HostConfig {
             call_retry_deadline: CallRetry::default().deadline,
             retry_interval: Duration::from_secs(1),
             init_timeout: Duration::from_secs(120),
+            power_sync_full_interval: Duration::from_secs(600),
         }
     }
 }
@@ -187,11 +192,11 @@ impl HostHandle {
 
 /// What every task of one host shares.
 #[derive(Debug)]
-struct Host {
-    cfg: HostConfig,
-    driver: Arc<dyn Driver>,
-    placement: Arc<dyn Placement>,
-    conductor: ConductorClient,
+pub(crate) struct Host {
+    pub(crate) cfg: HostConfig,
+    pub(crate) driver: Arc<dyn Driver>,
+    pub(crate) placement: Arc<dyn Placement>,
+    pub(crate) conductor: ConductorClient,
 }
 
 /// Starts the agent of one host on its cell's `bus`. Returns at once; see
@@ -287,6 +292,18 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
         }
         .in_current_span()
     });
+    let sync = h.driver.power_sync_interval().map(|every| {
+        tokio::spawn(
+            crate::power_sync::run(
+                h.cfg.host.clone(),
+                h.driver.clone(),
+                h.conductor.clone(),
+                every,
+                h.cfg.power_sync_full_interval,
+            )
+            .in_current_span(),
+        )
+    });
     let mut work = JoinSet::new();
     loop {
         tokio::select! {
@@ -302,6 +319,9 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
         }
     }
     beats.abort();
+    if let Some(s) = sync {
+        s.abort();
+    }
     work.shutdown().await;
     metrics::host_ready(-1.0);
     state.send_replace(HostState::Stopped);
@@ -326,7 +346,7 @@ async fn register(h: &Host, queue: &str) -> (Subscription, ProviderUuid, bool) {
     }
 }
 
-fn event(
+pub(crate) fn event(
     instance: &str,
     action_name: &str,
     event_name: &str,
@@ -354,122 +374,6 @@ fn event(
             .and_then(|f| f.lines().next())
             .unwrap_or_default()
             .to_owned(),
-    }
-}
-
-/// How the agent runs one server action.
-struct ActionPlan {
-    /// The action's name (`stop`, …).
-    action: &'static str,
-    /// The compute event (`compute_stop_instance`, …).
-    event: &'static str,
-    /// The task state the API set.
-    task: &'static str,
-    /// The task state the compute moves to before the driver call, if any.
-    started: Option<&'static str>,
-    /// The driver operation.
-    op: GuestOp,
-    /// vm_state on success.
-    done: &'static str,
-    /// Whether a failure sets ERROR (reboot and rebuild, as upstream).
-    error_on_failure: bool,
-    /// Power the guest off after the operation (rebuild of a stopped server).
-    then_power_off: bool,
-}
-
-impl ActionPlan {
-    fn of(method_name: &str, r: &rpc::InstanceActionRequest) -> Option<ActionPlan> {
-        let simple = |action, event, task, op, done| ActionPlan {
-            action,
-            event,
-            task,
-            started: None,
-            op,
-            done,
-            error_on_failure: false,
-            then_power_off: false,
-        };
-        Some(match method_name {
-            method::STOP_INSTANCE => simple(
-                action::STOP,
-                action::EV_STOP,
-                ts::POWERING_OFF,
-                GuestOp::PowerOff,
-                vs::STOPPED,
-            ),
-            method::START_INSTANCE => simple(
-                action::START,
-                action::EV_START,
-                ts::POWERING_ON,
-                GuestOp::PowerOn,
-                vs::ACTIVE,
-            ),
-            method::PAUSE_INSTANCE => simple(
-                action::PAUSE,
-                action::EV_PAUSE,
-                ts::PAUSING,
-                GuestOp::Pause,
-                vs::PAUSED,
-            ),
-            method::UNPAUSE_INSTANCE => simple(
-                action::UNPAUSE,
-                action::EV_UNPAUSE,
-                ts::UNPAUSING,
-                GuestOp::Unpause,
-                vs::ACTIVE,
-            ),
-            method::SUSPEND_INSTANCE => simple(
-                action::SUSPEND,
-                action::EV_SUSPEND,
-                ts::SUSPENDING,
-                GuestOp::Suspend,
-                vs::SUSPENDED,
-            ),
-            method::RESUME_INSTANCE => simple(
-                action::RESUME,
-                action::EV_RESUME,
-                ts::RESUMING,
-                GuestOp::Resume,
-                vs::ACTIVE,
-            ),
-            method::REBOOT_INSTANCE => {
-                let hard = r.reboot_type.eq_ignore_ascii_case("HARD");
-                ActionPlan {
-                    action: action::REBOOT,
-                    event: action::EV_REBOOT,
-                    task: if hard {
-                        ts::REBOOTING_HARD
-                    } else {
-                        ts::REBOOTING
-                    },
-                    started: Some(if hard {
-                        ts::REBOOT_STARTED_HARD
-                    } else {
-                        ts::REBOOT_STARTED
-                    }),
-                    op: GuestOp::Reboot { hard },
-                    done: vs::ACTIVE,
-                    error_on_failure: true,
-                    then_power_off: false,
-                }
-            }
-            method::REBUILD_INSTANCE => {
-                let stopped = r.original_vm_state == vs::STOPPED;
-                ActionPlan {
-                    action: action::REBUILD,
-                    event: action::EV_REBUILD,
-                    task: ts::REBUILDING,
-                    started: Some(ts::REBUILD_SPAWNING),
-                    op: GuestOp::Rebuild {
-                        image_ref: r.image_ref.clone(),
-                    },
-                    done: if stopped { vs::STOPPED } else { vs::ACTIVE },
-                    error_on_failure: true,
-                    then_power_off: stopped,
-                }
-            }
-            _ => return None,
-        })
     }
 }
 
@@ -925,105 +829,6 @@ impl Host {
                         metrics::build("failed");
                     }
                 }
-            }
-        }
-    }
-
-    /// One server action (see the module docs).
-    #[instrument(skip_all, fields(instance = %r.instance_uuid, action = plan.action,
-        request_id = %r.request_id, global_request_id = %r.global_request_id))]
-    async fn run_action(&self, plan: ActionPlan, r: rpc::InstanceActionRequest) {
-        let ids = RequestIds {
-            request_id: r.request_id.clone(),
-            global_request_id: r.global_request_id.clone(),
-        };
-        let Ok(instance) = r.instance_uuid.parse::<InstanceUuid>() else {
-            error!("action for an invalid instance uuid dropped");
-            return;
-        };
-        let host = &self.cfg.host;
-        let ev = |phase, failure: Option<&str>| {
-            event(
-                &r.instance_uuid,
-                plan.action,
-                plan.event,
-                host,
-                &ids,
-                phase,
-                failure,
-            )
-        };
-        // 1. The event starts (a reboot or rebuild moves on a step), if the
-        //    task state is still the one the API set.
-        let first = InstanceUpdate {
-            instance_uuid: r.instance_uuid.clone(),
-            task_state: plan.started.map(|t| NullableString {
-                value: Some(t.to_owned()),
-            }),
-            expected_task_states: vec![plan.task.to_owned()],
-            events: vec![ev(EventPhase::Start, None)],
-            ..Default::default()
-        };
-        if let Err(e) = self.conductor.update_instance(&first, &ids).await {
-            if superseded(&e) {
-                info!(error = %chain(&e), "action superseded (deleted or moved on); dropped");
-            } else {
-                error!(error = %chain(&e), "could not start the action");
-            }
-            metrics::action(plan.action, "aborted");
-            return;
-        }
-        let now = plan.started.unwrap_or(plan.task);
-        // 2. The driver.
-        let mut result = self.driver.perform(instance, &plan.op).await;
-        if result.is_ok() && plan.then_power_off {
-            result = self.driver.perform(instance, &GuestOp::PowerOff).await;
-        }
-        // 3. The outcome.
-        let power = self.driver.power_state(instance);
-        let mut u = InstanceUpdate {
-            instance_uuid: r.instance_uuid.clone(),
-            task_state: NullableString::null(),
-            expected_task_states: vec![now.to_owned()],
-            power_state: Some(power),
-            ..Default::default()
-        };
-        match result {
-            Ok(()) => {
-                u.vm_state = Some(plan.done.to_owned());
-                if matches!(plan.op, GuestOp::Rebuild { .. }) {
-                    u.launched_at_unix_ms = Some(now_unix_ms());
-                }
-                u.events.push(ev(EventPhase::Finish, None));
-                match self.conductor.update_instance(&u, &ids).await {
-                    Ok(_) => {
-                        metrics::action(plan.action, "done");
-                        info!(vm_state = plan.done, "action done");
-                    }
-                    Err(e) => {
-                        warn!(error = %chain(&e), "could not report the finished action");
-                        metrics::action(plan.action, "aborted");
-                    }
-                }
-            }
-            Err(e) => {
-                let why = chain(&e);
-                warn!(error = %why, "action failed");
-                if plan.error_on_failure {
-                    u.vm_state = Some(vs::ERROR.to_owned());
-                }
-                u.events.push(ev(EventPhase::Finish, Some(&why)));
-                let fault = rpc::InstanceFault {
-                    instance_uuid: r.instance_uuid.clone(),
-                    code: 500,
-                    message: e.to_string(),
-                    details: why.clone(),
-                    host: host.clone(),
-                };
-                if let Err(ue) = self.conductor.fail_instance(&u, &fault, &ids).await {
-                    warn!(error = %chain(&ue), "could not report the failed action");
-                }
-                metrics::action(plan.action, "failed");
             }
         }
     }

@@ -32,6 +32,10 @@ pub struct ComputeSection {
     pub init_timeout_secs: u64,
     /// Milliseconds a fake spawn takes.
     pub fake_spawn_latency_ms: u64,
+    /// Seconds between power-state syncs of every guest, not only those
+    /// seen to change (Nova's `sync_power_state_interval`; drivers that
+    /// sync at all: libvirt).
+    pub sync_power_state_interval_secs: u64,
 }
 
 impl Default for ComputeSection {
@@ -45,6 +49,7 @@ impl Default for ComputeSection {
             call_retry_secs: 60,
             init_timeout_secs: 120,
             fake_spawn_latency_ms: 100,
+            sync_power_state_interval_secs: 600,
         }
     }
 }
@@ -169,6 +174,8 @@ impl ComputeConfig {
                 h.call_timeout = Duration::from_secs(c.call_timeout_secs.max(1));
                 h.call_retry_deadline = Duration::from_secs(c.call_retry_secs);
                 h.init_timeout = Duration::from_secs(c.init_timeout_secs.max(1));
+                h.power_sync_full_interval =
+                    Duration::from_secs(c.sync_power_state_interval_secs.max(1));
                 h
             })
             .collect()

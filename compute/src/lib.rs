@@ -12,6 +12,8 @@
 //!   the cell database (Nova's `init_host`), run before the host is ready.
 //! - [`conductor`]: typed calls to the cell conductor, the only writer of
 //!   the cell database: compute never opens a database.
+//! - [`power_sync`]: power state follows the guest (a guest that powers
+//!   itself off is seen as stopped within seconds).
 //! - [`placement`]: inventory reporting ([`placement::Placement`] trait, HTTP
 //!   implementation with `X-Auth-Token`, in-memory one for tests).
 //!
@@ -20,6 +22,7 @@
 //! depend on sqlx or on axum's server side: compute holds no database
 //! credentials.
 
+mod actions;
 pub mod agent;
 pub mod conductor;
 pub mod config;
@@ -28,6 +31,7 @@ pub mod error;
 pub mod init_host;
 pub mod metrics;
 pub mod placement;
+pub mod power_sync;
 
 pub use agent::{start_host, HostConfig, HostHandle, HostResources, HostState};
 pub use error::ComputeError;

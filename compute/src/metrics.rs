@@ -25,6 +25,8 @@ pub const CONDUCTOR_CALL_RETRIES: &str = "compute_conductor_call_retries_total";
 /// Instances and guests handled by the start-up reconciliation, by action
 /// (`deleted`, `build_error`, `reaped`, `power_synced`, …).
 pub const INIT_HOST_ACTIONS: &str = "compute_init_host_actions_total";
+/// Changes made by the power-state sync, by outcome.
+pub const POWER_SYNC: &str = "compute_power_sync_total";
 
 /// Records one phase of a build.
 pub fn phase(phase: &'static str, d: Duration) {
@@ -65,4 +67,10 @@ pub fn call_retried(method: &'static str) {
 /// Counts one action of the start-up reconciliation.
 pub fn init_host_action(action: &'static str) {
     metrics::counter!(INIT_HOST_ACTIONS, "action" => action).increment(1);
+}
+
+/// One change the power-state sync made (`power`, `stopped`,
+/// `force_stopped`, `skipped`, `failed`).
+pub fn power_sync(outcome: &'static str) {
+    metrics::counter!(POWER_SYNC, "outcome" => outcome).increment(1);
 }

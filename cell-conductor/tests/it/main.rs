@@ -8,6 +8,7 @@ mod embedded;
 mod init_host;
 mod lost_reply;
 mod outage;
+mod power_sync;
 mod real;
 mod repeat;
 mod scenarios;

@@ -60,6 +60,8 @@ struct State {
     /// Per-host architecture (absent: [`DEFAULT_ARCHITECTURE`]).
     architectures: HashMap<String, String>,
     guests: HashMap<String, HashMap<InstanceUuid, i32>>,
+    /// How often the agents sync power states (none: never).
+    power_sync: Option<Duration>,
     pending: HashMap<InstanceUuid, (String, oneshot::Sender<Result<(), String>>)>,
 }
 
@@ -89,6 +91,7 @@ impl FakeHypervisor {
                     knobs: HashMap::new(),
                     architectures: HashMap::new(),
                     guests: HashMap::new(),
+                    power_sync: None,
                     pending: HashMap::new(),
                 }),
                 changed: watch::channel(0).0,
@@ -171,6 +174,31 @@ impl FakeHypervisor {
         self.lock()
             .architectures
             .insert(host.to_owned(), arch.to_owned());
+    }
+
+    /// Makes the agents of hosts started after this sync their guests'
+    /// power states every `every` (as the libvirt driver's do), so that
+    /// [`FakeHypervisor::set_guest_power`] is noticed.
+    pub fn sync_power_states(&self, every: Duration) {
+        self.lock().power_sync = Some(every);
+    }
+
+    /// Changes a guest's power state behind the agent's back (a guest
+    /// that shuts itself down, crashes, or is started by hand); false
+    /// when `host` has no such guest.
+    pub fn set_guest_power(&self, host: &str, instance: InstanceUuid, state: i32) -> bool {
+        match self
+            .lock()
+            .guests
+            .get_mut(host)
+            .and_then(|g| g.get_mut(&instance))
+        {
+            Some(p) => {
+                *p = state;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Clears the knobs of `host`.
@@ -336,6 +364,10 @@ impl Driver for FakeDriver {
             .cloned()
             .unwrap_or_else(|| DEFAULT_ARCHITECTURE.to_owned());
         vec![[arch, "fake".to_owned(), "hvm".to_owned()]]
+    }
+
+    fn power_sync_interval(&self) -> Option<Duration> {
+        self.hv.lock().power_sync
     }
 
     fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>> {

@@ -133,6 +133,23 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// The guest's power state ([`fabric::rpc::power_state`]).
     fn power_state(&self, instance: InstanceUuid) -> i32;
 
+    /// How often the power states of this host's guests are read and
+    /// synced ([`crate::power_sync`]); `None` (the fake driver): never,
+    /// since nothing but the agent changes a fake guest.
+    fn power_sync_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Every guest on this host with its power state (may block: the sync
+    /// calls it on the blocking pool).
+    fn power_states(&self) -> Result<Vec<(InstanceUuid, i32)>, DriverError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .map(|u| (u, self.power_state(u)))
+            .collect())
+    }
+
     /// The guests on this host. An error when the hypervisor cannot say
     /// (unreachable, not built): never an empty list in its place, since
     /// the start-up reconciliation would take every instance's guest for

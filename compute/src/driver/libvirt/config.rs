@@ -32,6 +32,10 @@ pub struct LibvirtSection {
     /// Seconds a stop waits for the guest to shut down before it is
     /// destroyed (Nova's `shutdown_timeout`).
     pub shutdown_timeout_secs: u64,
+    /// Milliseconds between two looks at the guests' power states: how
+    /// soon a guest that stopped by itself is seen (libvirt's lifecycle
+    /// events, by polling; see `compute::power_sync`).
+    pub power_state_poll_ms: u64,
     /// Seconds a download of one image from the image service may take.
     pub image_download_timeout_secs: u64,
     /// Seconds a `qemu-img` call may take.
@@ -50,6 +54,7 @@ impl Default for LibvirtSection {
             reserved_host_cpus: 0,
             wait_soft_reboot_seconds: 120,
             shutdown_timeout_secs: 60,
+            power_state_poll_ms: 2000,
             image_download_timeout_secs: 600,
             qemu_img_timeout_secs: 120,
         }

@@ -434,6 +434,29 @@ impl LibvirtDriver {
     }
 }
 
+impl LibvirtDriver {
+    /// This host's instances' domains (named `instance-<uuid>`) and their
+    /// power states, in one listing.
+    fn guests(&self) -> Result<Vec<(InstanceUuid, i32)>, DriverError> {
+        let doms = self
+            .inner
+            .conn
+            .list_all_domains(0)
+            .map_err(|e| DriverError::Unavailable(format!("hypervisor: {}", e.message())))?;
+        Ok(doms
+            .iter()
+            .filter(|d| d.name().is_ok_and(|n| n.starts_with("instance-")))
+            .filter_map(|d| {
+                let uuid = d.uuid_string().ok()?.parse().ok()?;
+                let state = d
+                    .info()
+                    .map_or(power_state::NOSTATE, |i| power(i.state.to_raw()));
+                Some((uuid, state))
+            })
+            .collect())
+    }
+}
+
 fn disk(path: PathBuf, bus: Bus, index: usize) -> DiskSpec {
     DiskSpec {
         path,
@@ -548,16 +571,17 @@ impl Driver for LibvirtDriver {
     }
 
     fn list(&self) -> Result<Vec<InstanceUuid>, DriverError> {
-        let doms = self
-            .inner
-            .conn
-            .list_all_domains(0)
-            .map_err(|e| DriverError::Unavailable(format!("hypervisor: {}", e.message())))?;
-        Ok(doms
-            .iter()
-            .filter(|d| d.name().is_ok_and(|n| n.starts_with("instance-")))
-            .filter_map(|d| d.uuid_string().ok()?.parse().ok())
-            .collect())
+        Ok(self.guests()?.into_iter().map(|(u, _)| u).collect())
+    }
+
+    fn power_sync_interval(&self) -> Option<Duration> {
+        Some(Duration::from_millis(
+            self.inner.cfg.power_state_poll_ms.max(100),
+        ))
+    }
+
+    fn power_states(&self) -> Result<Vec<(InstanceUuid, i32)>, DriverError> {
+        self.guests()
     }
 
     fn perform<'a>(
