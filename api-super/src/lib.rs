@@ -21,6 +21,7 @@ pub mod http;
 pub mod identity;
 pub mod image;
 pub mod scheduler;
+pub(crate) mod services;
 
 pub use compute_api::{
     seed_flavors, serve_compute, ComputeConfig, ComputeDeps, Running as ComputeRunning,

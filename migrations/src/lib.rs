@@ -13,7 +13,9 @@
 //! **Migrations are append-only**: never edit a migration that has landed
 //! (sqlx checks the checksum of every applied migration and refuses to run
 //! against a changed one); add `NNNN_<what>.sql` for both backends instead,
-//! and extend [`UNIQUE_CONSTRAINTS`] when it adds a unique index.
+//! and extend [`UNIQUE_CONSTRAINTS`] when it adds a unique index. The
+//! `tidy` crate's test holds every file to the SHA-256 recorded for it in
+//! `migrations/landed.sha256` and records a new one with `TIDY_RECORD=1`.
 //!
 //! Column types are chosen so that one Rust type works on both backends:
 //! integers are `BIGINT`/`INTEGER` (`i64`), ratios `DOUBLE PRECISION`/`REAL`

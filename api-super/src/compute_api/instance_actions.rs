@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::query_schema;
-use super::servers::{check_owner, host_id, parse_query};
+use super::servers::lookup::check_owner;
+use super::servers::parse_query;
+use super::servers::views::host_id;
 use super::{App, Ctx};
 
 fn bad(msg: impl Into<String>) -> ApiError {

@@ -30,8 +30,12 @@ use super::query_schema::{
     invalid_field, not_of_type, python_repr, python_value_repr as py_repr, too_long,
 };
 use super::server_metadata::validate_metadata;
-use super::servers::{add_server_groups, delete_server, detail_view, find, Found, Server};
+use super::servers::add_server_groups;
+use super::servers::lookup::{find, Found};
+use super::servers::model::Server;
+use super::servers::views::detail_view;
 use super::{App, Ctx};
+use crate::services::delete::delete_server;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::BadRequest(msg.into())
@@ -465,14 +469,17 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
         }
     };
     // Nova's rebuild schema has the create's `parameter_types.name`.
-    let name = o.get("name").map(super::servers::name_field).transpose()?;
+    let name = o
+        .get("name")
+        .map(super::servers::schema::name_field)
+        .transpose()?;
     let metadata = match o.get("metadata") {
         None => None,
         Some(m) => Some(validate_metadata(m, "metadata")?),
     };
     if ctx.mv.at_least(19) {
         // Nova's `parameter_types.description`, as at create.
-        super::servers::description_field(o)?;
+        super::servers::schema::description_field(o)?;
     } else if o.contains_key("description") {
         return Err(bad(
             "Invalid input for field/attribute rebuild. Additional properties are not allowed ('description' was unexpected)",

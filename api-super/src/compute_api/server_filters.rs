@@ -17,7 +17,8 @@ use regex::Regex;
 use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
 use super::query_schema;
-use super::servers::{decode, task_and_vm_states_from_statuses};
+use super::servers::decode;
+use super::servers::model::task_and_vm_states_from_statuses;
 use super::{App, Ctx};
 
 fn bad(msg: impl Into<String>) -> ApiError {

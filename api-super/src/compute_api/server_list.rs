@@ -26,10 +26,12 @@ use super::db::{BuildInstance, MappingRow};
 use super::error::{ApiError, ApiResult};
 use super::query_schema;
 use super::server_filters::{self, Matchers, PAGING_SORTING_PARAMS};
-use super::servers::{
-    brief_view, current_zones, decode, parse_query, CellDetails, DetailView, PartialKind,
-    PartialServer, PartialView, Server, IMAGE_PROPERTIES_MV, PARTIAL_RECORDS_MV,
+use super::servers::model::{CellDetails, Server};
+use super::servers::views::{
+    brief_view, current_zones, DetailView, PartialKind, PartialServer, PartialView,
+    IMAGE_PROPERTIES_MV, PARTIAL_RECORDS_MV,
 };
+use super::servers::{decode, parse_query};
 use super::{App, Ctx};
 use crate::cells::{CellDown, CellError, Cells};
 

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use super::error::{ApiError, ApiResult};
 use super::query_schema;
 use super::server_actions::metadata_object;
-use super::servers::{find, Found, Server};
+use super::servers::lookup::{find, Found};
+use super::servers::model::Server;
 use super::{App, Ctx};
 
 /// Nova's default `metadata_items` quota.

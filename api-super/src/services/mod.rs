@@ -1,0 +1,17 @@
+//! The service layer under the Compute API: the workflows a handler calls
+//! once it has parsed and authorized a request, across the API database,
+//! the cell databases, the cells' buses and placement. A handler parses,
+//! authorizes, calls a service and renders its result, holding no SQL and
+//! no retries (the SQL itself stays in `compute_api::db` and
+//! `cell_mapping::db`); the `/servers` handlers are written so, the
+//! others are to follow.
+//!
+//! - [`boot`]: a create's builds, written and handed to the
+//!   super-conductor.
+//! - [`delete`]: a delete, by the compute or, with none to do it, here.
+//! - [`update`]: a rename (name, description, hostname) of a build or an
+//!   instance.
+
+pub mod boot;
+pub mod delete;
+pub mod update;
