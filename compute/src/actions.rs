@@ -12,7 +12,10 @@ use fabric::wire::now_unix_ms;
 use tracing::{error, info, instrument, warn};
 
 use crate::agent::{event, superseded, Host};
-use crate::driver::GuestOp;
+use fabric::bus::Delivery;
+use fabric::rpc::code;
+
+use crate::driver::{DriverError, GuestOp};
 use crate::error::chain;
 use crate::metrics;
 
@@ -132,7 +135,54 @@ impl ActionPlan {
     }
 }
 
+/// The most of a console log a call returns (Nova's `MAX_CONSOLE_BYTES`).
+pub const MAX_CONSOLE_BYTES: usize = 100 * 1024;
+
+/// The last `lines` lines of `text` (all of it for 0).
+pub fn tail_lines(text: &str, lines: u32) -> &str {
+    if lines == 0 {
+        return text;
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    match body.rmatch_indices('\n').nth(lines as usize - 1) {
+        Some((i, _)) => &text[i + 1..],
+        None => text,
+    }
+}
+
 impl Host {
+    /// `get_console_output`: a call; answers the log's tail, or an error
+    /// whose code says why (`NotFound`: no such guest here;
+    /// `NotImplemented`: the driver keeps no console log).
+    pub(crate) async fn console_output(&self, d: Delivery) {
+        let env = d.envelope().clone();
+        let reply = match env.decode_message::<rpc::ConsoleOutputRequest>() {
+            Err(e) => env.error_reply(code::BAD_REQUEST, format!("undecodable request: {e}")),
+            Ok(r) => match r.instance_uuid.parse::<InstanceUuid>() {
+                Err(_) => env.error_reply(code::BAD_REQUEST, "not an instance uuid"),
+                Ok(uuid) => match self.driver.console_output(uuid, MAX_CONSOLE_BYTES).await {
+                    Ok(bytes) => {
+                        let text = String::from_utf8_lossy(&bytes);
+                        let msg = rpc::ConsoleOutput {
+                            output: tail_lines(&text, r.tail_lines).to_owned(),
+                        };
+                        env.reply(prost::Message::encode_to_vec(&msg))
+                    }
+                    Err(e @ DriverError::NotFound(_)) => {
+                        env.error_reply(code::NOT_FOUND, e.to_string())
+                    }
+                    Err(e @ DriverError::Unavailable(_)) => {
+                        env.error_reply(code::NOT_IMPLEMENTED, e.to_string())
+                    }
+                    Err(e) => env.error_reply(code::INTERNAL, e.to_string()),
+                },
+            },
+        };
+        if let Err(e) = d.reply(reply).await {
+            warn!(error = %chain(&e), "could not answer get_console_output");
+        }
+    }
+
     /// One server action (see the module docs).
     #[instrument(skip_all, fields(instance = %r.instance_uuid, action = plan.action,
         request_id = %r.request_id, global_request_id = %r.global_request_id))]
@@ -230,5 +280,20 @@ impl Host {
                 metrics::action(plan.action, "failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_lines;
+
+    #[test]
+    fn tails_count_lines_from_the_end() {
+        assert_eq!(tail_lines("a\nb\nc\n", 0), "a\nb\nc\n");
+        assert_eq!(tail_lines("a\nb\nc\n", 1), "c\n");
+        assert_eq!(tail_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(tail_lines("a\nb\nc", 2), "b\nc");
+        assert_eq!(tail_lines("a\nb\nc\n", 9), "a\nb\nc\n");
+        assert_eq!(tail_lines("", 3), "");
     }
 }

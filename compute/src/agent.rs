@@ -516,6 +516,10 @@ impl Host {
                     Err(source) => Err(source),
                 }
             }
+            method::GET_CONSOLE_OUTPUT => {
+                self.console_output(d).await;
+                return;
+            }
             other => {
                 warn!(method = %other.chars().take(64).collect::<String>(), "unknown method; dropped");
                 let _ = d.reject().await;

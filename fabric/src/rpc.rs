@@ -105,6 +105,8 @@ pub mod method {
     pub const RESUME_INSTANCE: &str = "resume_instance";
     /// Rebuild the guest from an image.
     pub const REBUILD_INSTANCE: &str = "rebuild_instance";
+    /// The tail of the guest's console log (a call to `compute.<host>`).
+    pub const GET_CONSOLE_OUTPUT: &str = "get_console_output";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.
@@ -828,6 +830,25 @@ impl RpcError {
             _ => None,
         }
     }
+}
+
+/// `get_console_output` (call to `compute.<host>`).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ConsoleOutputRequest {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+    /// The last this many lines; 0: all the host keeps.
+    #[prost(uint32, tag = "2")]
+    pub tail_lines: u32,
+}
+
+/// The reply to `get_console_output`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ConsoleOutput {
+    /// The console's text (invalid UTF-8 replaced).
+    #[prost(string, tag = "1")]
+    pub output: String,
 }
 
 /// Request ids carried by every envelope of one flow.

@@ -31,6 +31,9 @@ pub enum ApiError {
     /// 409.
     #[error("{0}")]
     Conflict(String),
+    /// 501: what this region has not built, or a driver cannot do.
+    #[error("{0}")]
+    NotImplemented(String),
     /// A database statement failed (500).
     #[error("database operation {op} failed")]
     Db {
@@ -91,6 +94,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Db { .. }
             | ApiError::Cell(_)
             | ApiError::CellDown { .. }

@@ -23,6 +23,7 @@ pub mod microversion;
 pub mod query_schema;
 pub mod quotas;
 pub mod server_actions;
+pub mod server_console;
 pub mod server_filters;
 pub mod server_groups;
 pub mod server_list;

@@ -205,6 +205,7 @@ pub async fn action(
             power(&app, &ctx, &id, &RESUME).await
         }
         "rebuild" => rebuild(&app, &ctx, &id, arg).await,
+        "os-getConsoleOutput" => super::server_console::console_output(&app, &ctx, &id, arg).await,
         "lock" => lock(&app, &ctx, &id, arg).await,
         "unlock" => {
             null_body(name, arg)?;

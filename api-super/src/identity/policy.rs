@@ -283,6 +283,10 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:admin_api",
     ),
     (
+        "os_compute_api:os-console-output",
+        "rule:project_member_or_admin",
+    ),
+    (
         "os_compute_api:os-lock-server:lock",
         "rule:project_member_or_admin",
     ),

@@ -8,10 +8,12 @@
 //!
 //! - [`boot`]: a create's builds, written and handed to the
 //!   super-conductor.
+//! - [`console`]: a guest's console output, asked of its compute.
 //! - [`delete`]: a delete, by the compute or, with none to do it, here.
 //! - [`update`]: a rename (name, description, hostname) of a build or an
 //!   instance.
 
 pub mod boot;
+pub mod console;
 pub mod delete;
 pub mod update;

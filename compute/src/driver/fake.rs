@@ -366,6 +366,27 @@ impl Driver for FakeDriver {
         vec![[arch, "fake".to_owned(), "hvm".to_owned()]]
     }
 
+    /// As Nova's fake driver: three fixed lines, for a guest that exists.
+    fn console_output(
+        &self,
+        instance: InstanceUuid,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<Vec<u8>, DriverError>> {
+        let here = self
+            .hv
+            .lock()
+            .guests
+            .get(&self.host)
+            .is_some_and(|g| g.contains_key(&instance));
+        Box::pin(async move {
+            if !here {
+                return Err(DriverError::NotFound(instance));
+            }
+            let text = b"FAKE CONSOLE OUTPUT\nANOTHER\nLAST LINE\n";
+            Ok(text[text.len().saturating_sub(max_bytes)..].to_vec())
+        })
+    }
+
     fn power_sync_interval(&self) -> Option<Duration> {
         self.hv.lock().power_sync
     }

@@ -156,6 +156,21 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// gone.
     fn list(&self) -> Result<Vec<InstanceUuid>, DriverError>;
 
+    /// The guest's console log, at most its last `max_bytes` bytes.
+    /// Drivers without one answer [`DriverError::Unavailable`].
+    fn console_output(
+        &self,
+        instance: InstanceUuid,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<Vec<u8>, DriverError>> {
+        let _ = (instance, max_bytes);
+        Box::pin(async {
+            Err(DriverError::Unavailable(
+                "console output is not supported by this driver".into(),
+            ))
+        })
+    }
+
     /// Runs `op` on an existing guest; returns once it is done. Drivers
     /// that do not implement an operation answer [`DriverError::Unavailable`].
     fn perform<'a>(

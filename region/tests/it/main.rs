@@ -1,6 +1,7 @@
 //! Integration tests of the all-in-one launcher: the real binary.
 
 mod cells_live;
+mod console_output;
 mod distributed;
 mod image_properties;
 mod local_delete;

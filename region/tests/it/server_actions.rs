@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 use region::{Region, RegionConfig};
 use serde_json::{json, Value};
 
-const IMAGE: &str = "cirros-0.6.2-x86_64-disk";
+pub(crate) const IMAGE: &str = "cirros-0.6.2-x86_64-disk";
 
-struct Api {
+pub(crate) struct Api {
     http: reqwest::Client,
     compute: String,
-    member: String,
-    admin: String,
+    pub(crate) member: String,
+    pub(crate) admin: String,
 }
 
-struct Resp {
-    status: u16,
-    body: Value,
+pub(crate) struct Resp {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
     request_id: String,
     location: Option<String>,
 }
@@ -68,7 +68,7 @@ impl Api {
         }
     }
 
-    async fn boot(&self, token: &str, name: &str) -> String {
+    pub(crate) async fn boot(&self, token: &str, name: &str) -> String {
         let r = self
             .call(
                 token,
@@ -101,7 +101,7 @@ impl Api {
 
     /// Polls until no task runs and the status is settled; returns the
     /// server and every (status, task_state) seen.
-    async fn settle(&self, id: &str) -> (Value, Vec<(String, String)>) {
+    pub(crate) async fn settle(&self, id: &str) -> (Value, Vec<(String, String)>) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen: Vec<(String, String)> = Vec::new();
         loop {
@@ -124,7 +124,7 @@ impl Api {
         }
     }
 
-    async fn act(&self, token: &str, id: &str, body: Value) -> Resp {
+    pub(crate) async fn act(&self, token: &str, id: &str, body: Value) -> Resp {
         self.call(
             token,
             "latest",
@@ -136,7 +136,7 @@ impl Api {
     }
 }
 
-async fn start(name: &str) -> (Region, Api, std::path::PathBuf) {
+pub(crate) async fn start(name: &str) -> (Region, Api, std::path::PathBuf) {
     let dir = testkit::temp_dir(name);
     let mut cfg = RegionConfig::default();
     cfg.region.data_dir = dir.clone();

@@ -83,6 +83,10 @@ fn openstack_cli_server_actions_properties_tags_and_events_with(extra: &[(&'stat
         ],
     );
     assert_eq!(server["status"], "ACTIVE", "{server}");
+    let log = os(&member, &["console", "log", "show", "act1"]);
+    assert!(log.contains("FAKE CONSOLE OUTPUT"), "{log}");
+    let log = os(&member, &["console", "log", "show", "--lines", "1", "act1"]);
+    assert_eq!(log.trim(), "LAST LINE");
 
     os(&member, &["server", "stop", "act1"]);
     let s = wait_for(&member, "act1", "SHUTOFF");

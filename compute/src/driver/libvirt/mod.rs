@@ -457,6 +457,31 @@ impl LibvirtDriver {
     }
 }
 
+/// The last `max` bytes of `path` (empty when the guest wrote nothing yet).
+async fn tail(path: &Path, max: usize) -> Result<Vec<u8>, DriverError> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut f = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(DriverError::OperationFailed {
+                op: "get_console_output",
+                message: format!("host disk: {}: {e}", path.display()),
+            })
+        }
+    };
+    let io = |e: std::io::Error| DriverError::OperationFailed {
+        op: "get_console_output",
+        message: format!("host disk: {}: {e}", path.display()),
+    };
+    let len = f.metadata().await.map_err(io)?.len();
+    let start = len.saturating_sub(max as u64);
+    f.seek(std::io::SeekFrom::Start(start)).await.map_err(io)?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.take(max as u64).read_to_end(&mut buf).await.map_err(io)?;
+    Ok(buf)
+}
+
 fn disk(path: PathBuf, bus: Bus, index: usize) -> DiskSpec {
     DiskSpec {
         path,
@@ -572,6 +597,24 @@ impl Driver for LibvirtDriver {
 
     fn list(&self) -> Result<Vec<InstanceUuid>, DriverError> {
         Ok(self.guests()?.into_iter().map(|(u, _)| u).collect())
+    }
+
+    fn console_output(
+        &self,
+        instance: InstanceUuid,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<Vec<u8>, DriverError>> {
+        let log = self.instance_dir(instance).join("console.log");
+        Box::pin(async move {
+            if self
+                .blocking(move |i| lookup(&i.conn, instance))
+                .await?
+                .is_none()
+            {
+                return Err(DriverError::NotFound(instance));
+            }
+            tail(&log, max_bytes).await
+        })
     }
 
     fn power_sync_interval(&self) -> Option<Duration> {
