@@ -7,7 +7,8 @@
 # writes into OUTDIR
 #   vmlinuz      the Debian cloud kernel (linux-image-cloud-amd64)
 #   initrd.img   gzip'd newc cpio: busybox-static, /init, the kernel modules
-#                the guest needs (virtio, ata, ACPI button, evdev)
+#                the guest needs (virtio, ata, ACPI button, evdev), acpid
+#                power-button handler, udhcpc hook
 #   disk.raw     1 MiB of zeros: the "root disk" the image service holds;
 #                the guest runs from the initramfs and never mounts it
 #   SHA256SUMS   of the three
@@ -177,8 +178,8 @@ poweroff -f
 EOF
 chmod 755 "$root/etc/acpi/PWRF/00000080"
 
-mkdir -p "$root/usr/share/udhcpc"
-cat >"$root/usr/share/udhcpc/default.script" <<'EOF'
+mkdir -p "$root/etc/udhcpc"
+cat >"$root/etc/udhcpc/default.script" <<'EOF'
 #!/bin/sh
 # udhcpc hook: configure the address, default route and resolver.
 case "$1" in
@@ -199,7 +200,7 @@ case "$1" in
 esac
 exit 0
 EOF
-chmod 755 "$root/usr/share/udhcpc/default.script"
+chmod 755 "$root/etc/udhcpc/default.script"
 
 cat >"$root/init" <<'EOF'
 #!/bin/sh
@@ -246,7 +247,7 @@ for dev in /sys/class/net/*; do
   dev=${dev##*/}
   [ "$dev" = lo ] && continue
   ip link set "$dev" up
-  udhcpc -i "$dev" -b -t 5 -T 2 >/dev/null 2>&1 </dev/null &
+  udhcpc -i "$dev" -s /etc/udhcpc/default.script -b -t 5 -T 2 >/dev/null 2>&1 </dev/null &
 done
 
 case "$poweroff_after" in

@@ -6,7 +6,8 @@
 #
 #   boot 1 (hostname=probe): the CELLS-GUEST-UP marker on the serial
 #          console (prints the seconds it took), `echo hello` typed on the
-#          serial console answered, the virtio disk and NIC present, QMP
+#          serial console answered, the virtio disk and NIC present, an
+#          IPv4 address on eth0 by DHCP from qemu's user network, QMP
 #          system_powerdown (the ACPI power button) makes qemu exit within 30 s
 #   boot 2 (guest_poweroff_after=3): qemu exits by itself
 #   boot 3: `poweroff -f` typed on the serial console makes qemu exit
@@ -14,7 +15,8 @@
 # The serial console and QMP are unix sockets this script listens on and
 # qemu connects to, so nothing the guest prints is lost. Exits non-zero on
 # any failure. Environment: QEMU (default qemu-system-x86_64),
-# GUEST_MARKER_TIMEOUT (seconds, default 180).
+# GUEST_MARKER_TIMEOUT (seconds, default 180), GUEST_MACHINE (a -machine
+# value, e.g. q35; default qemu's own, i440fx).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -33,10 +35,11 @@ qemu=${QEMU:-qemu-system-x86_64}
 command -v "$qemu" >/dev/null || { echo "$qemu not found (apt-get install qemu-system-x86)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "python3 not found" >&2; exit 1; }
 
-exec python3 - "$outdir" "$qemu" "${GUEST_MARKER_TIMEOUT:-180}" <<'PY'
+exec python3 - "$outdir" "$qemu" "${GUEST_MARKER_TIMEOUT:-180}" "${GUEST_MACHINE:-}" <<'PY'
 import json, os, re, shutil, socket, subprocess, sys, tempfile, time
 
 outdir, qemu, marker_timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+machine = sys.argv[4]
 MARKER = re.compile(rb"CELLS-GUEST-UP (\S+) ([0-9.]+)\r?\n")
 
 
@@ -70,6 +73,8 @@ class Guest:
             "-serial", "unix:" + socks["serial"][1],
             "-qmp", "unix:" + socks["qmp"][1],
         ]
+        if machine:
+            cmd[1:1] = ["-machine", machine]
         print("==> [%s] %s" % (name, " ".join(cmd)), flush=True)
         self.start = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
@@ -209,6 +214,19 @@ def boot1():
             if want not in devs:
                 raise Fail("[probe] no %s in the guest (%s)" % (want, devs))
         print("    guest devices: %s" % " ".join(devs), flush=True)
+        # DHCP from qemu's user network (udhcpc started by /init)
+        for _ in range(20):
+            prompt(g, "probe")
+            g.type("ip -4 -o addr show dev eth0")
+            m = g.expect(rb"(?:inet (\d+\.\d+\.\d+\.\d+/\d+) |probe:[^\r\n]*# )", 30,
+                         "eth0 address")
+            if m.group(1):
+                print("    eth0 DHCP address: %s" % m.group(1).decode(), flush=True)
+                break
+            g.pos = m.start()  # leave the prompt for the next round
+            time.sleep(1)
+        else:
+            raise Fail("[probe] eth0 got no IPv4 address by DHCP")
         t0 = time.monotonic()
         g.qmp_cmd("system_powerdown")
         rc = g.wait_exit(30, "QMP system_powerdown")
