@@ -43,8 +43,18 @@ pub struct RegionSection {
     pub transport_url: String,
     /// Number of cells besides cell0.
     pub cells: u32,
-    /// Fake compute hosts per cell.
+    /// Compute hosts per cell.
     pub hosts_per_cell: u32,
+    /// `fake` (simulated hosts) or `libvirt` (this machine's libvirtd: one
+    /// cell with one host, see `[region.libvirt]`).
+    pub compute_driver: String,
+    /// The libvirt host's settings (`compute_driver = "libvirt"`).
+    pub libvirt: compute::driver::libvirt::config::LibvirtSection,
+    /// A directory holding the real guest image built by
+    /// `scripts/build-guest-image.sh`; registered as the public images
+    /// `cells-guest` (with `cells-guest-kernel` and `-ramdisk`) at start.
+    /// Empty: none.
+    pub guest_image_dir: String,
     /// How long a fake spawn takes, in milliseconds.
     pub fake_spawn_latency_ms: u64,
     /// VCPUs each fake host offers (before the allocation ratio).
@@ -80,6 +90,9 @@ impl Default for RegionSection {
             transport_url: String::new(),
             cells: 2,
             hosts_per_cell: 4,
+            compute_driver: "fake".to_owned(),
+            libvirt: Default::default(),
+            guest_image_dir: String::new(),
             fake_spawn_latency_ms: 200,
             host_vcpus: compute::HostResources::default().vcpus,
             host_memory_mb: compute::HostResources::default().memory_mb,
@@ -235,6 +248,21 @@ impl RegionSection {
                 bail!("region.{k} must be at least 1");
             }
         }
+        match self.compute_driver.as_str() {
+            "fake" => {}
+            "libvirt" => {
+                if self.cells != 1 || self.hosts_per_cell != 1 {
+                    bail!(
+                        "region.compute_driver = \"libvirt\" runs one cell with one host \
+                         (region.cells = 1, region.hosts_per_cell = 1): every host would \
+                         share this machine's libvirtd and take the others' guests for its own"
+                    );
+                }
+                self.libvirt.virt_type().map_err(anyhow::Error::msg)?;
+                self.libvirt.cpu_mode().map_err(anyhow::Error::msg)?;
+            }
+            other => bail!("region.compute_driver {other:?} is not a driver: fake or libvirt"),
+        }
         if self.host_architectures.is_empty() {
             bail!("region.host_architectures must name at least one architecture");
         }
@@ -388,6 +416,31 @@ impl Region {
             .context("the services' login")?;
         let service_token = kept.token.clone();
 
+        // Images, with one public image to boot from.
+        let mut imcfg = api_super::ImageConfig {
+            listen: r.image_listen.clone(),
+            ..Default::default()
+        };
+        imcfg.database.connection = r.prepare_db("image").await?;
+        imcfg.filesystem_store_datadir = dir.join("images").display().to_string();
+        let image = api_super::serve_image(imcfg, identity.identity.validator.clone())
+            .await
+            .context("start images")?;
+        api_super::image::seed_cirros_like(&image.service, &boot.admin_project_id)
+            .await
+            .context("seed an image")?;
+        if !r.guest_image_dir.is_empty() {
+            let g = api_super::image::seed_guest_image(
+                &image.service,
+                &boot.admin_project_id,
+                std::path::Path::new(&r.guest_image_dir),
+            )
+            .await
+            .context("register the guest image")?;
+            tracing::info!(image = %g.row.id, "guest image registered");
+        }
+        let image_url = format!("http://{}", image.addr);
+
         // API database, cell0 and the cells.
         let api_db_url = r.prepare_db("api").await?;
         migrations::migrate(migrations::Kind::Api, &api_db_url)
@@ -450,10 +503,23 @@ impl Region {
                 hc.resources.disk_gb = r.host_disk_gb;
                 let arch = &r.host_architectures[(j as usize - 1) % r.host_architectures.len()];
                 fake.set_architecture(&host, arch);
+                let driver: Arc<dyn compute::driver::Driver> = if r.compute_driver == "libvirt" {
+                    let images = compute::driver::libvirt::images::GlanceImages::new(
+                        &image_url,
+                        service_token.clone(),
+                        Duration::from_secs(r.libvirt.image_download_timeout_secs.max(1)),
+                    )?;
+                    Arc::new(compute::driver::libvirt::LibvirtDriver::connect(
+                        r.libvirt.clone(),
+                        Arc::new(images),
+                    )?)
+                } else {
+                    fake.driver(&host)
+                };
                 hosts.push(compute::start_host(
                     hc,
                     bus.clone(),
-                    fake.driver(&host),
+                    driver,
                     compute_placement.clone(),
                 ));
             }
@@ -482,20 +548,6 @@ impl Region {
             api.clone(),
             r.discovery.clone(),
         ));
-
-        // Images, with one public image to boot from.
-        let mut imcfg = api_super::ImageConfig {
-            listen: r.image_listen.clone(),
-            ..Default::default()
-        };
-        imcfg.database.connection = r.prepare_db("image").await?;
-        imcfg.filesystem_store_datadir = dir.join("images").display().to_string();
-        let image = api_super::serve_image(imcfg, identity.identity.validator.clone())
-            .await
-            .context("start images")?;
-        api_super::image::seed_cirros_like(&image.service, &boot.admin_project_id)
-            .await
-            .context("seed an image")?;
 
         // The Compute API, its super-conductor and the global scheduler.
         api_super::seed_flavors(&api_db_url).await?;

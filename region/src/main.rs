@@ -79,9 +79,14 @@ async fn main() -> Result<()> {
     } else {
         "sqlite"
     };
+    let hosts = if cfg.region.compute_driver == "libvirt" {
+        format!("libvirt hosts ({})", cfg.region.libvirt.connection_uri)
+    } else {
+        "fake hosts".to_owned()
+    };
     for c in &region.cells {
         println!(
-            "  {:<9} {db_kind} with {} fake hosts, conductor up, bus {}",
+            "  {:<9} {db_kind} with {} {hosts}, conductor up, bus {}",
             c.name,
             c.hosts.len(),
             cell_mapping::url::mask(&c.bus_url)

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 pub use config::ImageConfig;
 pub use lookup::{ImageLookup, ImageSummary, LookupError};
 pub use model::{ImageId, ImageStatus, Visibility};
-pub use seed::{seed_cirros_like, CIRROS_NAME};
+pub use seed::{seed_cirros_like, seed_guest_image, CIRROS_NAME, GUEST_NAME};
 pub use service::ImageService;
 
 /// A running image API.

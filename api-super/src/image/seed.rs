@@ -2,10 +2,11 @@
 //! `openstack server create --image cirros-0.6.2-x86_64-disk`.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use axum::body::Bytes;
 
-use super::error::Result;
+use super::error::{ImageError, Result};
 use super::model::Image;
 use super::service::ImageService;
 
@@ -44,7 +45,67 @@ pub async fn seed_cirros_like(svc: &ImageService, owner_project: &str) -> Result
     svc.create_seeded(
         owner_project,
         CIRROS_NAME,
+        "qcow2",
         Bytes::from(cirros_like_bytes()),
+        properties,
+    )
+    .await
+}
+
+/// The real guest's root image's name ([`seed_guest_image`]).
+pub const GUEST_NAME: &str = "cells-guest";
+
+/// Registers, once, the project's real guest image built by
+/// `scripts/build-guest-image.sh` into `dir` (docs/GUEST_IMAGE.md), UEC
+/// style: `cells-guest-kernel` (aki, `vmlinuz`), `cells-guest-ramdisk`
+/// (ari, `initrd.img`) and [`GUEST_NAME`] (raw, `disk.raw`, naming the
+/// two in `kernel_id` and `ramdisk_id`), all public and owned by
+/// `owner_project`. Returns the root image.
+pub async fn seed_guest_image(
+    svc: &ImageService,
+    owner_project: &str,
+    dir: &Path,
+) -> Result<Image> {
+    let read = |name: &'static str| {
+        let path = dir.join(name);
+        async move {
+            tokio::fs::read(&path).await.map(Bytes::from).map_err(|e| {
+                ImageError::Config(format!(
+                    "the guest image's {} cannot be read: {e} (build it with scripts/build-guest-image.sh)",
+                    path.display()
+                ))
+            })
+        }
+    };
+    let kernel = svc
+        .create_seeded(
+            owner_project,
+            "cells-guest-kernel",
+            "aki",
+            read("vmlinuz").await?,
+            BTreeMap::new(),
+        )
+        .await?;
+    let ramdisk = svc
+        .create_seeded(
+            owner_project,
+            "cells-guest-ramdisk",
+            "ari",
+            read("initrd.img").await?,
+            BTreeMap::new(),
+        )
+        .await?;
+    let properties = BTreeMap::from([
+        ("kernel_id".to_owned(), kernel.row.id.clone()),
+        ("ramdisk_id".to_owned(), ramdisk.row.id.clone()),
+        ("hw_architecture".to_owned(), "x86_64".to_owned()),
+        ("os_distro".to_owned(), "cells-guest".to_owned()),
+    ]);
+    svc.create_seeded(
+        owner_project,
+        GUEST_NAME,
+        "raw",
+        read("disk.raw").await?,
         properties,
     )
     .await

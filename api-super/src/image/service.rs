@@ -934,6 +934,7 @@ impl ImageService {
         &self,
         owner_project: &str,
         name: &str,
+        disk_format: &str,
         data: Bytes,
         properties: BTreeMap<String, String>,
     ) -> Result<Image> {
@@ -958,8 +959,16 @@ impl ImageService {
                 visibility: Visibility::Public.as_str().to_owned(),
                 protected: false,
                 os_hidden: false,
-                disk_format: Some("qcow2".to_owned()),
-                container_format: Some("bare".to_owned()),
+                disk_format: Some(disk_format.to_owned()),
+                // Kernels and ramdisks come in their own containers, as
+                // Glance's UEC images.
+                container_format: Some(
+                    match disk_format {
+                        "aki" | "ari" => disk_format,
+                        _ => "bare",
+                    }
+                    .to_owned(),
+                ),
                 min_ram: 0,
                 min_disk: 0,
                 size: None,

@@ -4,6 +4,7 @@ mod cells_live;
 mod console_output;
 mod distributed;
 mod image_properties;
+mod libvirt_cli;
 mod local_delete;
 mod local_placement;
 mod operator_cli;

@@ -1,0 +1,243 @@
+//! The region on a real hypervisor: one libvirt host (this machine's
+//! libvirtd, qemu with TCG) booting the project's own guest image
+//! (`scripts/build-guest-image.sh`), driven by the real `openstack` CLI.
+//! The guest's marker reaches `openstack console log show`; a soft reboot
+//! boots it again (a second marker); stop and start; a `poweroff` typed on
+//! the guest's serial console is seen as SHUTOFF without anyone asking;
+//! the delete leaves no domain, no disk and no allocation. Skips with a
+//! printed reason without libvirtd or the CLI (a failure in CI).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
+
+const MARKER: &str = "CELLS-GUEST-UP";
+
+fn virsh(args: &[&str]) -> String {
+    let out = Command::new("virsh")
+        .args(["-c", "qemu:///system"])
+        .args(args)
+        .output()
+        .expect("run virsh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Destroys the domains of the servers this test made, whatever happens.
+struct Domains(Vec<String>);
+
+impl Drop for Domains {
+    fn drop(&mut self) {
+        for id in &self.0 {
+            let name = format!("instance-{id}");
+            virsh(&["destroy", &name]);
+            virsh(&["undefine", "--managed-save", &name]);
+        }
+    }
+}
+
+/// The guest image: `CELLS_GUEST_IMAGE_DIR` when set (CI builds it once),
+/// else built here by the repository's script.
+fn guest_image() -> PathBuf {
+    if let Some(d) = std::env::var_os("CELLS_GUEST_IMAGE_DIR") {
+        return PathBuf::from(d);
+    }
+    let dir = testkit::temp_dir("guest_image");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-guest-image.sh");
+    let st = Command::new(script)
+        .arg(&dir)
+        .status()
+        .expect("run build-guest-image.sh");
+    assert!(st.success(), "the guest image could not be built");
+    dir
+}
+
+fn os(cli: &Cli, args: &[&str]) -> String {
+    cli.ok(args)
+}
+
+fn show(cli: &Cli, server: &str) -> Value {
+    cli.json(&["server", "show", server])
+}
+
+/// Polls `what` every 250 ms for up to `limit`.
+fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> Option<String>) -> Duration {
+    let t = Instant::now();
+    loop {
+        match done() {
+            None => return t.elapsed(),
+            Some(state) => assert!(t.elapsed() < limit, "{what}: still {state} after {limit:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn status_is(cli: &Cli, server: &str, want: &str) -> Option<String> {
+    let s = show(cli, server);
+    let status = s["status"].as_str().unwrap_or_default().to_owned();
+    (status != want || !s["OS-EXT-STS:task_state"].is_null()).then(|| format!("{status}: {s}"))
+}
+
+fn markers(cli: &Cli, server: &str) -> usize {
+    os(cli, &["console", "log", "show", server])
+        .matches(MARKER)
+        .count()
+}
+
+/// Types `line` on the guest's serial console (the domain's pty). The
+/// first Enter answers the shell's terminal query.
+fn type_on_console(domain: &str, line: &str) {
+    let xml = virsh(&["dumpxml", domain]);
+    let pty = xml
+        .split("<source path='")
+        .nth(1)
+        .and_then(|r| r.split('\'').next())
+        .expect("the serial console's pty");
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(pty)
+        .expect("open the console's pty");
+    f.write_all(b"\n").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+#[test]
+fn openstack_cli_boots_a_real_guest_on_libvirt() {
+    if testkit::libvirtd().is_none() {
+        return;
+    }
+    let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
+        return;
+    };
+    let image_dir = guest_image();
+    let dir = testkit::temp_dir("region_libvirt_cli");
+    // qemu runs as libvirt's own user: the instances live where it can
+    // read them (the temp dir is world-traversable).
+    let instances = dir.join("instances");
+    let port = || format!("127.0.0.1:{}", testkit::free_port());
+    let r = super::start_with(
+        &dir,
+        &[
+            ("REGION__REGION__PLACEMENT_LISTEN", port()),
+            ("REGION__REGION__COMPUTE_LISTEN", port()),
+            ("REGION__REGION__IMAGE_LISTEN", port()),
+            ("REGION__REGION__COMPUTE_DRIVER", "libvirt".into()),
+            ("REGION__REGION__CELLS", "1".into()),
+            ("REGION__REGION__HOSTS_PER_CELL", "1".into()),
+            ("REGION__REGION__LIBVIRT__VIRT_TYPE", "qemu".into()),
+            (
+                "REGION__REGION__LIBVIRT__CONNECTION_URI",
+                "qemu:///system".into(),
+            ),
+            (
+                "REGION__REGION__LIBVIRT__INSTANCES_PATH",
+                instances.display().to_string(),
+            ),
+            (
+                "REGION__REGION__LIBVIRT__WAIT_SOFT_REBOOT_SECONDS",
+                "20".into(),
+            ),
+            (
+                "REGION__REGION__LIBVIRT__SHUTDOWN_TIMEOUT_SECS",
+                "20".into(),
+            ),
+            (
+                "REGION__REGION__GUEST_IMAGE_DIR",
+                image_dir.display().to_string(),
+            ),
+        ],
+    );
+    let member = Cli {
+        bin: bin.clone(),
+        env: os_env(&r, "demo", 1, "demo"),
+    };
+    let admin = Cli {
+        bin,
+        env: os_env(&r, "admin", 0, "admin"),
+    };
+
+    let server = member.json(&[
+        "server",
+        "create",
+        "--flavor",
+        "m1.tiny",
+        "--image",
+        "cells-guest",
+        "--nic",
+        "none",
+        "--wait",
+        "real1",
+    ]);
+    let id = server["id"].as_str().expect("id").to_owned();
+    let _guard = Domains(vec![id.clone()]);
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    let domain = format!("instance-{id}");
+    assert!(virsh(&["domstate", &domain]).contains("running"));
+    let to_marker = wait("the guest's marker", Duration::from_secs(90), || {
+        (markers(&member, "real1") < 1).then(|| "no marker".into())
+    });
+    eprintln!("marker seen {to_marker:?} after ACTIVE");
+
+    // A soft reboot: the guest shuts down on the ACPI button and boots
+    // again, printing its marker a second time.
+    os(&member, &["server", "reboot", "--soft", "--wait", "real1"]);
+    wait("ACTIVE after the reboot", Duration::from_secs(60), || {
+        status_is(&member, "real1", "ACTIVE")
+    });
+    wait("a second marker", Duration::from_secs(90), || {
+        (markers(&member, "real1") < 2).then(|| "one marker".into())
+    });
+
+    os(&member, &["server", "stop", "real1"]);
+    wait("SHUTOFF after stop", Duration::from_secs(60), || {
+        status_is(&member, "real1", "SHUTOFF")
+    });
+    assert!(virsh(&["domstate", &domain]).contains("shut off"));
+    os(&member, &["server", "start", "real1"]);
+    wait("ACTIVE after start", Duration::from_secs(60), || {
+        status_is(&member, "real1", "ACTIVE")
+    });
+    wait("a third marker", Duration::from_secs(90), || {
+        (markers(&member, "real1") < 3).then(|| "fewer markers".into())
+    });
+
+    // The guest powers itself off: nobody asks the API, yet the server
+    // shows SHUTOFF (vm_state stopped) within seconds.
+    type_on_console(&domain, "poweroff -f");
+    let seen = wait(
+        "SHUTOFF after the guest's own poweroff",
+        Duration::from_secs(30),
+        || status_is(&member, "real1", "SHUTOFF"),
+    );
+    eprintln!("the guest's own poweroff seen as SHUTOFF after {seen:?}");
+    let s = show(&member, "real1");
+    assert_eq!(s["OS-EXT-STS:vm_state"], "stopped", "{s}");
+
+    os(&member, &["server", "delete", "--wait", "real1"]);
+    assert!(
+        !virsh(&["list", "--all", "--name"]).contains(&domain),
+        "the domain is gone"
+    );
+    assert!(
+        !instances.join(&id).exists(),
+        "the instance's directory is gone"
+    );
+    let (ok, out, err) = admin.run(&[
+        "resource",
+        "provider",
+        "allocation",
+        "show",
+        &id,
+        "-f",
+        "json",
+    ]);
+    assert!(ok, "{out}{err}");
+    let allocs: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(allocs, serde_json::json!([]), "no allocation is left");
+}
