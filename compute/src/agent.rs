@@ -455,7 +455,13 @@ impl Host {
             self.placement
                 .ensure_provider(node_uuid, &self.cfg.node)
                 .await?;
-            self.placement.set_inventory(node_uuid, &inv).await
+            self.placement.set_inventory(node_uuid, &inv).await?;
+            if let Some(t) = self.driver.traits() {
+                self.placement
+                    .merge_traits(node_uuid, &t.present, &t.absent)
+                    .await?;
+            }
+            Ok::<(), crate::placement::PlacementError>(())
         }
         .await;
         match res {

@@ -83,6 +83,30 @@ pub trait Placement: Send + Sync + fmt::Debug {
         uuid: ProviderUuid,
         inventory: &'a Inventory,
     ) -> BoxFuture<'a, Result<(), PlacementError>>;
+
+    /// Adds `add` to the provider's traits and takes `remove` away,
+    /// leaving the others as they are.
+    fn merge_traits<'a>(
+        &'a self,
+        uuid: ProviderUuid,
+        add: &'a [String],
+        remove: &'a [String],
+    ) -> BoxFuture<'a, Result<(), PlacementError>> {
+        let _ = (uuid, add, remove);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// `current` with `add` added and `remove` taken away, sorted; `None`
+/// when that changes nothing.
+pub fn merged(current: &[String], add: &[String], remove: &[String]) -> Option<Vec<String>> {
+    let mut t: std::collections::BTreeSet<String> = current.iter().cloned().collect();
+    let before = t.clone();
+    t.extend(add.iter().cloned());
+    for r in remove {
+        t.remove(r);
+    }
+    (t != before).then(|| t.into_iter().collect())
 }
 
 /// No placement: reporting is skipped (a compute that only talks to its
@@ -246,6 +270,66 @@ impl Placement for HttpPlacement {
                     s => {
                         return Err(status_err(
                             "PUT /resource_providers/{uuid}/inventories",
+                            s,
+                            resp.text().await.unwrap_or_default(),
+                        ))
+                    }
+                }
+            }
+            Err(PlacementError::Contended(uuid))
+        })
+    }
+
+    fn merge_traits<'a>(
+        &'a self,
+        uuid: ProviderUuid,
+        add: &'a [String],
+        remove: &'a [String],
+    ) -> BoxFuture<'a, Result<(), PlacementError>> {
+        Box::pin(async move {
+            let path = format!("/resource_providers/{uuid}/traits");
+            for _ in 0..5 {
+                let resp = self
+                    .req(reqwest::Method::GET, &path)
+                    .send()
+                    .await
+                    .map_err(PlacementError::Http)?;
+                let status = resp.status().as_u16();
+                if status != 200 {
+                    let body = resp.text().await.unwrap_or_default();
+                    return Err(status_err(
+                        "GET /resource_providers/{uuid}/traits",
+                        status,
+                        body,
+                    ));
+                }
+                let v: serde_json::Value = resp.json().await.map_err(PlacementError::Http)?;
+                let current: Vec<String> = v["traits"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| t.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let Some(traits) = merged(&current, add, remove) else {
+                    return Ok(());
+                };
+                let resp = self
+                    .req(reqwest::Method::PUT, &path)
+                    .json(&json!({
+                        "resource_provider_generation": v["resource_provider_generation"],
+                        "traits": traits,
+                    }))
+                    .send()
+                    .await
+                    .map_err(PlacementError::Http)?;
+                match resp.status().as_u16() {
+                    200 => return Ok(()),
+                    409 => continue,
+                    s => {
+                        return Err(status_err(
+                            "PUT /resource_providers/{uuid}/traits",
                             s,
                             resp.text().await.unwrap_or_default(),
                         ))

@@ -59,6 +59,15 @@ pub struct HostInventory {
     pub disk_gb: i64,
 }
 
+/// A host's traits ([`Driver::traits`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostTraits {
+    /// What the host has.
+    pub present: Vec<String>,
+    /// What the driver decides on and the host lacks: removed if set.
+    pub absent: Vec<String>,
+}
+
 /// A power or rebuild operation on an existing guest.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GuestOp {
@@ -132,6 +141,15 @@ pub trait Driver: Send + Sync + fmt::Debug {
 
     /// The guest's power state ([`fabric::rpc::power_state`]).
     fn power_state(&self, instance: InstanceUuid) -> i32;
+
+    /// The traits the host's provider carries (`HW_CPU_X86_*`,
+    /// `COMPUTE_*`) and those the driver manages and takes away when the
+    /// host lacks them; `None` (the fake driver): the agent leaves the
+    /// provider's traits alone. Traits set by others (an operator's
+    /// `CUSTOM_*`) stay.
+    fn traits(&self) -> Option<HostTraits> {
+        None
+    }
 
     /// How often the power states of this host's guests are read and
     /// synced ([`crate::power_sync`]); `None` (the fake driver): never,

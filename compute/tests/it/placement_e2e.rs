@@ -86,3 +86,150 @@ async fn host_reports_provider_and_inventory_to_placement() {
     h.shutdown().await;
     running.task.abort();
 }
+
+/// A libvirt host (libvirt's test driver) reports the inventory it reads
+/// from the host and its traits; an operator's trait stays, and a CPU
+/// trait the host lacks is taken away at the next report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_libvirt_host_reports_its_own_inventory_and_traits() {
+    let db = testkit::sqlite("compute_placement_e2e_libvirt");
+    let running = placement::serve(
+        &PlacementConfig {
+            listen: "127.0.0.1:0".into(),
+            database: DatabaseConfig {
+                connection: db.url.clone(),
+                max_connections: 1,
+            },
+            ..Default::default()
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", running.addr);
+    let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
+    stub_conductor(bus.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = || -> Arc<dyn compute::driver::Driver> {
+        let cfg = compute::driver::libvirt::config::LibvirtSection {
+            connection_uri: "test:///default".into(),
+            virt_type: "qemu".into(),
+            instances_path: dir.path().to_owned(),
+            ..Default::default()
+        };
+        Arc::new(
+            compute::driver::libvirt::LibvirtDriver::connect(
+                cfg,
+                Arc::new(crate::libvirt::MemImages::default()),
+            )
+            .unwrap(),
+        )
+    };
+    let placement = Arc::new(HttpPlacement::new(&base, "admin").unwrap());
+    let start = || {
+        compute::start_host(
+            HostConfig::new("lv-host"),
+            bus.clone(),
+            driver(),
+            placement.clone(),
+        )
+    };
+    let h = start();
+    let uuid = tokio::time::timeout(Duration::from_secs(20), h.ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: String, body: Option<serde_json::Value>| {
+        let mut r = http
+            .request(method, format!("{base}{path}"))
+            .header("X-Auth-Token", "admin")
+            .header("OpenStack-API-Version", "placement 1.20");
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        async move {
+            r.send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let inv = call(
+        reqwest::Method::GET,
+        format!("/resource_providers/{uuid}/inventories"),
+        None,
+    )
+    .await;
+    // libvirt's test driver: 16 CPUs and 3 GiB, less the 512 MB reserve.
+    assert_eq!(inv["inventories"]["VCPU"]["total"], 16, "{inv}");
+    assert_eq!(
+        inv["inventories"]["MEMORY_MB"]["total"],
+        3072 - 512,
+        "{inv}"
+    );
+    let traits = |v: &serde_json::Value| -> Vec<String> {
+        v["traits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let t = call(
+        reqwest::Method::GET,
+        format!("/resource_providers/{uuid}/traits"),
+        None,
+    )
+    .await;
+    let have = traits(&t);
+    for want in [
+        "COMPUTE_NODE",
+        "COMPUTE_STORAGE_BUS_VIRTIO",
+        "HW_CPU_X86_SSE2",
+    ] {
+        assert!(have.contains(&want.to_owned()), "{want} missing: {have:?}");
+    }
+    assert!(!have.contains(&"HW_CPU_X86_AVX512F".to_owned()));
+
+    // An operator adds a trait of their own, and someone a CPU trait the
+    // host does not have: at the next report the first stays, the
+    // second goes.
+    let mut more = have.clone();
+    more.push("CUSTOM_RACK_A".into());
+    more.push("HW_CPU_X86_AVX512F".into());
+    http.put(format!("{base}/traits/CUSTOM_RACK_A"))
+        .header("X-Auth-Token", "admin")
+        .header("OpenStack-API-Version", "placement 1.20")
+        .send()
+        .await
+        .unwrap();
+    let put = call(
+        reqwest::Method::PUT,
+        format!("/resource_providers/{uuid}/traits"),
+        Some(serde_json::json!({
+            "resource_provider_generation": t["resource_provider_generation"],
+            "traits": more,
+        })),
+    )
+    .await;
+    assert!(put["traits"].is_array(), "{put}");
+    h.shutdown().await;
+    let h = start();
+    assert_eq!(h.ready().await.unwrap(), uuid, "the same node");
+    let have = traits(
+        &call(
+            reqwest::Method::GET,
+            format!("/resource_providers/{uuid}/traits"),
+            None,
+        )
+        .await,
+    );
+    assert!(have.contains(&"CUSTOM_RACK_A".to_owned()), "{have:?}");
+    assert!(!have.contains(&"HW_CPU_X86_AVX512F".to_owned()), "{have:?}");
+    assert!(have.contains(&"COMPUTE_NODE".to_owned()), "{have:?}");
+    h.shutdown().await;
+    running.task.abort();
+}

@@ -21,6 +21,9 @@ pub async fn stub_conductor(bus: Arc<dyn Transport>) -> Arc<Counts> {
     let mut sub = bus.consume(CONDUCTOR_QUEUE).await.unwrap();
     let c = counts.clone();
     tokio::spawn(async move {
+        // A node keeps the uuid it was first registered with, as the
+        // conductor's compute_nodes row does.
+        let mut nodes = std::collections::HashMap::<String, String>::new();
         // Unanswered heartbeats are kept, unsettled (a dropped delivery
         // goes back to the queue and would come round again at once).
         let mut unanswered = Vec::new();
@@ -37,9 +40,13 @@ pub async fn stub_conductor(bus: Arc<dyn Transport>) -> Arc<Counts> {
                 }
                 method::COMPUTE_NODE_UPDATE => {
                     let n: rpc::ComputeNodeUpdate = env.decode_message().unwrap();
+                    let uuid = nodes
+                        .entry(n.hypervisor_hostname.clone())
+                        .or_insert(n.uuid)
+                        .clone();
                     rpc::ComputeNodeRecord {
                         id: 1,
-                        uuid: n.uuid,
+                        uuid,
                         mapped: false,
                     }
                     .encode_to_vec()

@@ -68,10 +68,12 @@ impl Bus {
     }
 }
 
+/// Every disk bus.
+pub const BUSES: &[Bus] = &[Bus::Virtio, Bus::Scsi, Bus::Ide, Bus::Sata, Bus::Usb];
 /// The NIC models `hw_vif_model` may name.
-const VIF_MODELS: &[&str] = &["virtio", "e1000", "e1000e", "rtl8139", "ne2k_pci", "pcnet"];
+pub const VIF_MODELS: &[&str] = &["virtio", "e1000", "e1000e", "rtl8139", "ne2k_pci", "pcnet"];
 /// The video models `hw_video_model` may name.
-const VIDEO_MODELS: &[&str] = &["vga", "cirrus", "virtio", "qxl", "none"];
+pub const VIDEO_MODELS: &[&str] = &["vga", "cirrus", "virtio", "qxl", "none"];
 /// The architectures this driver runs (the host's own, emulated or not).
 pub const ARCHITECTURES: &[&str] = &["x86_64"];
 

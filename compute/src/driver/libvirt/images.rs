@@ -356,9 +356,9 @@ pub struct CachedImage {
 }
 
 /// The disk formats a root disk may come in.
-const DISK_FORMATS: &[&str] = &["raw", "qcow2"];
+pub const DISK_FORMATS: &[&str] = &["raw", "qcow2"];
 /// Kernel and ramdisk images (used as files, not disks).
-const FILE_FORMATS: &[&str] = &["aki", "ari"];
+pub const FILE_FORMATS: &[&str] = &["aki", "ari"];
 
 /// The host's image cache.
 #[derive(Debug)]

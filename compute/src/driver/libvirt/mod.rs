@@ -23,6 +23,7 @@ pub mod config;
 pub mod guest;
 pub mod host;
 pub mod images;
+pub mod traits;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use virt::sys;
 use self::config::{CpuMode, LibvirtSection, VirtType};
 use self::guest::{domain_name, Bus, DiskSpec, DomainSpec, GuestProps};
 use self::images::{ImageCache, ImageSource, QemuImg};
-use super::{Driver, DriverError, GuestOp, HostInventory, SpawnSpec};
+use super::{Driver, DriverError, GuestOp, HostInventory, HostTraits, SpawnSpec};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -573,6 +574,23 @@ impl Driver for LibvirtDriver {
             Ok(inv) => Some(inv),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the host's resources; using [resources]");
+                None
+            }
+        }
+    }
+
+    fn traits(&self) -> Option<HostTraits> {
+        match self.inner.conn.capabilities() {
+            Ok(caps) => {
+                let present: Vec<String> = traits::host_traits(&caps).into_iter().collect();
+                let absent = traits::cpu_traits()
+                    .into_iter()
+                    .filter(|t| !present.contains(t))
+                    .collect();
+                Some(HostTraits { present, absent })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.message(), "could not read the host's capabilities; no traits reported");
                 None
             }
         }
