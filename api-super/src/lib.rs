@@ -17,6 +17,7 @@
 pub mod cells;
 pub mod compute_api;
 pub mod conductor;
+pub mod console_proxy;
 pub mod http;
 pub mod identity;
 pub mod image;

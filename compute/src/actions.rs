@@ -150,7 +150,44 @@ pub fn tail_lines(text: &str, lines: u32) -> &str {
     }
 }
 
+/// A driver's failure as the reply of a console call: `NotFound` (no such
+/// guest here), `NotImplemented` (the driver has no such console),
+/// `InvalidStateTransition` (the guest is not running), else `Internal`.
+fn console_error(env: &fabric::wire::Envelope, e: DriverError) -> fabric::wire::Envelope {
+    let c = match e {
+        DriverError::NotFound(_) => code::NOT_FOUND,
+        DriverError::Unavailable(_) => code::NOT_IMPLEMENTED,
+        DriverError::OperationFailed {
+            op: "get_serial_console",
+            ..
+        } => code::INVALID_TRANSITION,
+        _ => code::INTERNAL,
+    };
+    env.error_reply(c, e.to_string())
+}
+
 impl Host {
+    /// `get_serial_console`: a call; answers where the console listens.
+    pub(crate) async fn serial_console(&self, d: Delivery) {
+        let env = d.envelope().clone();
+        let reply = match env.decode_message::<rpc::SerialConsoleRequest>() {
+            Err(e) => env.error_reply(code::BAD_REQUEST, format!("undecodable request: {e}")),
+            Ok(r) => match r.instance_uuid.parse::<InstanceUuid>() {
+                Err(_) => env.error_reply(code::BAD_REQUEST, "not an instance uuid"),
+                Ok(uuid) => match self.driver.serial_console(uuid).await {
+                    Ok(addr) => env.reply(prost::Message::encode_to_vec(&rpc::SerialConsole {
+                        host: addr.ip().to_string(),
+                        port: u32::from(addr.port()),
+                    })),
+                    Err(e) => console_error(&env, e),
+                },
+            },
+        };
+        if let Err(e) = d.reply(reply).await {
+            warn!(error = %chain(&e), "could not answer get_serial_console");
+        }
+    }
+
     /// `get_console_output`: a call; answers the log's tail, or an error
     /// whose code says why (`NotFound`: no such guest here;
     /// `NotImplemented`: the driver keeps no console log).
@@ -168,13 +205,7 @@ impl Host {
                         };
                         env.reply(prost::Message::encode_to_vec(&msg))
                     }
-                    Err(e @ DriverError::NotFound(_)) => {
-                        env.error_reply(code::NOT_FOUND, e.to_string())
-                    }
-                    Err(e @ DriverError::Unavailable(_)) => {
-                        env.error_reply(code::NOT_IMPLEMENTED, e.to_string())
-                    }
-                    Err(e) => env.error_reply(code::INTERNAL, e.to_string()),
+                    Err(e) => console_error(&env, e),
                 },
             },
         };

@@ -526,6 +526,10 @@ impl Host {
                 self.console_output(d).await;
                 return;
             }
+            method::GET_SERIAL_CONSOLE => {
+                self.serial_console(d).await;
+                return;
+            }
             other => {
                 warn!(method = %other.chars().take(64).collect::<String>(), "unknown method; dropped");
                 let _ = d.reject().await;

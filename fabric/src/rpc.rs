@@ -107,6 +107,8 @@ pub mod method {
     pub const REBUILD_INSTANCE: &str = "rebuild_instance";
     /// The tail of the guest's console log (a call to `compute.<host>`).
     pub const GET_CONSOLE_OUTPUT: &str = "get_console_output";
+    /// Where the guest's serial console listens (a call to `compute.<host>`).
+    pub const GET_SERIAL_CONSOLE: &str = "get_serial_console";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.
@@ -849,6 +851,25 @@ pub struct ConsoleOutput {
     /// The console's text (invalid UTF-8 replaced).
     #[prost(string, tag = "1")]
     pub output: String,
+}
+
+/// `get_serial_console` (call to `compute.<host>`): the instance.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SerialConsoleRequest {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+}
+
+/// The reply to `get_serial_console`: where the console proxy connects.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SerialConsole {
+    /// Address (an IP) on the compute host.
+    #[prost(string, tag = "1")]
+    pub host: String,
+    /// TCP port.
+    #[prost(uint32, tag = "2")]
+    pub port: u32,
 }
 
 /// Request ids carried by every envelope of one flow.

@@ -902,22 +902,20 @@ pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region:
     let set = |t: &mut toml::Table, k: &str, v: toml::Value| {
         t.insert(k.to_owned(), v);
     };
-    set(
-        &mut table,
-        "cells",
-        toml::Value::Integer(s.fleet.cells as i64),
-    );
-    set(
-        &mut table,
-        "hosts_per_cell",
-        toml::Value::Integer(s.fleet.hosts_per_cell as i64),
-    );
+    let fleet = [
+        ("cells", s.fleet.cells as i64),
+        ("hosts_per_cell", s.fleet.hosts_per_cell as i64),
+    ];
+    for (k, v) in fleet {
+        set(&mut table, k, toml::Value::Integer(v));
+    }
     set(&mut table, "fake_spawn_latency_ms", toml::Value::Integer(0));
     for k in [
         "identity_listen",
         "placement_listen",
         "compute_listen",
         "image_listen",
+        "serial_proxy_listen",
     ] {
         set(&mut table, k, toml::Value::String("127.0.0.1:0".to_owned()));
     }

@@ -74,6 +74,8 @@ pub struct RegionSection {
     pub compute_listen: String,
     /// Address of the image API.
     pub image_listen: String,
+    /// Address of the serial console proxy (WebSocket; empty: none).
+    pub serial_proxy_listen: String,
     /// Seconds between compute heartbeats.
     pub heartbeat_interval_secs: u64,
     /// Periodic host discovery (Nova's `discover_hosts_in_cells_interval`).
@@ -102,6 +104,7 @@ impl Default for RegionSection {
             placement_listen: "127.0.0.1:8778".to_owned(),
             compute_listen: "127.0.0.1:8774".to_owned(),
             image_listen: "127.0.0.1:9292".to_owned(),
+            serial_proxy_listen: "127.0.0.1:6083".to_owned(),
             heartbeat_interval_secs: 10,
             discovery: cell_mapping::DiscoveryConfig {
                 interval_secs: 60,
@@ -554,6 +557,7 @@ impl Region {
         let compute = api_super::serve_compute(
             api_super::ComputeConfig {
                 listen: r.compute_listen.clone(),
+                serial_proxy_listen: r.serial_proxy_listen.clone(),
                 cell_cache_refresh_ms: r.cell_cache_refresh_ms,
                 // Placement shuffles limited queries here
                 // (`randomize_allocation_candidates` above), so a sample

@@ -74,6 +74,9 @@ async fn main() -> Result<()> {
         region.image.addr,
         api_super::image::CIRROS_NAME
     );
+    if let Some(p) = region.compute.serial_proxy {
+        println!("  consoles  ws://{p}/ (serial console proxy)");
+    }
     let db_kind = if cfg.region.on_postgres() {
         "postgresql"
     } else {

@@ -24,7 +24,7 @@ pub const LONG_FILES: &[(&str, usize)] = &[
     ("api-super/tests/it/user_apis.rs", 1744),
     ("cell-mapping/src/db/instances.rs", 1112),
     ("fabric/src/token.rs", 1139),
-    ("loadtest/src/runner.rs", 2525),
+    ("loadtest/src/runner.rs", 2523),
     ("loadtest/tests/it/scenario.rs", 1229),
 ];
 

@@ -94,6 +94,15 @@ pub struct ComputeConfig {
     /// Writes through this process are seen at once; another process's
     /// within this time.
     pub flavor_cache_ms: u64,
+    /// Where the serial console proxy listens (Nova's
+    /// `[serial_console] serialproxy_port` 6083); empty: no proxy, and
+    /// remote serial consoles answer that none runs.
+    pub serial_proxy_listen: String,
+    /// The proxy's URL in the consoles' URLs; empty: `ws://<bound address>/`.
+    pub serial_proxy_base_url: String,
+    /// How long a console token is valid, in seconds (Nova's
+    /// `[consoleauth] token_ttl`).
+    pub console_token_ttl_secs: u64,
 }
 
 impl Default for ComputeConfig {
@@ -110,6 +119,9 @@ impl Default for ComputeConfig {
             list_records_by_skipping_down_cells: true,
             build_heal: Default::default(),
             flavor_cache_ms: 1000,
+            serial_proxy_listen: String::new(),
+            serial_proxy_base_url: String::new(),
+            console_token_ttl_secs: 600,
         }
     }
 }
@@ -169,6 +181,10 @@ pub struct Inner {
     pub(crate) max_limit: usize,
     pub(crate) quota: quotas::QuotaConfig,
     pub(crate) skip_down_cells: bool,
+    /// Console auth tokens, taken by this process's proxy.
+    pub(crate) consoles: Arc<crate::services::console::ConsoleTokens>,
+    /// The serial console proxy's base URL, when one runs.
+    pub(crate) serial_proxy_url: Option<String>,
 }
 
 /// A handle on the shared state.
@@ -336,6 +352,14 @@ pub fn router(app: App) -> Router {
             axum::routing::post(server_actions::action),
         )
         .route(
+            "/v2.1/servers/{id}/remote-consoles",
+            axum::routing::post(server_console::remote_consoles),
+        )
+        .route(
+            "/v2.1/os-console-auth-tokens/{token}",
+            get(server_console::auth_token),
+        )
+        .route(
             "/v2.1/servers/{id}/os-instance-actions",
             get(instance_actions::index),
         )
@@ -433,8 +457,11 @@ pub struct Running {
     pub app: App,
     /// The server task.
     pub task: tokio::task::JoinHandle<()>,
-    /// Background tasks (scheduler heartbeat, build healer).
+    /// Background tasks (scheduler heartbeat, build healer, the console
+    /// proxy).
     pub background: Vec<tokio::task::JoinHandle<()>>,
+    /// The serial console proxy's address, when one runs.
+    pub serial_proxy: Option<SocketAddr>,
 }
 
 impl Running {
@@ -503,7 +530,32 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     let scheduler = Arc::new(Scheduler::new(cfg.scheduler.clone(), deps.placement, hosts));
     let conductor = Arc::new(SuperConductor::new(db.clone(), cells.clone(), scheduler));
     let listener = TcpListener::bind(&cfg.listen).await?;
-    let background = crate::conductor::heal::start(conductor.clone(), &cfg.build_heal);
+    let mut background = crate::conductor::heal::start(conductor.clone(), &cfg.build_heal);
+    // Tokens live 10 minutes by default; 10,000 live at once is far more
+    // than operators open consoles.
+    let consoles = Arc::new(crate::services::console::ConsoleTokens::new(
+        Duration::from_secs(cfg.console_token_ttl_secs.max(1)),
+        10_000,
+    ));
+    let (serial_proxy, serial_proxy_url) = if cfg.serial_proxy_listen.is_empty() {
+        (None, None)
+    } else {
+        let l = TcpListener::bind(&cfg.serial_proxy_listen).await?;
+        let addr = l.local_addr()?;
+        let routes = crate::console_proxy::router(consoles.clone());
+        background.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, routes).await {
+                tracing::error!(error = %e, "serial console proxy stopped");
+            }
+        }));
+        let url = if cfg.serial_proxy_base_url.is_empty() {
+            format!("ws://{addr}/")
+        } else {
+            cfg.serial_proxy_base_url.clone()
+        };
+        tracing::info!(%addr, "serial console proxy listening");
+        (Some(addr), Some(url))
+    };
     let addr = listener.local_addr()?;
     let public_url = OnceLock::new();
     let _ = public_url.set(if cfg.public_url.is_empty() {
@@ -522,6 +574,8 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         max_limit: cfg.max_limit.max(1),
         quota: cfg.quota.clone(),
         skip_down_cells: cfg.list_records_by_skipping_down_cells,
+        consoles,
+        serial_proxy_url,
     }));
     let routes = router(app.clone());
     let task = tokio::spawn(async move {
@@ -536,6 +590,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         app,
         task,
         background,
+        serial_proxy,
     })
 }
 

@@ -206,6 +206,9 @@ pub async fn action(
         }
         "rebuild" => rebuild(&app, &ctx, &id, arg).await,
         "os-getConsoleOutput" => super::server_console::console_output(&app, &ctx, &id, arg).await,
+        "os-getSerialConsole" => {
+            super::server_console::get_serial_console(&app, &ctx, &id, arg).await
+        }
         "lock" => lock(&app, &ctx, &id, arg).await,
         "unlock" => {
             null_body(name, arg)?;

@@ -72,3 +72,155 @@ pub async fn console_output(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiR
     let output = crate::services::console::output(app, &cell, host, id, tail, &ids).await?;
     Ok(Json(json!({ "output": output })).into_response())
 }
+
+/// The protocols and types Nova's schema knows (2.6 and later).
+const PROTOCOLS: &[&str] = &["vnc", "spice", "serial", "mks"];
+const TYPES: &[&str] = &["novnc", "xvpvnc", "spice-html5", "serial", "webmks"];
+
+/// A serial console for the server `id`: the compute says where it
+/// listens, a token is minted for this process's proxy, and the URL names
+/// both.
+async fn serial_url(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiResult<String> {
+    let Some(base) = app.serial_proxy_url.as_deref() else {
+        return Err(ApiError::BadRequest(
+            "Unavailable console type serial: no serial console proxy runs here \
+             (compute.serial_proxy_listen)."
+                .into(),
+        ));
+    };
+    let (cell, s) = match find(app, ctx, id, rule).await? {
+        Found::Build(_) => return Err(ApiError::Conflict(format!("Instance {id} is not ready"))),
+        Found::Cell(cell, s) => (cell, s),
+    };
+    let Some(host) = s.host.as_deref() else {
+        return Err(ApiError::Conflict(format!("Instance {id} is not ready")));
+    };
+    let ids = RequestIds {
+        request_id: ctx.request_id.clone(),
+        global_request_id: ctx.request_id.clone(),
+    };
+    let addr = crate::services::console::serial_address(app, &cell, host, id, &ids).await?;
+    let target = crate::services::console::ConsoleTarget {
+        instance_uuid: id.to_owned(),
+        console_type: "serial",
+        host: host.to_owned(),
+        addr,
+    };
+    let token = app.consoles.mint(target).ok_or_else(|| {
+        ApiError::Conflict("Too many console tokens are live; try again later.".into())
+    })?;
+    Ok(format!("{base}?token={token}"))
+}
+
+/// `POST /servers/{id}/remote-consoles` (2.6+): the serial console is
+/// built; VNC, SPICE and MKS are not yet.
+pub async fn remote_consoles(
+    axum::extract::State(app): axum::extract::State<App>,
+    axum::Extension(ctx): axum::Extension<Ctx>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    if !ctx.mv.at_least(6) {
+        return Err(ApiError::NotFound(
+            "The resource could not be found.".into(),
+        ));
+    }
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::BadRequest("Malformed request body".into()))?;
+    let Some(rc) = v.get("remote_console").and_then(Value::as_object) else {
+        return Err(ApiError::BadRequest(
+            "Invalid input for field/attribute remote_console. Value: None. 'remote_console' is a required property"
+                .into(),
+        ));
+    };
+    let field = |k: &str, allowed: &[&str]| -> ApiResult<String> {
+        match rc.get(k) {
+            Some(Value::String(s)) if allowed.contains(&s.as_str()) => Ok(s.clone()),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "Invalid input for field/attribute {k}. Value: {other}. {other} is not one of {allowed:?}"
+            ))),
+            None => Err(ApiError::BadRequest(format!(
+                "Invalid input for field/attribute remote_console. '{k}' is a required property"
+            ))),
+        }
+    };
+    let protocol = field("protocol", PROTOCOLS)?;
+    let kind = field("type", TYPES)?;
+    if let Some(k) = rc
+        .keys()
+        .find(|k| !["protocol", "type"].contains(&k.as_str()))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "Additional properties are not allowed ('{k}' was unexpected)"
+        )));
+    }
+    match (protocol.as_str(), kind.as_str()) {
+        ("serial", "serial") => {}
+        ("vnc", "novnc") | ("vnc", "xvpvnc") | ("spice", "spice-html5") | ("mks", "webmks") => {
+            return Err(ApiError::NotImplemented(format!(
+                "The {protocol} console ({kind}) is not built yet; the serial console is."
+            )))
+        }
+        _ => {
+            return Err(ApiError::BadRequest(format!(
+                "Unavailable console type {kind} for protocol {protocol}."
+            )))
+        }
+    }
+    let url = serial_url(&app, &ctx, &id, "os_compute_api:os-remote-consoles").await?;
+    Ok(Json(json!({
+        "remote_console": {"protocol": "serial", "type": "serial", "url": url}
+    }))
+    .into_response())
+}
+
+/// `os-getSerialConsole` (the action before 2.6).
+pub async fn get_serial_console(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+    arg: &Value,
+) -> ApiResult<Response> {
+    match arg.get("type").and_then(Value::as_str) {
+        Some("serial") => {}
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "Invalid input for field/attribute type. Value: {}. It is not one of ['serial']",
+                other.unwrap_or("None")
+            )))
+        }
+    }
+    let url = serial_url(app, ctx, id, "os_compute_api:os-remote-consoles").await?;
+    Ok(Json(json!({"console": {"type": "serial", "url": url}})).into_response())
+}
+
+/// `GET /os-console-auth-tokens/{token}` (admin): where a token leads.
+/// Before 2.31 Nova shows only RDP tokens; serial ones are shown from 2.31.
+pub async fn auth_token(
+    axum::extract::State(app): axum::extract::State<App>,
+    axum::Extension(ctx): axum::Extension<Ctx>,
+    axum::extract::Path(token): axum::extract::Path<String>,
+) -> ApiResult<Response> {
+    app.authorize(
+        &ctx,
+        "os_compute_api:os-console-auth-tokens",
+        ctx.project_id(),
+    )?;
+    let Some(t) = app.consoles.check(&token) else {
+        return Err(ApiError::NotFound(
+            "The token is invalid or has expired.".into(),
+        ));
+    };
+    if !ctx.mv.at_least(31) {
+        return Err(ApiError::BadRequest(
+            "The requested console type details are not accessible".into(),
+        ));
+    }
+    Ok(Json(json!({"console": {
+        "instance_uuid": t.instance_uuid,
+        "host": t.addr.ip().to_string(),
+        "port": t.addr.port(),
+        "internal_access_path": null,
+    }}))
+    .into_response())
+}

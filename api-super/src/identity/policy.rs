@@ -287,6 +287,11 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:project_member_or_admin",
     ),
     (
+        "os_compute_api:os-remote-consoles",
+        "rule:project_member_or_admin",
+    ),
+    ("os_compute_api:os-console-auth-tokens", "rule:admin_api"),
+    (
         "os_compute_api:os-lock-server:lock",
         "rule:project_member_or_admin",
     ),

@@ -68,6 +68,9 @@ struct State {
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
+    /// The fake guests' serial console: one echo server for all of them,
+    /// started on first use.
+    serial: tokio::sync::OnceCell<std::net::SocketAddr>,
     /// Bumped whenever a spawn starts waiting (explicit mode).
     changed: watch::Sender<u64>,
     /// Spawns failed by a knob ([`FakeHypervisor::injected_failures`]).
@@ -95,6 +98,7 @@ impl FakeHypervisor {
                     pending: HashMap::new(),
                 }),
                 changed: watch::channel(0).0,
+                serial: tokio::sync::OnceCell::new(),
                 injected: AtomicU64::new(0),
             }),
         }
@@ -174,6 +178,31 @@ impl FakeHypervisor {
         self.lock()
             .architectures
             .insert(host.to_owned(), arch.to_owned());
+    }
+
+    /// The address of the fake guests' serial console: a TCP server on
+    /// 127.0.0.1 that echoes what it is sent, prefixed by `fake-console: `
+    /// on connect (started on first use, for the life of the process).
+    pub async fn serial_console_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.shared
+            .serial
+            .get_or_try_init(|| async {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                let addr = l.local_addr()?;
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    while let Ok((mut s, _)) = l.accept().await {
+                        tokio::spawn(async move {
+                            let _ = s.write_all(b"fake-console: ").await;
+                            let (mut r, mut w) = s.split();
+                            let _ = tokio::io::copy(&mut r, &mut w).await;
+                        });
+                    }
+                });
+                Ok(addr)
+            })
+            .await
+            .copied()
     }
 
     /// Makes the agents of hosts started after this sync their guests'
@@ -389,6 +418,33 @@ impl Driver for FakeDriver {
 
     fn power_sync_interval(&self) -> Option<Duration> {
         self.hv.lock().power_sync
+    }
+
+    /// An echo server standing in for the guest's serial console.
+    fn serial_console(
+        &self,
+        instance: InstanceUuid,
+    ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
+        Box::pin(async move {
+            let running = self
+                .hv
+                .lock()
+                .guests
+                .get(&self.host)
+                .and_then(|g| g.get(&instance).copied());
+            match running {
+                None => Err(DriverError::NotFound(instance)),
+                Some(p) if p != power_state::RUNNING => Err(DriverError::OperationFailed {
+                    op: "get_serial_console",
+                    message: "the guest is not running".into(),
+                }),
+                Some(_) => self
+                    .hv
+                    .serial_console_addr()
+                    .await
+                    .map_err(|e| DriverError::Unavailable(format!("fake console: {e}"))),
+            }
+        })
     }
 
     fn spawn<'a>(&'a self, spec: &'a SpawnSpec) -> BoxFuture<'a, Result<(), DriverError>> {

@@ -189,6 +189,20 @@ pub trait Driver: Send + Sync + fmt::Debug {
         })
     }
 
+    /// Where the guest's serial console listens (raw TCP, for the console
+    /// proxy). Drivers without one answer [`DriverError::Unavailable`].
+    fn serial_console(
+        &self,
+        instance: InstanceUuid,
+    ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
+        let _ = instance;
+        Box::pin(async {
+            Err(DriverError::Unavailable(
+                "serial consoles are not supported by this driver".into(),
+            ))
+        })
+    }
+
     /// Runs `op` on an existing guest; returns once it is done. Drivers
     /// that do not implement an operation answer [`DriverError::Unavailable`].
     fn perform<'a>(

@@ -77,3 +77,129 @@ async fn console_output_is_the_logs_tail_as_nova_answers_it() {
     assert_eq!(r.body["output"], "LAST LINE\n", "{}", r.body);
     region.shutdown().await;
 }
+
+/// The remote serial console (2.6+) through the region's proxy: the fake
+/// driver's console echoes what it is sent. Tokens are checked by the
+/// proxy and shown to admins (2.31+); other consoles and versions answer
+/// as Nova's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_serial_console_through_the_proxy() {
+    let (region, api, _dir) = start("remote_serial_console").await;
+    let id = api.boot(&api.member, "con2").await;
+    api.settle(&id).await;
+    let path = format!("/v2.1/servers/{id}/remote-consoles");
+    let serial = json!({"remote_console": {"protocol": "serial", "type": "serial"}});
+
+    let r = api
+        .call(&api.member, "2.5", "POST", &path, Some(serial.clone()))
+        .await;
+    assert_eq!(r.status, 404, "before 2.6: {}", r.body);
+    let r = api
+        .call(
+            &api.member,
+            "2.6",
+            "POST",
+            &path,
+            Some(json!({"remote_console": {"protocol": "vnc", "type": "novnc"}})),
+        )
+        .await;
+    assert_eq!(r.status, 501, "{}", r.body);
+    let r = api
+        .call(
+            &api.member,
+            "2.6",
+            "POST",
+            &path,
+            Some(json!({"remote_console": {"protocol": "serial", "type": "novnc"}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+
+    let r = api
+        .call(&api.member, "2.6", "POST", &path, Some(serial.clone()))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let url = r.body["remote_console"]["url"].as_str().unwrap().to_owned();
+    assert_eq!(r.body["remote_console"]["type"], "serial");
+    let proxy = region
+        .compute
+        .serial_proxy
+        .expect("the region runs a proxy");
+    assert!(url.starts_with(&format!("ws://{proxy}/?token=")), "{url}");
+    let token = url.split("token=").nth(1).unwrap().to_owned();
+
+    // Admins see where a token leads (2.31+); members may not look.
+    let tpath = format!("/v2.1/os-console-auth-tokens/{token}");
+    let r = api.call(&api.admin, "2.31", "GET", &tpath, None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["console"]["instance_uuid"], id.as_str());
+    assert!(r.body["console"]["port"].as_u64().unwrap() > 0);
+    let r = api.call(&api.member, "2.31", "GET", &tpath, None).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = api.call(&api.admin, "2.30", "GET", &tpath, None).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = api
+        .call(
+            &api.admin,
+            "2.31",
+            "GET",
+            "/v2.1/os-console-auth-tokens/nope",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+
+    // Typed into the console through the proxy, answered.
+    let echoed = tokio::task::spawn_blocking(move || {
+        let (mut ws, _) = tungstenite::connect(url.as_str()).expect("upgrade");
+        ws.send(tungstenite::Message::Binary(
+            b"hello console\n".to_vec().into(),
+        ))
+        .unwrap();
+        let mut got = String::new();
+        while !got.contains("hello console") {
+            match ws.read().expect("read") {
+                tungstenite::Message::Binary(b) => got.push_str(&String::from_utf8_lossy(&b)),
+                tungstenite::Message::Text(t) => got.push_str(t.as_str()),
+                _ => {}
+            }
+        }
+        got
+    })
+    .await
+    .unwrap();
+    assert!(echoed.starts_with("fake-console: "), "{echoed:?}");
+    // A forged token: refused before any upgrade.
+    let forged = format!("ws://{proxy}/?token={}", "0".repeat(64));
+    let refused =
+        tokio::task::spawn_blocking(move || match tungstenite::connect(forged.as_str()) {
+            Err(tungstenite::Error::Http(r)) => r.status().as_u16(),
+            other => panic!("forged token accepted: {:?}", other.map(|_| ())),
+        })
+        .await
+        .unwrap();
+    assert_eq!(refused, 401);
+
+    // The pre-2.6 action gives the same kind of URL.
+    let r = api
+        .act(
+            &api.member,
+            &id,
+            json!({"os-getSerialConsole": {"type": "serial"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body["console"]["url"]
+        .as_str()
+        .unwrap()
+        .contains("?token="));
+    // A stopped server's console is not ready.
+    let r = api.act(&api.member, &id, json!({"os-stop": null})).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    api.settle(&id).await;
+    let r = api
+        .call(&api.member, "2.6", "POST", &path, Some(serial))
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    region.shutdown().await;
+}

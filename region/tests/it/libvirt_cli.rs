@@ -87,24 +87,48 @@ fn markers(cli: &Cli, server: &str) -> usize {
         .count()
 }
 
-/// Types `line` on the guest's serial console (the domain's pty). The
-/// first Enter answers the shell's terminal query.
-fn type_on_console(domain: &str, line: &str) {
-    let xml = virsh(&["dumpxml", domain]);
-    let pty = xml
-        .split("<source path='")
-        .nth(1)
-        .and_then(|r| r.split('\'').next())
-        .expect("the serial console's pty");
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(pty)
-        .expect("open the console's pty");
-    f.write_all(b"\n").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    f.write_all(format!("{line}\n").as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+/// The guest's serial console through the region's console proxy: the
+/// URL `openstack console url show --serial` gives, over WebSocket.
+struct Console(tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>);
+
+impl Console {
+    fn open(url: &str) -> Console {
+        let (ws, _) = tungstenite::connect(url).expect("the console proxy upgrades");
+        if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+        }
+        Console(ws)
+    }
+
+    fn send(&mut self, text: &str) {
+        self.0
+            .send(tungstenite::Message::Binary(
+                text.as_bytes().to_vec().into(),
+            ))
+            .expect("send to the console");
+    }
+
+    /// Reads until `want` appears (or `limit` passes); returns what came.
+    fn read_until(&mut self, want: &str, limit: Duration) -> String {
+        let t = Instant::now();
+        let mut got = String::new();
+        while !got.contains(want) {
+            assert!(t.elapsed() < limit, "{want:?} never came; got {got:?}");
+            match self.0.read() {
+                Ok(tungstenite::Message::Binary(b)) => got.push_str(&String::from_utf8_lossy(&b)),
+                Ok(tungstenite::Message::Text(t)) => got.push_str(t.as_str()),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("console closed: {e}; got {got:?}"),
+            }
+        }
+        got
+    }
 }
 
 #[test]
@@ -207,9 +231,31 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
         (markers(&member, "real1") < 3).then(|| "fewer markers".into())
     });
 
+    // The serial console over the proxy: typed into, answered.
+    let url = member.json(&["console", "url", "show", "--serial", "real1"]);
+    let url = url["url"].as_str().expect("a console URL").to_owned();
+    assert!(url.starts_with("ws://") && url.contains("?token="), "{url}");
+    let mut console = Console::open(&url);
+    // The first Enter answers the shell's terminal query.
+    console.send("\n");
+    std::thread::sleep(Duration::from_millis(500));
+    console.send("echo typed-$((6*7))\n");
+    let got = console.read_until("typed-42", Duration::from_secs(20));
+    eprintln!("the console answered: {got:?}");
+    // A forged token is refused before any upgrade.
+    let forged = format!(
+        "{}?token={}",
+        url.split('?').next().unwrap(),
+        "0".repeat(64)
+    );
+    match tungstenite::connect(forged.as_str()) {
+        Err(tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401),
+        other => panic!("a forged token must be refused: {:?}", other.map(|_| ())),
+    }
+
     // The guest powers itself off: nobody asks the API, yet the server
     // shows SHUTOFF (vm_state stopped) within seconds.
-    type_on_console(&domain, "poweroff -f");
+    console.send("poweroff -f\n");
     let seen = wait(
         "SHUTOFF after the guest's own poweroff",
         Duration::from_secs(30),

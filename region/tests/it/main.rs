@@ -29,6 +29,7 @@ fn ephemeral_ports(cfg: &mut region::RegionConfig) {
         &mut cfg.region.placement_listen,
         &mut cfg.region.compute_listen,
         &mut cfg.region.image_listen,
+        &mut cfg.region.serial_proxy_listen,
         &mut cfg.telemetry.metrics_listen,
     ] {
         *listen = "127.0.0.1:0".to_owned();
@@ -44,6 +45,7 @@ fn region(dir: &std::path::Path) -> Command {
         .env("REGION__REGION__PLACEMENT_LISTEN", "127.0.0.1:0")
         .env("REGION__REGION__COMPUTE_LISTEN", "127.0.0.1:0")
         .env("REGION__REGION__IMAGE_LISTEN", "127.0.0.1:0")
+        .env("REGION__REGION__SERIAL_PROXY_LISTEN", "127.0.0.1:0")
         .env("REGION__TELEMETRY__METRICS_LISTEN", "127.0.0.1:0");
     c
 }

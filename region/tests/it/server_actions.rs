@@ -24,7 +24,7 @@ pub(crate) struct Resp {
 }
 
 impl Api {
-    async fn call(
+    pub(crate) async fn call(
         &self,
         token: &str,
         mv: &str,

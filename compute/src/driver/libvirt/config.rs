@@ -32,6 +32,12 @@ pub struct LibvirtSection {
     /// Seconds a stop waits for the guest to shut down before it is
     /// destroyed (Nova's `shutdown_timeout`).
     pub shutdown_timeout_secs: u64,
+    /// The address guests' serial consoles listen on, for the console
+    /// proxy (Nova's `[serial_console] proxyclient_address`).
+    pub serial_listen: String,
+    /// The TCP ports serial consoles take, `first:last` (Nova's
+    /// `[serial_console] port_range`).
+    pub serial_port_range: String,
     /// Milliseconds between two looks at the guests' power states: how
     /// soon a guest that stopped by itself is seen (libvirt's lifecycle
     /// events, by polling; see `compute::power_sync`).
@@ -54,6 +60,8 @@ impl Default for LibvirtSection {
             reserved_host_cpus: 0,
             wait_soft_reboot_seconds: 120,
             shutdown_timeout_secs: 60,
+            serial_listen: "127.0.0.1".to_owned(),
+            serial_port_range: "10000:20000".to_owned(),
             power_state_poll_ms: 2000,
             image_download_timeout_secs: 600,
             qemu_img_timeout_secs: 120,
@@ -115,6 +123,28 @@ impl LibvirtSection {
                 why: "must be qemu or kvm (lxc, parallels and xen are not built)",
             }),
         }
+    }
+
+    /// The checked serial console address and port range.
+    pub fn serial(
+        &self,
+    ) -> Result<(std::net::IpAddr, std::ops::RangeInclusive<u16>), LibvirtConfigError> {
+        let ip = self.serial_listen.parse().map_err(|_| LibvirtConfigError {
+            option: "serial_listen",
+            value: self.serial_listen.clone(),
+            why: "must be an IP address",
+        })?;
+        let bad = || LibvirtConfigError {
+            option: "serial_port_range",
+            value: self.serial_port_range.clone(),
+            why: "must be first:last, two ports with first <= last",
+        };
+        let (a, b) = self.serial_port_range.split_once(':').ok_or_else(bad)?;
+        let (a, b): (u16, u16) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+        if a == 0 || a > b {
+            return Err(bad());
+        }
+        Ok((ip, a..=b))
     }
 
     /// The checked CPU mode, with Nova's default per domain type.

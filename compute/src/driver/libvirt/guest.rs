@@ -251,6 +251,8 @@ pub struct DomainSpec {
     pub ramdisk: Option<PathBuf>,
     /// The serial console's log file.
     pub console_log: PathBuf,
+    /// Where the serial console listens (TCP, raw) for the console proxy.
+    pub serial: std::net::SocketAddr,
 }
 
 /// The kernel command line of a direct kernel boot without
@@ -338,9 +340,18 @@ impl DomainSpec {
         if self.disks.iter().any(|d| d.bus == Bus::Scsi) {
             x.push_str("    <controller type='scsi' model='virtio-scsi'/>\n");
         }
-        // The serial console: a pty (for the console proxy) whose output
-        // is also kept in a log file (`os-getConsoleOutput`).
-        x.push_str("    <serial type='pty'>\n");
+        // The serial console: a raw TCP socket on this host that the
+        // console proxy connects to (one client at a time, as Nova's
+        // `[serial_console]`), its output also kept in a log file
+        // (`os-getConsoleOutput`).
+        x.push_str("    <serial type='tcp'>\n");
+        writeln!(
+            x,
+            "      <source mode='bind' host='{}' service='{}'/>",
+            self.serial.ip(),
+            self.serial.port()
+        )?;
+        x.push_str("      <protocol type='raw'/>\n");
         writeln!(
             x,
             "      <log file='{}' append='on'/>",
@@ -348,7 +359,6 @@ impl DomainSpec {
         )?;
         x.push_str("      <target port='0'/>\n");
         x.push_str("    </serial>\n");
-        x.push_str("    <console type='pty'><target type='serial' port='0'/></console>\n");
         if self.props.video_model != "none" {
             x.push_str("    <graphics type='vnc' autoport='yes' listen='127.0.0.1'/>\n");
             writeln!(
@@ -361,6 +371,38 @@ impl DomainSpec {
         x.push_str("  </devices>\n");
         x.push_str("</domain>\n");
         Ok(())
+    }
+}
+
+/// The serial console's address in a domain's XML (`<serial type='tcp'>`
+/// with a bound source), if it has one.
+pub fn serial_of(xml: &str) -> Option<std::net::SocketAddr> {
+    use quick_xml::events::Event;
+    let mut r = quick_xml::Reader::from_str(xml);
+    let mut in_tcp_serial = false;
+    loop {
+        match r.read_event() {
+            Ok(Event::Start(e)) if e.name().as_ref() == b"serial" => {
+                in_tcp_serial = e
+                    .attributes()
+                    .flatten()
+                    .any(|a| a.key.as_ref() == b"type" && a.value.as_ref() == b"tcp");
+            }
+            Ok(Event::End(e)) if e.name().as_ref() == b"serial" => in_tcp_serial = false,
+            Ok(Event::Empty(e)) if in_tcp_serial && e.name().as_ref() == b"source" => {
+                let get = |k: &[u8]| {
+                    e.attributes()
+                        .flatten()
+                        .find(|a| a.key.as_ref() == k)
+                        .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
+                };
+                let ip: std::net::IpAddr = get(b"host")?.parse().ok()?;
+                let port: u16 = get(b"service")?.parse().ok()?;
+                return Some(std::net::SocketAddr::new(ip, port));
+            }
+            Ok(Event::Eof) | Err(_) => return None,
+            _ => {}
+        }
     }
 }
 
@@ -451,6 +493,7 @@ mod tests {
             kernel: Some("/i/kernel".into()),
             ramdisk: Some("/i/ramdisk".into()),
             console_log: "/i/console.log".into(),
+            serial: "127.0.0.1:10007".parse().unwrap(),
         };
         let x = spec.to_xml();
         assert!(x.starts_with("<domain type='qemu'>"), "{x}");
@@ -467,6 +510,8 @@ mod tests {
         assert!(x.contains("<target dev='vda' bus='virtio'/>"));
         assert!(x.contains("<target dev='vdb' bus='virtio'/>"));
         assert!(x.contains("<log file='/i/console.log' append='on'/>"));
+        assert!(x.contains("<source mode='bind' host='127.0.0.1' service='10007'/>"));
+        assert_eq!(serial_of(&x), Some("127.0.0.1:10007".parse().unwrap()));
         assert!(x.contains("<graphics type='vnc'"));
         assert!(!x.contains("<cpu"));
         assert!(!x.contains("<boot dev"));

@@ -53,6 +53,10 @@ pub struct LibvirtDriver {
 
 struct Inner {
     conn: Connect,
+    /// Serial console ports taken by spawns not yet defined.
+    serial_pending: std::sync::Mutex<std::collections::HashSet<u16>>,
+    serial_ip: std::net::IpAddr,
+    serial_ports: std::ops::RangeInclusive<u16>,
     cfg: LibvirtSection,
     virt_type: VirtType,
     cpu_mode: CpuMode,
@@ -103,6 +107,7 @@ impl LibvirtDriver {
         let bad = |e: config::LibvirtConfigError| DriverError::Unavailable(e.to_string());
         let virt_type = cfg.virt_type().map_err(bad)?;
         let cpu_mode = cfg.cpu_mode().map_err(bad)?;
+        let (serial_ip, serial_ports) = cfg.serial().map_err(bad)?;
         // libvirt prints every error on stderr unless told not to; ours
         // are returned and logged once where they are handled.
         virt::error::clear_error_callback();
@@ -118,6 +123,9 @@ impl LibvirtDriver {
         Ok(LibvirtDriver {
             inner: Arc::new(Inner {
                 conn,
+                serial_pending: Default::default(),
+                serial_ip,
+                serial_ports,
                 cfg,
                 virt_type,
                 cpu_mode,
@@ -148,7 +156,56 @@ impl LibvirtDriver {
             .map_err(|e| DriverError::Unavailable(format!("libvirt call did not finish: {e}")))?
     }
 
-    async fn build(&self, spec: &SpawnSpec, dir: &Path) -> Result<String, DriverError> {
+    /// A free serial console port, held in `serial_pending` until the
+    /// domain that takes it is defined ([`LibvirtDriver::release_port`]).
+    async fn take_serial_port(&self) -> Result<u16, DriverError> {
+        let used = self
+            .blocking(|i| {
+                let doms = i.conn.list_all_domains(0).map_err(|e| {
+                    DriverError::SpawnFailed(format!("hypervisor: {}", e.message()))
+                })?;
+                Ok(doms
+                    .iter()
+                    .filter_map(|d| d.xml_desc(0).ok())
+                    .filter_map(|x| guest::serial_of(&x))
+                    .map(|a| a.port())
+                    .collect::<std::collections::HashSet<u16>>())
+            })
+            .await?;
+        let inner = &self.inner;
+        let mut pending = inner
+            .serial_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let free = inner.serial_ports.clone().find(|p| {
+            !used.contains(p)
+                && !pending.contains(p)
+                && std::net::TcpListener::bind((inner.serial_ip, *p)).is_ok()
+        });
+        let port = free.ok_or_else(|| {
+            DriverError::SpawnFailed(format!(
+                "hypervisor: no free serial console port in {:?}",
+                inner.serial_ports
+            ))
+        })?;
+        pending.insert(port);
+        Ok(port)
+    }
+
+    fn release_port(&self, port: u16) {
+        self.inner
+            .serial_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&port);
+    }
+
+    async fn build(
+        &self,
+        spec: &SpawnSpec,
+        dir: &Path,
+        serial_port: u16,
+    ) -> Result<String, DriverError> {
         let inner = &self.inner;
         let img = |e: images::ImageError| DriverError::SpawnFailed(e.to_string());
         let meta = inner.images.meta(&spec.image_ref).await.map_err(img)?;
@@ -244,6 +301,7 @@ impl LibvirtDriver {
             kernel,
             ramdisk,
             console_log: dir.join("console.log"),
+            serial: std::net::SocketAddr::new(inner.serial_ip, serial_port),
         };
         Ok(d.to_xml())
     }
@@ -412,8 +470,9 @@ impl LibvirtDriver {
         let dir = self.instance_dir(instance);
         // What an earlier attempt on this host may have left.
         self.remove(instance).await?;
+        let port = self.take_serial_port().await?;
         let res = async {
-            let xml = self.build(spec, &dir).await?;
+            let xml = self.build(spec, &dir, port).await?;
             self.blocking(move |i| {
                 let dom = i.conn.define_domain_xml(&xml).map_err(|e| {
                     DriverError::SpawnFailed(format!("hypervisor: define: {}", e.message()))
@@ -425,6 +484,7 @@ impl LibvirtDriver {
             .await
         }
         .await;
+        self.release_port(port);
         if let Err(e) = &res {
             tracing::warn!(%instance, error = %e, "spawn failed; removing what it made");
             if let Err(u) = self.remove(instance).await {
@@ -633,6 +693,27 @@ impl Driver for LibvirtDriver {
             }
             tail(&log, max_bytes).await
         })
+    }
+
+    fn serial_console(
+        &self,
+        instance: InstanceUuid,
+    ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
+        Box::pin(self.blocking(move |i| {
+            let dom = must(&i.conn, instance)?;
+            let op = "get_serial_console";
+            if !dom.is_active().map_err(hv(op))? {
+                return Err(DriverError::OperationFailed {
+                    op,
+                    message: "the guest is not running".into(),
+                });
+            }
+            let xml = dom.xml_desc(0).map_err(hv(op))?;
+            guest::serial_of(&xml).ok_or(DriverError::Unavailable(
+                "the guest has no serial console on TCP (defined before consoles were built)"
+                    .into(),
+            ))
+        }))
     }
 
     fn power_sync_interval(&self) -> Option<Duration> {

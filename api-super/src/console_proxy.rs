@@ -1,0 +1,114 @@
+//! The serial console proxy (Nova's `nova-serialproxy`): a WebSocket
+//! endpoint, `ws://<listen>/?token=<token>`, that checks the console token
+//! ([`crate::services::console::ConsoleTokens`]) and then carries bytes
+//! both ways between the WebSocket and the guest's serial console (raw
+//! TCP on the compute host). A bad or expired token is a 401 before any
+//! upgrade; a console that cannot be reached closes the socket with a
+//! reason. Each connection's buffers are bounded (one frame in flight
+//! each way).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::services::console::{ConsoleTarget, ConsoleTokens};
+
+/// How long the proxy waits to reach a console.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(serde::Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+/// The proxy's routes.
+pub fn router(tokens: Arc<ConsoleTokens>) -> Router {
+    Router::new().route("/", get(upgrade)).with_state(tokens)
+}
+
+async fn upgrade(
+    State(tokens): State<Arc<ConsoleTokens>>,
+    Query(q): Query<TokenQuery>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let Some(target) = q.token.as_deref().and_then(|t| tokens.check(t)) else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            "The token is invalid or has expired.\n",
+        )
+            .into_response();
+    };
+    // websockify's clients (noVNC, Nova's serial clients) ask for "binary".
+    ws.protocols(["binary", "base64"])
+        .on_upgrade(move |socket| pump(socket, target))
+}
+
+async fn pump(ws: WebSocket, target: ConsoleTarget) {
+    let tcp =
+        tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(target.addr)).await;
+    let tcp = match tcp {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return refuse(ws, target.addr, &e.to_string()).await,
+        Err(_) => return refuse(ws, target.addr, "no answer").await,
+    };
+    tracing::info!(instance = %target.instance_uuid, host = %target.host, "serial console connected");
+    let (mut rd, mut wr) = tcp.into_split();
+    let (mut tx, mut rx) = ws.split();
+    let down = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx
+                        .send(Message::Binary(buf[..n].to_vec().into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tx.close().await;
+    };
+    let up = async {
+        while let Some(Ok(m)) = rx.next().await {
+            let data = match m {
+                Message::Binary(b) => b.to_vec(),
+                Message::Text(t) => t.as_str().as_bytes().to_vec(),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if wr.write_all(&data).await.is_err() {
+                break;
+            }
+        }
+        let _ = wr.shutdown().await;
+    };
+    // Either side ending ends the session.
+    tokio::select! {
+        _ = down => {}
+        _ = up => {}
+    }
+    tracing::info!(instance = %target.instance_uuid, "serial console closed");
+}
+
+async fn refuse(mut ws: WebSocket, addr: SocketAddr, why: &str) {
+    tracing::warn!(%addr, why, "serial console unreachable");
+    let _ = ws
+        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+            code: 1011,
+            reason: format!("the console at {addr} cannot be reached: {why}").into(),
+        })))
+        .await;
+}
