@@ -228,6 +228,24 @@ impl Compute {
         Ok((took, body.len()))
     }
 
+    /// `os-getConsoleOutput` of server `id` (the whole log the compute
+    /// keeps).
+    pub async fn console_output(&self, id: &str) -> Result<String> {
+        let path = format!("/servers/{id}/action");
+        let resp = self
+            .req(reqwest::Method::POST, &path)
+            .json(&json!({"os-getConsoleOutput": {}}))
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        if status != 200 {
+            bail!("POST {path} os-getConsoleOutput: HTTP {status}: {v}");
+        }
+        Ok(v["output"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// `GET /servers/{id}`: the server, or `None` when the API answers 404.
     pub async fn show(&self, id: &str) -> Result<Option<ListedServer>> {
         let path = format!("/servers/{id}");

@@ -22,6 +22,7 @@ pub mod boot;
 pub mod compare;
 pub mod embed;
 pub mod fleet;
+pub mod guests;
 pub mod inspect;
 pub mod machine;
 pub mod mem;

@@ -37,6 +37,10 @@ enum Command {
     /// deployment by URL): a table of every figure per phase with B / A,
     /// compare.json and plots.
     Compare(CompareArgs),
+    /// Real guests on a region with libvirt hosts (scripts/region-libvirt.sh):
+    /// POST to ACTIVE and to the guest's marker, cold and warm image cache,
+    /// then many at once, and qemu's memory per guest.
+    Guests(loadtest::guests::GuestsArgs),
     /// The machine's figures a run records before its load (fixed-loop
     /// calibration, cache probe), without running anything: to see how
     /// fast the machine is before benchmarking.
@@ -614,6 +618,7 @@ async fn main() -> Result<()> {
         Command::Boot(a) => boot(*a).await,
         Command::Run(a) => run(a).await,
         Command::Compare(a) => compare(a),
+        Command::Guests(a) => loadtest::guests::run(a).await,
         Command::Machine => {
             let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
             println!(
