@@ -20,6 +20,7 @@ pub mod conductor;
 pub mod http;
 pub mod identity;
 pub mod image;
+pub mod image_props;
 pub mod scheduler;
 pub(crate) mod services;
 

@@ -15,6 +15,7 @@ pub mod db;
 pub mod error;
 pub mod flavor_manage;
 pub mod flavors;
+pub mod host_source;
 pub mod hypervisors;
 pub mod images;
 pub mod instance_actions;
@@ -494,7 +495,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         },
     );
     let hosts = HostStateCache::new(
-        db.clone(),
+        Arc::new(db.clone()),
         cells.clone(),
         Duration::from_millis(cfg.scheduler.host_state_cache_ms),
         Duration::from_secs(cfg.scheduler.service_down_time_secs),

@@ -22,7 +22,7 @@ use crate::compute_api::query_schema::{invalid_field, python_repr};
 use crate::compute_api::servers::lookup::{find, Found};
 use crate::compute_api::servers::model::Server;
 use crate::compute_api::{App, Ctx};
-use crate::scheduler::filters::image_properties::ImageProps;
+use crate::image_props::ImageProps;
 
 /// How one power action is checked and started.
 pub struct Spec {
