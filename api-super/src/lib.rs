@@ -21,6 +21,7 @@ pub mod console_proxy;
 pub mod http;
 pub mod identity;
 pub mod image;
+pub mod image_props;
 pub mod scheduler;
 pub(crate) mod services;
 

@@ -16,7 +16,7 @@ pub const LIMIT: usize = 1000;
 /// The ratchet: files over [`LIMIT`] and the most lines each may have.
 pub const LONG_FILES: &[(&str, usize)] = &[
     ("api-super/src/compute_api/db.rs", 1839),
-    ("api-super/src/scheduler/mod.rs", 1062),
+    ("api-super/src/scheduler/mod.rs", 1059),
     ("api-super/tests/it/compute.rs", 1651),
     ("api-super/tests/it/image.rs", 1732),
     ("api-super/tests/it/operator.rs", 1739),

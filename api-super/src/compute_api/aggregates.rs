@@ -445,7 +445,7 @@ async fn host_change(
         host_providers(app, host).await.unwrap_or_default()
     };
     app.conductor().scheduler().host_state().invalidate();
-    let placement = app.conductor().scheduler().placement().clone();
+    let placement = app.placement.clone();
     for rp in providers {
         if let Err(e) = change_provider_aggregate(placement.as_ref(), &rp, &a.uuid, add).await {
             metrics::counter!(SYNC_FAILURES).increment(1);

@@ -247,9 +247,9 @@ pub struct RequestSpec {
     /// The image's scheduling properties (`ImagePropertiesFilter`).
     #[serde(
         default,
-        skip_serializing_if = "crate::scheduler::filters::image_properties::ImageProps::is_empty"
+        skip_serializing_if = "crate::image_props::ImageProps::is_empty"
     )]
-    pub image_properties: crate::scheduler::filters::image_properties::ImageProps,
+    pub image_properties: crate::image_props::ImageProps,
     /// The flavor's extra specs when the servers were created (as Nova's
     /// request spec keeps them with its flavor); `None`: a spec written
     /// before this field, the scheduler reads them.
@@ -274,7 +274,7 @@ pub struct SpecImage {
     /// The image's id.
     pub image_ref: String,
     /// Its scheduling properties (`ImagePropertiesFilter`).
-    pub scheduling: crate::scheduler::filters::image_properties::ImageProps,
+    pub scheduling: crate::image_props::ImageProps,
     /// Its properties as recorded for the views (2.98).
     pub recorded: BTreeMap<String, String>,
 }

@@ -9,6 +9,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::cells::{CellDown, CellError};
+use crate::scheduler::source::HostStateError;
 
 /// Everything a Compute API request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,9 @@ pub enum ApiError {
         #[source]
         source: CellDown,
     },
+    /// The scheduler could not read host state (500).
+    #[error("cannot read host state")]
+    HostState(#[source] HostStateError),
     /// Anything else that is our fault (500).
     #[error("internal error: {0}")]
     Internal(String),
@@ -98,6 +102,7 @@ impl ApiError {
             ApiError::Db { .. }
             | ApiError::Cell(_)
             | ApiError::CellDown { .. }
+            | ApiError::HostState(_)
             | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -106,6 +111,12 @@ impl ApiError {
 impl From<cell_mapping::Error> for ApiError {
     fn from(e: cell_mapping::Error) -> Self {
         ApiError::Cell(e)
+    }
+}
+
+impl From<HostStateError> for ApiError {
+    fn from(e: HostStateError) -> Self {
+        ApiError::HostState(e)
     }
 }
 

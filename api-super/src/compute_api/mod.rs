@@ -15,6 +15,7 @@ pub mod db;
 pub mod error;
 pub mod flavor_manage;
 pub mod flavors;
+pub mod host_source;
 pub mod hypervisors;
 pub mod images;
 pub mod instance_actions;
@@ -135,7 +136,8 @@ pub struct ComputeDeps {
     pub auth: Arc<dyn Authenticator>,
     /// Policy (Nova's defaults, maybe overridden).
     pub policy: Arc<Policy>,
-    /// Placement, for the scheduler.
+    /// Placement: one client for the scheduler and the API's own calls
+    /// (allocations removed by a local delete, aggregates mirrored).
     pub placement: Arc<dyn SchedulerPlacement>,
     /// Image lookup; `None`: any UUID-shaped imageRef is accepted.
     pub images: Option<Arc<dyn ImageLookup>>,
@@ -177,6 +179,9 @@ pub struct Inner {
     pub(crate) policy: Arc<Policy>,
     pub(crate) images: Option<Arc<dyn ImageLookup>>,
     pub(crate) conductor: Arc<SuperConductor>,
+    /// Placement (the scheduler's client, shared): allocations removed
+    /// and aggregates mirrored by the API itself.
+    pub(crate) placement: Arc<dyn SchedulerPlacement>,
     pub(crate) public_url: OnceLock<String>,
     pub(crate) max_limit: usize,
     pub(crate) quota: quotas::QuotaConfig,
@@ -521,13 +526,17 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         },
     );
     let hosts = HostStateCache::new(
-        db.clone(),
+        Arc::new(db.clone()),
         cells.clone(),
         Duration::from_millis(cfg.scheduler.host_state_cache_ms),
         Duration::from_secs(cfg.scheduler.service_down_time_secs),
         cfg.scheduler.default_availability_zone.clone(),
     );
-    let scheduler = Arc::new(Scheduler::new(cfg.scheduler.clone(), deps.placement, hosts));
+    let scheduler = Arc::new(Scheduler::new(
+        cfg.scheduler.clone(),
+        deps.placement.clone(),
+        hosts,
+    ));
     let conductor = Arc::new(SuperConductor::new(db.clone(), cells.clone(), scheduler));
     let listener = TcpListener::bind(&cfg.listen).await?;
     let mut background = crate::conductor::heal::start(conductor.clone(), &cfg.build_heal);
@@ -570,6 +579,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         policy: deps.policy,
         images: deps.images,
         conductor,
+        placement: deps.placement,
         public_url,
         max_limit: cfg.max_limit.max(1),
         quota: cfg.quota.clone(),

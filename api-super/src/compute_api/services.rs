@@ -465,7 +465,7 @@ pub async fn delete(
             api.aggregate_remove_host(agg.id, &s.host).await?.ok();
         }
         api.delete_host(cell.id, &s.host).await?;
-        let placement = app.conductor().scheduler().placement().clone();
+        let placement = app.placement.clone();
         for rp in &nodes {
             if let Err(e) = placement.delete_provider(rp).await {
                 tracing::warn!(provider = %rp, host = %s.host, error = %e,

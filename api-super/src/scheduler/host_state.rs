@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use cell_mapping::CellMapping;
 use chrono::Utc;
 
+use super::source::{HostSource, HostStateError};
 use crate::cells::Cells;
-use crate::compute_api::db::ComputeDb;
 
 /// One compute node as the filters see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,7 +149,7 @@ impl HostMap {
 /// The cached loader.
 #[derive(Debug)]
 pub struct HostStateCache {
-    db: ComputeDb,
+    source: Arc<dyn HostSource>,
     cells: Cells,
     ttl: Duration,
     service_down: Duration,
@@ -204,14 +204,10 @@ impl<T> Reloading<T> {
     /// The value if younger than `ttl`; else the caller reloads it, unless
     /// another caller is doing so and the old value is younger than twice
     /// `ttl` (then the old value).
-    async fn get<F, Fut>(
-        &self,
-        ttl: Duration,
-        load: F,
-    ) -> Result<Arc<T>, crate::compute_api::error::ApiError>
+    async fn get<F, Fut>(&self, ttl: Duration, load: F) -> Result<Arc<T>, HostStateError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<T, crate::compute_api::error::ApiError>>,
+        Fut: Future<Output = Result<T, HostStateError>>,
     {
         let stale = match &self.slot().value {
             Some((at, v)) if at.elapsed() < ttl => return Ok(v.clone()),
@@ -260,14 +256,14 @@ impl HostStateCache {
     /// A cache valid for `ttl`; a service is down after `service_down`
     /// without a heartbeat.
     pub fn new(
-        db: ComputeDb,
+        source: Arc<dyn HostSource>,
         cells: Cells,
         ttl: Duration,
         service_down: Duration,
         default_az: String,
     ) -> Self {
         Self {
-            db,
+            source,
             cells,
             ttl,
             service_down,
@@ -279,7 +275,7 @@ impl HostStateCache {
 
     /// The current host map (reloaded when older than the ttl; while one
     /// caller reloads it, the others get the map it replaces).
-    pub async fn get(&self) -> Result<Arc<HostMap>, crate::compute_api::error::ApiError> {
+    pub async fn get(&self) -> Result<Arc<HostMap>, HostStateError> {
         self.cached.get(self.ttl, || self.load()).await
     }
 
@@ -296,23 +292,30 @@ impl HostStateCache {
     /// show reads no aggregate. A zone change made through this process
     /// shows at once ([`invalidate`](Self::invalidate)); one made through
     /// another API process within the ttl.
-    pub async fn zones(&self) -> Result<Arc<HostZones>, crate::compute_api::error::ApiError> {
+    pub async fn zones(&self) -> Result<Arc<HostZones>, HostStateError> {
         self.zones
             .get(self.ttl, || async {
-                Ok(self.db.host_zones().await?.into_iter().collect())
+                let zones = self.source.host_zones().await;
+                Ok(zones
+                    .map_err(HostStateError::reading("host zones"))?
+                    .into_iter()
+                    .collect())
             })
             .await
     }
 
-    async fn load(&self) -> Result<HostMap, crate::compute_api::error::ApiError> {
-        let mappings = self.db.api().hosts(None).await?;
-        let host_cell: HashMap<String, fabric::ids::CellUuid> = mappings
+    async fn load(&self) -> Result<HostMap, HostStateError> {
+        let host_cell: HashMap<String, fabric::ids::CellUuid> = self
+            .source
+            .host_cells()
+            .await
+            .map_err(HostStateError::reading("host mappings"))?
             .into_iter()
-            .map(|h| (h.host, h.cell_uuid))
             .collect();
         let zones = self.zones().await?;
         let mut metadata: HashMap<String, BTreeMap<String, BTreeSet<String>>> = HashMap::new();
-        for agg in self.db.api().aggregates(None).await? {
+        let aggregates = self.source.aggregates().await;
+        for agg in aggregates.map_err(HostStateError::reading("aggregates"))? {
             for h in &agg.hosts {
                 let m = metadata.entry(h.clone()).or_default();
                 for (k, v) in &agg.metadata {
@@ -379,7 +382,6 @@ impl HostStateCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compute_api::error::ApiError;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     const TTL: Duration = Duration::from_millis(200);
@@ -388,7 +390,7 @@ mod tests {
     async fn load(
         n: &AtomicU32,
         gate: Option<tokio::sync::oneshot::Receiver<()>>,
-    ) -> Result<u32, ApiError> {
+    ) -> Result<u32, HostStateError> {
         let v = n.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(g) = gate {
             g.await.expect("gate");

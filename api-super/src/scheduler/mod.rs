@@ -10,6 +10,7 @@ pub mod filters;
 pub mod host_state;
 pub mod placement;
 pub mod request_context;
+pub mod source;
 pub mod weighers;
 
 use std::collections::BTreeMap;
@@ -122,7 +123,7 @@ pub struct Request {
     /// The server group the instances join (`scheduler_hints.group`).
     pub group: Option<GroupSpec>,
     /// The image's scheduling properties (`ImagePropertiesFilter`).
-    pub image: filters::image_properties::ImageProps,
+    pub image: crate::image_props::ImageProps,
 }
 
 /// A server group as the scheduler sees it.
@@ -272,8 +273,8 @@ pub enum ScheduleError {
     #[error("placement failed")]
     Placement(#[source] PlacementError),
     /// Reading host state failed.
-    #[error("cannot read host state: {0}")]
-    HostState(String),
+    #[error("cannot read host state")]
+    HostState(#[source] source::HostStateError),
 }
 
 /// The scheduler.
@@ -347,11 +348,7 @@ impl Scheduler {
         req: &Request,
         limit: usize,
     ) -> Result<(Vec<Candidate>, NoValidHost), ScheduleError> {
-        let map = self
-            .hosts
-            .get()
-            .await
-            .map_err(|e| ScheduleError::HostState(e.to_string()))?;
+        let map = self.hosts.get().await.map_err(ScheduleError::HostState)?;
         let tree = in_tree(&map, req);
         let cands = self
             .placement
@@ -1001,7 +998,7 @@ mod tests {
 
     #[test]
     fn image_properties_keep_the_hosts_that_run_the_guest() {
-        use filters::image_properties::ImageProps;
+        use crate::image_props::ImageProps;
         let image = |kv: &[(&str, &str)]| {
             ImageProps::from_image(
                 &kv.iter()

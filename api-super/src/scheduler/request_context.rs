@@ -5,27 +5,25 @@
 
 use std::collections::BTreeMap;
 
-use crate::cells::Cells;
-use crate::compute_api::db::ComputeDb;
-
+use super::source::HostSource;
 use super::{GroupSpec, Request};
+use crate::cells::Cells;
 
 /// Fills `req.flavor_extra_specs` (those of the request spec, else read
 /// for `flavorid`) and `req.group` from the group of `instances[0]` (every
 /// instance of a request joins the same group); `in_group == Some(false)`
 /// (the request named no group) skips the group look-up.
 pub async fn fill(
-    db: &ComputeDb,
+    source: &dyn HostSource,
     cells: &Cells,
     (flavorid, specs): (&str, Option<&BTreeMap<String, String>>),
     instances: &[String],
     in_group: Option<bool>,
     req: &mut Request,
 ) -> Result<(), String> {
-    let api = db.api();
     req.flavor_extra_specs = match specs {
         Some(s) => s.clone(),
-        None => api
+        None => source
             .flavor_extra_specs(flavorid)
             .await
             .map_err(|e| e.to_string())?,
@@ -36,7 +34,7 @@ pub async fn fill(
     if in_group == Some(false) {
         return Ok(());
     }
-    let Some(group) = api
+    let Some(group) = source
         .instance_server_group(first)
         .await
         .map_err(|e| e.to_string())?
@@ -51,7 +49,7 @@ pub async fn fill(
         .unwrap_or(1);
     let mut hosts = Vec::new();
     for m in group.members.iter().filter(|m| !instances.contains(m)) {
-        let Some((Some(cell_id), _)) = db.mapping(m).await.map_err(|e| e.to_string())? else {
+        let Some(cell_id) = source.instance_cell(m).await.map_err(|e| e.to_string())? else {
             continue;
         };
         let Some(cell) = cells.by_id(cell_id) else {

@@ -19,7 +19,7 @@ use crate::compute_api::servers::schema::{
     bad, parse_availability_zone, sanitize_hostname, CreateRequest,
 };
 use crate::compute_api::{App, Ctx};
-use crate::scheduler::filters::image_properties::ImageProps;
+use crate::image_props::ImageProps;
 
 /// The servers a create accepted: their uuids (in launch order) and the
 /// reservation id they share.

@@ -118,7 +118,7 @@ async fn local_delete(
         return Err(ApiError::server_not_found(id));
     }
     tracing::info!(instance = %id, host = host.unwrap_or(""), "deleted locally: no compute to do it");
-    let placement = app.conductor().scheduler().placement().clone();
+    let placement = app.placement.clone();
     if let Err(e) = placement.delete_allocations(id).await {
         tracing::warn!(instance = %id, error = %e, "could not remove allocations; retrying in the background");
         let id = id.clone();

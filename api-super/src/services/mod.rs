@@ -3,9 +3,10 @@
 //! the cell databases, the cells' buses and placement. A handler parses,
 //! authorizes, calls a service and renders its result, holding no SQL and
 //! no retries (the SQL itself stays in `compute_api::db` and
-//! `cell_mapping::db`); the `/servers` handlers are written so, the
-//! others are to follow.
+//! `cell_mapping::db`); the `/servers` handlers and the server actions
+//! are written so, the others are to follow.
 //!
+//! - [`actions`]: power actions, rebuild, lock and unlock of a server.
 //! - [`boot`]: a create's builds, written and handed to the
 //!   super-conductor.
 //! - [`console`]: a guest's console output, asked of its compute.
@@ -13,6 +14,7 @@
 //! - [`update`]: a rename (name, description, hostname) of a build or an
 //!   instance.
 
+pub mod actions;
 pub mod boot;
 pub mod console;
 pub mod delete;

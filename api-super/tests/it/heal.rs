@@ -137,7 +137,7 @@ async fn scheduler_process(region: &Region, owner: &str) -> api_super::conductor
     let cells = api_super::cells::Cells::new(cache);
     let db = ComputeDb::new(region.api.clone()).with_owner(owner);
     let hosts = api_super::scheduler::host_state::HostStateCache::new(
-        db.clone(),
+        std::sync::Arc::new(db.clone()),
         cells.clone(),
         Duration::from_secs(1),
         Duration::from_secs(60),
