@@ -74,3 +74,58 @@ async fn a_real_qemu_guest_goes_through_every_power_path_and_is_removed() {
     assert!(!d.list().unwrap().contains(&i));
     assert!(!inst_dir.exists());
 }
+
+/// libvirtd restarts (an upgrade, a crash): every client's connection is
+/// closed. The driver reopens its own at the next call instead of failing
+/// every call from then on. Restarts the machine's libvirtd, so it runs
+/// alone (`.config/nextest.toml`).
+#[tokio::test]
+async fn libvirtd_restart_the_driver_reconnects() {
+    let Some(uri) = testkit::libvirtd() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LibvirtSection {
+        connection_uri: uri.into(),
+        virt_type: "qemu".into(),
+        instances_path: dir.path().join("instances"),
+        ..Default::default()
+    };
+    let d = LibvirtDriver::connect(cfg, Arc::new(MemImages::default())).expect("libvirtd answers");
+    d.list().expect("list before the restart");
+    let run = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("{cmd}: {e}"))
+    };
+    run("pkill", &["-x", "libvirtd"]);
+    let t = std::time::Instant::now();
+    while run("pgrep", &["-x", "libvirtd"]).success() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "libvirtd did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // While it is down, calls fail (never hang, never panic).
+    assert!(d.list().is_err(), "listing with libvirtd down must fail");
+    assert!(run("libvirtd", &["-d"]).success(), "libvirtd restarts");
+    let t = std::time::Instant::now();
+    loop {
+        match d.list() {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    t.elapsed() < std::time::Duration::from_secs(30),
+                    "the driver never reconnected: {e}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    }
+    assert!(
+        d.host_inventory().is_some(),
+        "the host's resources after the restart"
+    );
+}

@@ -52,7 +52,8 @@ pub struct LibvirtDriver {
 }
 
 struct Inner {
-    conn: Connect,
+    /// The connection; reopened when found dead (libvirtd restarted).
+    conn: std::sync::RwLock<Arc<Connect>>,
     /// Serial console ports taken by spawns not yet defined.
     serial_pending: std::sync::Mutex<std::collections::HashSet<u16>>,
     serial_ip: std::net::IpAddr,
@@ -62,6 +63,32 @@ struct Inner {
     cpu_mode: CpuMode,
     images: ImageCache,
     qemu_img: QemuImg,
+}
+
+impl Inner {
+    /// The connection, reopened first when it is dead: a libvirtd that
+    /// restarted closes every client's socket, and a closed connection
+    /// never works again. One reopen per call that finds it dead; when
+    /// that fails too the call fails with the dead connection's error and
+    /// the next call tries again.
+    fn conn(&self) -> Arc<Connect> {
+        let c = self.conn.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if c.is_alive().unwrap_or(false) {
+            return c;
+        }
+        match Connect::open(Some(&self.cfg.connection_uri)) {
+            Ok(n) => {
+                tracing::warn!(uri = %self.cfg.connection_uri, "the libvirt connection was lost; reconnected");
+                let n = Arc::new(n);
+                *self.conn.write().unwrap_or_else(|p| p.into_inner()) = n.clone();
+                n
+            }
+            Err(e) => {
+                tracing::warn!(uri = %self.cfg.connection_uri, error = %e.message(), "the libvirt connection is lost and cannot be reopened");
+                c
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -122,7 +149,7 @@ impl LibvirtDriver {
         let images = ImageCache::new(cfg.instances_path.join("_base"), source, qemu_img.clone());
         Ok(LibvirtDriver {
             inner: Arc::new(Inner {
-                conn,
+                conn: std::sync::RwLock::new(Arc::new(conn)),
                 serial_pending: Default::default(),
                 serial_ip,
                 serial_ports,
@@ -161,7 +188,7 @@ impl LibvirtDriver {
     async fn take_serial_port(&self) -> Result<u16, DriverError> {
         let used = self
             .blocking(|i| {
-                let doms = i.conn.list_all_domains(0).map_err(|e| {
+                let doms = i.conn().list_all_domains(0).map_err(|e| {
                     DriverError::SpawnFailed(format!("hypervisor: {}", e.message()))
                 })?;
                 Ok(doms
@@ -310,7 +337,7 @@ impl LibvirtDriver {
     /// instance's directory.
     async fn remove(&self, instance: InstanceUuid) -> Result<(), DriverError> {
         self.blocking(move |i| {
-            match lookup(&i.conn, instance) {
+            match lookup(&i.conn(), instance) {
                 Ok(Some(dom)) => undefine(&dom),
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
@@ -355,7 +382,7 @@ impl LibvirtDriver {
     ) -> Result<bool, DriverError> {
         let asked = self
             .blocking(move |i| {
-                let dom = must(&i.conn, instance)?;
+                let dom = must(&i.conn(), instance)?;
                 if !dom.is_active().map_err(hv(op))? {
                     return Ok(false);
                 }
@@ -371,7 +398,7 @@ impl LibvirtDriver {
         }
         tracing::info!(%instance, ?timeout, "guest did not shut down in time; destroying it");
         self.blocking(move |i| {
-            let dom = must(&i.conn, instance)?;
+            let dom = must(&i.conn(), instance)?;
             if dom.is_active().map_err(hv(op))? {
                 dom.destroy().map_err(hv(op))?;
             }
@@ -383,7 +410,7 @@ impl LibvirtDriver {
 
     async fn start(&self, instance: InstanceUuid, op: &'static str) -> Result<(), DriverError> {
         self.blocking(move |i| {
-            let dom = must(&i.conn, instance)?;
+            let dom = must(&i.conn(), instance)?;
             if !dom.is_active().map_err(hv(op))? {
                 dom.create().map_err(hv(op))?;
             }
@@ -410,7 +437,7 @@ impl LibvirtDriver {
             }
             GuestOp::Reboot { hard: true } => {
                 self.blocking(move |i| {
-                    let dom = must(&i.conn, instance)?;
+                    let dom = must(&i.conn(), instance)?;
                     if dom.is_active().map_err(hv(name))? {
                         dom.destroy().map_err(hv(name))?;
                     }
@@ -419,15 +446,15 @@ impl LibvirtDriver {
                 .await
             }
             GuestOp::Pause => {
-                self.blocking(move |i| must(&i.conn, instance)?.suspend().map_err(hv(name)))
+                self.blocking(move |i| must(&i.conn(), instance)?.suspend().map_err(hv(name)))
                     .await
             }
             GuestOp::Unpause => {
-                self.blocking(move |i| must(&i.conn, instance)?.resume().map_err(hv(name)))
+                self.blocking(move |i| must(&i.conn(), instance)?.resume().map_err(hv(name)))
                     .await
             }
             GuestOp::Suspend => {
-                self.blocking(move |i| must(&i.conn, instance)?.managed_save(0).map_err(hv(name)))
+                self.blocking(move |i| must(&i.conn(), instance)?.managed_save(0).map_err(hv(name)))
                     .await
             }
             GuestOp::Rebuild { image_ref } => self.rebuild(instance, image_ref).await,
@@ -474,7 +501,7 @@ impl LibvirtDriver {
         let res = async {
             let xml = self.build(spec, &dir, port).await?;
             self.blocking(move |i| {
-                let dom = i.conn.define_domain_xml(&xml).map_err(|e| {
+                let dom = i.conn().define_domain_xml(&xml).map_err(|e| {
                     DriverError::SpawnFailed(format!("hypervisor: define: {}", e.message()))
                 })?;
                 dom.create().map_err(|e| {
@@ -501,7 +528,7 @@ impl LibvirtDriver {
     fn guests(&self) -> Result<Vec<(InstanceUuid, i32)>, DriverError> {
         let doms = self
             .inner
-            .conn
+            .conn()
             .list_all_domains(0)
             .map_err(|e| DriverError::Unavailable(format!("hypervisor: {}", e.message())))?;
         Ok(doms
@@ -613,7 +640,7 @@ impl Driver for LibvirtDriver {
     fn hypervisor_version(&self) -> i64 {
         // libvirt encodes it as major * 1,000,000 + minor * 1,000 + micro,
         // as Nova does.
-        self.inner.conn.hyp_version().map_or(0, i64::from)
+        self.inner.conn().hyp_version().map_or(0, i64::from)
     }
 
     fn supported_instances(&self) -> Vec<[String; 3]> {
@@ -630,7 +657,7 @@ impl Driver for LibvirtDriver {
     }
 
     fn host_inventory(&self) -> Option<HostInventory> {
-        match host::inventory(&self.inner.conn, &self.inner.cfg) {
+        match host::inventory(&self.inner.conn(), &self.inner.cfg) {
             Ok(inv) => Some(inv),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the host's resources; using [resources]");
@@ -640,7 +667,7 @@ impl Driver for LibvirtDriver {
     }
 
     fn traits(&self) -> Option<HostTraits> {
-        match self.inner.conn.capabilities() {
+        match self.inner.conn().capabilities() {
             Ok(caps) => {
                 let present: Vec<String> = traits::host_traits(&caps).into_iter().collect();
                 let absent = traits::cpu_traits()
@@ -665,7 +692,7 @@ impl Driver for LibvirtDriver {
     }
 
     fn power_state(&self, instance: InstanceUuid) -> i32 {
-        match lookup(&self.inner.conn, instance) {
+        match lookup(&self.inner.conn(), instance) {
             Ok(Some(dom)) => dom
                 .info()
                 .map_or(power_state::NOSTATE, |i| power(i.state.to_raw())),
@@ -685,7 +712,7 @@ impl Driver for LibvirtDriver {
         let log = self.instance_dir(instance).join("console.log");
         Box::pin(async move {
             if self
-                .blocking(move |i| lookup(&i.conn, instance))
+                .blocking(move |i| lookup(&i.conn(), instance))
                 .await?
                 .is_none()
             {
@@ -700,7 +727,7 @@ impl Driver for LibvirtDriver {
         instance: InstanceUuid,
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         Box::pin(self.blocking(move |i| {
-            let dom = must(&i.conn, instance)?;
+            let dom = must(&i.conn(), instance)?;
             let op = "get_serial_console";
             if !dom.is_active().map_err(hv(op))? {
                 return Err(DriverError::OperationFailed {
