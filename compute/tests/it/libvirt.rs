@@ -154,6 +154,26 @@ fn virtual_size(path: &Path) -> u64 {
     v["virtual-size"].as_u64().unwrap()
 }
 
+/// Every power path of the driver on guest `i`, with the power state
+/// each leaves (a suspend is a managed save: shut down).
+pub(crate) async fn walk_power_paths(d: &LibvirtDriver, i: InstanceUuid) {
+    for (op, want) in [
+        (GuestOp::PowerOff, power_state::SHUTDOWN),
+        (GuestOp::PowerOn, power_state::RUNNING),
+        (GuestOp::Reboot { hard: false }, power_state::RUNNING),
+        (GuestOp::Reboot { hard: true }, power_state::RUNNING),
+        (GuestOp::Pause, power_state::PAUSED),
+        (GuestOp::Unpause, power_state::RUNNING),
+        (GuestOp::Suspend, power_state::SHUTDOWN),
+        (GuestOp::Resume, power_state::RUNNING),
+    ] {
+        d.perform(i, &op)
+            .await
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        assert_eq!(d.power_state(i), want, "after {op:?}");
+    }
+}
+
 #[tokio::test]
 async fn every_lifecycle_path_on_a_real_libvirt_connection() {
     let h = host();
@@ -176,22 +196,7 @@ async fn every_lifecycle_path_on_a_real_libvirt_connection() {
     assert_eq!(virtual_size(&dir.join("disk.eph0")), 1 << 30);
     assert_eq!(virtual_size(&dir.join("disk.swap")), 64 << 20);
 
-    let steps: &[(GuestOp, i32)] = &[
-        (GuestOp::PowerOff, power_state::SHUTDOWN),
-        (GuestOp::PowerOn, power_state::RUNNING),
-        (GuestOp::Reboot { hard: false }, power_state::RUNNING),
-        (GuestOp::Reboot { hard: true }, power_state::RUNNING),
-        (GuestOp::Pause, power_state::PAUSED),
-        (GuestOp::Unpause, power_state::RUNNING),
-        (GuestOp::Suspend, power_state::SHUTDOWN),
-        (GuestOp::Resume, power_state::RUNNING),
-    ];
-    for (op, want) in steps {
-        d.perform(i, op)
-            .await
-            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
-        assert_eq!(d.power_state(i), *want, "after {op:?}");
-    }
+    walk_power_paths(d, i).await;
 
     // Rebuild onto another image: a new root disk on the new base.
     let other = h.images.add("raw", vec![0u8; 4 << 20], &[]);

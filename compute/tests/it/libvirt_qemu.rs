@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use compute::driver::libvirt::config::LibvirtSection;
 use compute::driver::libvirt::LibvirtDriver;
-use compute::driver::{Driver, GuestOp};
+use compute::driver::Driver;
 use fabric::rpc::power_state;
 
-use crate::libvirt::{qcow2, spec, MemImages};
+use crate::libvirt::{qcow2, spec, walk_power_paths, MemImages};
 
 #[tokio::test]
 async fn a_real_qemu_guest_goes_through_every_power_path_and_is_removed() {
@@ -49,21 +49,7 @@ async fn a_real_qemu_guest_goes_through_every_power_path_and_is_removed() {
     );
 
     // The firmware ignores ACPI: a stop waits its timeout, then destroys.
-    for (op, want) in [
-        (GuestOp::PowerOff, power_state::SHUTDOWN),
-        (GuestOp::PowerOn, power_state::RUNNING),
-        (GuestOp::Reboot { hard: false }, power_state::RUNNING),
-        (GuestOp::Reboot { hard: true }, power_state::RUNNING),
-        (GuestOp::Pause, power_state::PAUSED),
-        (GuestOp::Unpause, power_state::RUNNING),
-        (GuestOp::Suspend, power_state::SHUTDOWN),
-        (GuestOp::Resume, power_state::RUNNING),
-    ] {
-        d.perform(i, &op)
-            .await
-            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
-        assert_eq!(d.power_state(i), want, "after {op:?}");
-    }
+    walk_power_paths(&d, i).await;
     let inst_dir = d.instance_dir(i);
     assert!(
         inst_dir.join("console.log").exists(),

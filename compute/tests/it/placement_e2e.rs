@@ -12,14 +12,14 @@ use placement::PlacementConfig;
 
 use crate::stub::stub_conductor;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn host_reports_provider_and_inventory_to_placement() {
-    let db = testkit::sqlite("compute_placement_e2e");
+/// The real placement API on SQLite at `db_url`, its base URL, and an
+/// in-process bus with the stub conductor on it.
+async fn placement_and_stub(db_url: &str) -> (placement::Running, String, Arc<dyn Transport>) {
     let running = placement::serve(
         &PlacementConfig {
             listen: "127.0.0.1:0".into(),
             database: DatabaseConfig {
-                connection: db.url.clone(),
+                connection: db_url.to_owned(),
                 max_connections: 1,
             },
             ..Default::default()
@@ -31,6 +31,13 @@ async fn host_reports_provider_and_inventory_to_placement() {
     let base = format!("http://{}", running.addr);
     let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
     stub_conductor(bus.clone()).await;
+    (running, base, bus)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_reports_provider_and_inventory_to_placement() {
+    let db = testkit::sqlite("compute_placement_e2e");
+    let (running, base, bus) = placement_and_stub(&db.url).await;
     let mut cfg = HostConfig::new("e2e-host");
     cfg.node = "e2e-host.example".into();
     cfg.resources = HostResources {
@@ -93,22 +100,7 @@ async fn host_reports_provider_and_inventory_to_placement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_libvirt_host_reports_its_own_inventory_and_traits() {
     let db = testkit::sqlite("compute_placement_e2e_libvirt");
-    let running = placement::serve(
-        &PlacementConfig {
-            listen: "127.0.0.1:0".into(),
-            database: DatabaseConfig {
-                connection: db.url.clone(),
-                max_connections: 1,
-            },
-            ..Default::default()
-        },
-        None,
-    )
-    .await
-    .unwrap();
-    let base = format!("http://{}", running.addr);
-    let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
-    stub_conductor(bus.clone()).await;
+    let (running, base, bus) = placement_and_stub(&db.url).await;
     let dir = tempfile::tempdir().unwrap();
     let driver = || -> Arc<dyn compute::driver::Driver> {
         let cfg = compute::driver::libvirt::config::LibvirtSection {
