@@ -365,3 +365,67 @@ async fn ageing_removes_base_images_unused_for_long_enough() {
     assert!(base.join(&a).exists());
     assert!(!base.join(&b).exists());
 }
+
+/// A full instances path: the download stops with the host's disk named
+/// as the owner, and neither the partial base file nor the instance's
+/// directory is left. The instances path is a 4 MiB tmpfs mounted here
+/// (needs root; skipped with a reason elsewhere, a failure in CI).
+#[tokio::test]
+async fn a_full_instances_path_fails_the_spawn_naming_the_host_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&mnt)
+        .output();
+    match mounted {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr).trim().to_owned();
+            assert!(!testkit::backends_required(), "mount a tmpfs: {why}");
+            eprintln!("SKIP: cannot mount a tmpfs ({why}); set REQUIRE_REAL_BACKENDS=1 to make this a failure");
+            return;
+        }
+        Err(e) => {
+            assert!(!testkit::backends_required(), "mount: {e}");
+            eprintln!("SKIP: no mount command ({e})");
+            return;
+        }
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let images = Arc::new(MemImages::default());
+    let cfg = LibvirtSection {
+        connection_uri: "test:///default".into(),
+        virt_type: "qemu".into(),
+        instances_path: mnt.join("instances"),
+        ..Default::default()
+    };
+    let d = LibvirtDriver::connect(cfg, images.clone()).unwrap();
+    let big = images.add("raw", vec![0u8; 8 << 20], &[]);
+    let s = spec(&big);
+    let e = d.spawn(&s).await.expect_err("no room for the image");
+    let msg = e.to_string();
+    assert!(msg.contains("host disk: write"), "{msg}");
+    assert!(msg.contains("No space left on device"), "{msg}");
+    assert!(d.list().unwrap().is_empty(), "no domain is left");
+    assert!(!d.instance_dir(s.instance).exists(), "no directory is left");
+    let base = mnt.join("instances").join("_base");
+    let left: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "no partial base file is left: {left:?}");
+    // With room again (a smaller image), the host boots.
+    let small = images.add("raw", vec![0u8; 1 << 20], &[]);
+    let s = spec(&small);
+    d.spawn(&s).await.expect("a spawn that fits");
+    d.destroy(s.instance).await.unwrap();
+}

@@ -234,7 +234,7 @@ impl LibvirtDriver {
         serial_port: u16,
     ) -> Result<String, DriverError> {
         let inner = &self.inner;
-        let img = |e: images::ImageError| DriverError::SpawnFailed(e.to_string());
+        let img = |e: images::ImageError| DriverError::SpawnFailed(crate::error::chain(&e));
         let meta = inner.images.meta(&spec.image_ref).await.map_err(img)?;
         let props = GuestProps::from_properties(&meta.properties)
             .map_err(|e| DriverError::SpawnFailed(e.to_string()))?;
