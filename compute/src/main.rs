@@ -76,6 +76,8 @@ async fn main() -> Result<()> {
             Duration::from_secs(cfg.libvirt.image_download_timeout_secs.max(1)),
         )?;
         let driver = LibvirtDriver::connect(cfg.libvirt.clone(), Arc::new(images))?;
+        // Runs for the life of the process.
+        let _ageing = driver.start_image_ageing();
         cfg.hosts()
             .into_iter()
             .map(|h| {

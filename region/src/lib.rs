@@ -512,10 +512,13 @@ impl Region {
                         service_token.clone(),
                         Duration::from_secs(r.libvirt.image_download_timeout_secs.max(1)),
                     )?;
-                    Arc::new(compute::driver::libvirt::LibvirtDriver::connect(
+                    let d = compute::driver::libvirt::LibvirtDriver::connect(
                         r.libvirt.clone(),
                         Arc::new(images),
-                    )?)
+                    )?;
+                    // Runs for the life of the process.
+                    let _ageing = d.start_image_ageing();
+                    Arc::new(d)
                 } else {
                     fake.driver(&host)
                 };

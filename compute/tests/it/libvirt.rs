@@ -364,6 +364,19 @@ async fn ageing_removes_base_images_unused_for_long_enough() {
     let base = h.dir.path().join("instances").join("_base");
     assert!(base.join(&a).exists());
     assert!(!base.join(&b).exists());
+
+    // The driver's own pass keeps what its instances were built from.
+    let kept = spec(&a);
+    h.driver.spawn(&kept).await.unwrap();
+    let c = h.images.add("raw", vec![0u8; 1 << 20], &[]);
+    let gone = spec(&c);
+    h.driver.spawn(&gone).await.unwrap();
+    h.driver.destroy(gone.instance).await.unwrap();
+    assert_eq!(h.driver.images_in_use().await, [a.clone()].into());
+    assert_eq!(h.driver.age_images(Duration::ZERO).await, vec![c.clone()]);
+    assert!(base.join(&a).exists(), "the live instance's base stays");
+    assert!(!base.join(&c).exists());
+    h.driver.destroy(kept.instance).await.unwrap();
 }
 
 /// A full instances path: the download stops with the host's disk named

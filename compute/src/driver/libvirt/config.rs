@@ -42,6 +42,15 @@ pub struct LibvirtSection {
     /// soon a guest that stopped by itself is seen (libvirt's lifecycle
     /// events, by polling; see `compute::power_sync`).
     pub power_state_poll_ms: u64,
+    /// Whether base images no instance here uses are removed (Nova's
+    /// `[image_cache] remove_unused_base_images`).
+    pub remove_unused_base_images: bool,
+    /// How long a base image must have gone unused before it is removed
+    /// (Nova's `remove_unused_original_minimum_age_seconds`).
+    pub remove_unused_original_minimum_age_seconds: u64,
+    /// Seconds between two passes of the image cache's ageing (Nova's
+    /// `image_cache_manager_interval`).
+    pub image_cache_manager_interval: u64,
     /// Seconds a download of one image from the image service may take.
     pub image_download_timeout_secs: u64,
     /// Seconds a `qemu-img` call may take.
@@ -63,6 +72,9 @@ impl Default for LibvirtSection {
             serial_listen: "127.0.0.1".to_owned(),
             serial_port_range: "10000:20000".to_owned(),
             power_state_poll_ms: 2000,
+            remove_unused_base_images: true,
+            remove_unused_original_minimum_age_seconds: 86_400,
+            image_cache_manager_interval: 2400,
             image_download_timeout_secs: 600,
             qemu_img_timeout_secs: 120,
         }

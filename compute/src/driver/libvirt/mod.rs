@@ -167,6 +167,56 @@ impl LibvirtDriver {
         &self.inner.images
     }
 
+    /// The images this host's instances were built from (each instance
+    /// directory's `instance.json`): what the cache's ageing keeps.
+    pub async fn images_in_use(&self) -> std::collections::HashSet<String> {
+        let mut used = std::collections::HashSet::new();
+        let Ok(mut rd) = tokio::fs::read_dir(&self.inner.cfg.instances_path).await else {
+            return used;
+        };
+        while let Ok(Some(e)) = rd.next_entry().await {
+            let Ok(b) = tokio::fs::read(e.path().join("instance.json")).await else {
+                continue;
+            };
+            if let Ok(k) = serde_json::from_slice::<Kept>(&b) {
+                used.insert(k.image_ref);
+            }
+        }
+        used
+    }
+
+    /// One pass of the image cache's ageing: removes the base images no
+    /// instance here was built from and unused for `min_age`; returns them.
+    pub async fn age_images(&self, min_age: Duration) -> Vec<String> {
+        let used = self.images_in_use().await;
+        self.inner.images.age(min_age, &used).await
+    }
+
+    /// Runs [`LibvirtDriver::age_images`] every
+    /// `image_cache_manager_interval`, when `remove_unused_base_images`
+    /// says so (`None` otherwise). Kernels and ramdisks are copied into
+    /// their instances' directories, so their base files age like any.
+    pub fn start_image_ageing(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let cfg = &self.inner.cfg;
+        if !cfg.remove_unused_base_images {
+            return None;
+        }
+        let every = Duration::from_secs(cfg.image_cache_manager_interval.max(1));
+        let min_age = Duration::from_secs(cfg.remove_unused_original_minimum_age_seconds);
+        let me = self.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let removed = me.age_images(min_age).await;
+                if !removed.is_empty() {
+                    tracing::info!(count = removed.len(), "unused base images removed");
+                }
+            }
+        }))
+    }
+
     /// The instance's directory.
     pub fn instance_dir(&self, instance: InstanceUuid) -> PathBuf {
         self.inner.cfg.instances_path.join(instance.to_string())
