@@ -5,6 +5,8 @@
 //!   "Must not depend on …" lines, mirrored in [`deps::RULES`]).
 //! - [`migrations`]: a landed migration file is never changed or removed,
 //!   and every migration file is recorded (`migrations/landed.sha256`).
+//! - [`layers`]: a module folder never names a layer above it (api-super's
+//!   scheduler: no `compute_api`, `http` or `services`).
 //! - [`lines`]: no source file passes [`lines::LIMIT`] lines, except those
 //!   on the ratchet list [`lines::LONG_FILES`], which may only shrink.
 //!
@@ -16,6 +18,7 @@
 //! workspace crate: it reads them as files.
 
 pub mod deps;
+pub mod layers;
 pub mod lines;
 pub mod migrations;
 

@@ -2,6 +2,7 @@
 //! made to break it, to show that it fails.
 
 mod deps;
+mod layers;
 mod lines;
 mod migrations;
 mod tree;
