@@ -157,10 +157,7 @@ fn console_error(env: &fabric::wire::Envelope, e: DriverError) -> fabric::wire::
     let c = match e {
         DriverError::NotFound(_) => code::NOT_FOUND,
         DriverError::Unavailable(_) => code::NOT_IMPLEMENTED,
-        DriverError::OperationFailed {
-            op: "get_serial_console",
-            ..
-        } => code::INVALID_TRANSITION,
+        DriverError::NotRunning(_) => code::INVALID_TRANSITION,
         _ => code::INTERNAL,
     };
     env.error_reply(c, e.to_string())

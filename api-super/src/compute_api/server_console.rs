@@ -4,12 +4,11 @@
 
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use fabric::rpc::RequestIds;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::servers::lookup::{find, Found};
 use super::{App, Ctx};
+use crate::services::console;
 
 /// Nova's schema: `length` an integer ≥ -1, a string of one, or null;
 /// -1 and null mean the whole log.
@@ -58,18 +57,8 @@ fn length(arg: &Value) -> ApiResult<u32> {
 /// `os-getConsoleOutput`.
 pub async fn console_output(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response> {
     let tail = length(arg)?;
-    let (cell, s) = match find(app, ctx, id, "os_compute_api:os-console-output").await? {
-        Found::Build(_) => return Err(ApiError::Conflict(format!("Instance {id} is not ready"))),
-        Found::Cell(cell, s) => (cell, s),
-    };
-    let Some(host) = s.host.as_deref() else {
-        return Err(ApiError::Conflict(format!("Instance {id} is not ready")));
-    };
-    let ids = RequestIds {
-        request_id: ctx.request_id.clone(),
-        global_request_id: ctx.request_id.clone(),
-    };
-    let output = crate::services::console::output(app, &cell, host, id, tail, &ids).await?;
+    let guest = console::locate(app, ctx, id, "os_compute_api:os-console-output").await?;
+    let output = guest.output(app, tail).await?;
     Ok(Json(json!({ "output": output })).into_response())
 }
 
@@ -88,27 +77,10 @@ async fn serial_url(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiResult<Str
                 .into(),
         ));
     };
-    let (cell, s) = match find(app, ctx, id, rule).await? {
-        Found::Build(_) => return Err(ApiError::Conflict(format!("Instance {id} is not ready"))),
-        Found::Cell(cell, s) => (cell, s),
-    };
-    let Some(host) = s.host.as_deref() else {
-        return Err(ApiError::Conflict(format!("Instance {id} is not ready")));
-    };
-    let ids = RequestIds {
-        request_id: ctx.request_id.clone(),
-        global_request_id: ctx.request_id.clone(),
-    };
-    let addr = crate::services::console::serial_address(app, &cell, host, id, &ids).await?;
-    let target = crate::services::console::ConsoleTarget {
-        instance_uuid: id.to_owned(),
-        console_type: "serial",
-        host: host.to_owned(),
-        addr,
-    };
-    let token = app.consoles.mint(target).ok_or_else(|| {
-        ApiError::Conflict("Too many console tokens are live; try again later.".into())
-    })?;
+    let token = console::locate(app, ctx, id, rule)
+        .await?
+        .serial_token(app)
+        .await?;
     Ok(format!("{base}?token={token}"))
 }
 

@@ -1,6 +1,7 @@
-//! A guest's console output: a call to the compute that runs it
-//! (`get_console_output` on `compute.<host>` over the cell's bus), with
-//! the answer's control characters replaced as Nova does.
+//! A guest's consoles, asked of the compute that runs it over the cell's
+//! bus: its console log (`get_console_output`, control characters
+//! replaced as Nova does), and where its serial console listens
+//! (`get_serial_console`), for which a token of [`ConsoleTokens`] is minted.
 
 use std::time::Duration;
 
@@ -9,49 +10,116 @@ use fabric::bus::BusError;
 use fabric::rpc::{self, code, method, RequestIds};
 
 use crate::compute_api::error::{ApiError, ApiResult};
-use crate::compute_api::App;
+use crate::compute_api::servers::lookup::{find, Found};
+use crate::compute_api::{App, Ctx};
 
 /// How long the compute may take to answer.
 pub const CONSOLE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The last `tail_lines` lines (0: all the compute keeps, at most 100 KiB)
-/// of the console of instance `id` on `host` in `cell`.
-pub async fn output(
-    app: &App,
-    cell: &CellMapping,
-    host: &str,
-    id: &str,
-    tail_lines: u32,
-    ids: &RequestIds,
-) -> ApiResult<String> {
-    let bus = app.cells.bus(cell).await?;
-    let req = rpc::ConsoleOutputRequest {
-        instance_uuid: id.to_owned(),
-        tail_lines,
+/// A server's guest on its compute: where console calls go.
+pub struct Guest {
+    cell: CellMapping,
+    host: String,
+    id: String,
+    ids: RequestIds,
+}
+
+/// The server `id` the caller may use under `rule`, on its compute; a
+/// build not landed yet or an instance without a host is a 409.
+pub async fn locate(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiResult<Guest> {
+    let not_ready = || ApiError::Conflict(format!("Instance {id} is not ready"));
+    let (cell, s) = match find(app, ctx, id, rule).await? {
+        Found::Build(_) => return Err(not_ready()),
+        Found::Cell(cell, s) => (cell, s),
     };
-    let res: Result<rpc::ConsoleOutput, _> = rpc::call(
-        bus.as_ref(),
-        &rpc::compute_queue(host),
-        method::GET_CONSOLE_OUTPUT,
-        &req,
-        ids,
-        CONSOLE_CALL_TIMEOUT,
-    )
-    .await;
-    match res {
-        Ok(o) => Ok(printable(&o.output)),
-        Err(e) => Err(match e.remote_code() {
+    let host = s.host.ok_or_else(not_ready)?;
+    Ok(Guest {
+        cell,
+        host,
+        id: id.to_owned(),
+        ids: RequestIds {
+            request_id: ctx.request_id.clone(),
+            global_request_id: ctx.request_id.clone(),
+        },
+    })
+}
+
+impl Guest {
+    /// Calls `method` on the guest's compute; a refusal becomes the API's
+    /// error: no such guest 404, the driver has no such console
+    /// `unsupported`, the guest not running 409, anything else 500.
+    async fn call<Req: prost::Message, Resp: prost::Message + Default>(
+        &self,
+        app: &App,
+        method: &str,
+        req: &Req,
+        unsupported: ApiError,
+    ) -> ApiResult<Resp> {
+        let bus = app.cells.bus(&self.cell).await?;
+        let queue = rpc::compute_queue(&self.host);
+        let res = rpc::call(
+            bus.as_ref(),
+            &queue,
+            method,
+            req,
+            &self.ids,
+            CONSOLE_CALL_TIMEOUT,
+        )
+        .await;
+        res.map_err(|e| match e.remote_code() {
             Some(code::NOT_FOUND) => {
                 ApiError::NotFound("Guest does not have a console available.".into())
             }
-            Some(code::NOT_IMPLEMENTED) => ApiError::NotImplemented("Unable to get console".into()),
+            Some(code::NOT_IMPLEMENTED) => unsupported,
+            Some(code::INVALID_TRANSITION) => {
+                ApiError::Conflict(format!("Instance {} is not ready", self.id))
+            }
             _ => {
                 if let rpc::RpcError::Bus(BusError::Timeout(_)) = &e {
-                    tracing::warn!(instance = %id, host, "compute did not answer get_console_output in time");
+                    tracing::warn!(instance = %self.id, host = %self.host, method, "the compute did not answer in time");
                 }
-                ApiError::internal(format!("get_console_output on {host}: {e}"))
+                ApiError::internal(format!("{method} on {}: {e}", self.host))
             }
-        }),
+        })
+    }
+
+    /// The last `tail_lines` lines (0: all the compute keeps, at most
+    /// 100 KiB) of the guest's console log, as Nova's API answers them.
+    pub async fn output(&self, app: &App, tail_lines: u32) -> ApiResult<String> {
+        let req = rpc::ConsoleOutputRequest {
+            instance_uuid: self.id.clone(),
+            tail_lines,
+        };
+        let unsupported = ApiError::NotImplemented("Unable to get console".into());
+        let o: rpc::ConsoleOutput = self
+            .call(app, method::GET_CONSOLE_OUTPUT, &req, unsupported)
+            .await?;
+        Ok(printable(&o.output))
+    }
+
+    /// A token for this process's proxy to the guest's serial console.
+    pub async fn serial_token(&self, app: &App) -> ApiResult<String> {
+        let req = rpc::SerialConsoleRequest {
+            instance_uuid: self.id.clone(),
+        };
+        let unsupported = ApiError::BadRequest("Unavailable console type serial.".into());
+        let c: rpc::SerialConsole = self
+            .call(app, method::GET_SERIAL_CONSOLE, &req, unsupported)
+            .await?;
+        let bad = |what: String| ApiError::internal(format!("{} answered {what}", self.host));
+        let ip: std::net::IpAddr = c
+            .host
+            .parse()
+            .map_err(|_| bad(format!("a console address {:?}", c.host)))?;
+        let port = u16::try_from(c.port).map_err(|_| bad(format!("a console port {}", c.port)))?;
+        let target = ConsoleTarget {
+            instance_uuid: self.id.clone(),
+            host: self.host.clone(),
+            addr: std::net::SocketAddr::new(ip, port),
+        };
+        app.consoles.mint(target).ok_or_else(|| {
+            ApiError::Conflict("Too many console tokens are live; try again later.".into())
+        })
     }
 }
 
@@ -83,8 +151,6 @@ mod tests {
 pub struct ConsoleTarget {
     /// The instance.
     pub instance_uuid: String,
-    /// `serial`.
-    pub console_type: &'static str,
     /// The compute host (service host name).
     pub host: String,
     /// Where the console listens on that host.
@@ -142,52 +208,5 @@ impl ConsoleTokens {
         m.get(&token_hash(token))
             .filter(|(_, exp)| *exp > std::time::Instant::now())
             .map(|(t, _)| t.clone())
-    }
-}
-
-/// Where the serial console of instance `id` on `host` listens, asked of
-/// the compute.
-pub async fn serial_address(
-    app: &App,
-    cell: &CellMapping,
-    host: &str,
-    id: &str,
-    ids: &RequestIds,
-) -> ApiResult<std::net::SocketAddr> {
-    let bus = app.cells.bus(cell).await?;
-    let req = rpc::SerialConsoleRequest {
-        instance_uuid: id.to_owned(),
-    };
-    let res: Result<rpc::SerialConsole, _> = rpc::call(
-        bus.as_ref(),
-        &rpc::compute_queue(host),
-        method::GET_SERIAL_CONSOLE,
-        &req,
-        ids,
-        CONSOLE_CALL_TIMEOUT,
-    )
-    .await;
-    match res {
-        Ok(c) => {
-            let ip: std::net::IpAddr = c.host.parse().map_err(|_| {
-                ApiError::internal(format!("{host} answered a console address {:?}", c.host))
-            })?;
-            let port = u16::try_from(c.port).map_err(|_| {
-                ApiError::internal(format!("{host} answered a console port {}", c.port))
-            })?;
-            Ok(std::net::SocketAddr::new(ip, port))
-        }
-        Err(e) => Err(match e.remote_code() {
-            Some(code::NOT_FOUND) => {
-                ApiError::NotFound("Guest does not have a console available.".into())
-            }
-            Some(code::NOT_IMPLEMENTED) => {
-                ApiError::BadRequest("Unavailable console type serial.".into())
-            }
-            Some(code::INVALID_TRANSITION) => {
-                ApiError::Conflict(format!("Instance {id} is not ready"))
-            }
-            _ => ApiError::internal(format!("get_serial_console on {host}: {e}")),
-        }),
     }
 }

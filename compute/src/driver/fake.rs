@@ -434,10 +434,7 @@ impl Driver for FakeDriver {
                 .and_then(|g| g.get(&instance).copied());
             match running {
                 None => Err(DriverError::NotFound(instance)),
-                Some(p) if p != power_state::RUNNING => Err(DriverError::OperationFailed {
-                    op: "get_serial_console",
-                    message: "the guest is not running".into(),
-                }),
+                Some(p) if p != power_state::RUNNING => Err(DriverError::NotRunning(instance)),
                 Some(_) => self
                     .hv
                     .serial_console_addr()

@@ -37,6 +37,9 @@ pub enum DriverError {
     /// The guest is not on this host.
     #[error("instance {0} not found on this host")]
     NotFound(InstanceUuid),
+    /// The guest is here but not running (what it was asked needs it).
+    #[error("the guest of instance {0} is not running")]
+    NotRunning(InstanceUuid),
     /// The hypervisor could not carry out a power or rebuild operation.
     #[error("{op} failed: {message}")]
     OperationFailed {

@@ -442,9 +442,11 @@ impl ImageCache {
         if let Err(e) = touch {
             tracing::warn!(image = id, error = %e, "could not mark the base image used");
         }
-        let info = if disk || !FILE_FORMATS.contains(&meta.disk_format.as_str()) {
+        // A disk must be what it claims and stand alone; a kernel or
+        // ramdisk is a file the hypervisor reads as it is.
+        let info = if disk {
             let info = self.qemu_img.info(&path).await?;
-            if disk && info.format != meta.disk_format {
+            if info.format != meta.disk_format {
                 return Err(invalid(format!(
                     "claims disk_format {} but its data is {}",
                     meta.disk_format, info.format
@@ -460,7 +462,7 @@ impl ImageCache {
         Ok(CachedImage {
             path,
             meta: meta.clone(),
-            disk: info.filter(|_| disk),
+            disk: info,
         })
     }
 

@@ -329,23 +329,16 @@ impl LibvirtDriver {
             .await
             .map_err(img)?;
         disks.push(disk(root_path, bus, 0));
-        if f.ephemeral_gb > 0 {
-            let p = dir.join("disk.eph0");
-            inner
-                .qemu_img
-                .blank(&p, f.ephemeral_gb as u64 * GIB)
-                .await
-                .map_err(img)?;
-            disks.push(disk(p, bus, disks.len()));
-        }
-        if f.swap_mb > 0 {
-            let p = dir.join("disk.swap");
-            inner
-                .qemu_img
-                .blank(&p, f.swap_mb as u64 * MIB)
-                .await
-                .map_err(img)?;
-            disks.push(disk(p, bus, disks.len()));
+        // Ephemeral and swap: blank, left for the guest to format.
+        for (name, bytes) in [
+            ("disk.eph0", f.ephemeral_gb.max(0) as u64 * GIB),
+            ("disk.swap", f.swap_mb.max(0) as u64 * MIB),
+        ] {
+            if bytes > 0 {
+                let p = dir.join(name);
+                inner.qemu_img.blank(&p, bytes).await.map_err(img)?;
+                disks.push(disk(p, bus, disks.len()));
+            }
         }
         // Direct kernel boot: the kernel and ramdisk are copied next to the
         // disks, so the cache may age its base files out from under no one.
@@ -410,9 +403,10 @@ impl LibvirtDriver {
     async fn wait_shutoff(&self, instance: InstanceUuid, timeout: Duration) -> bool {
         let start = Instant::now();
         loop {
-            if self.power_state(instance) != power_state::RUNNING
-                && self.power_state(instance) != power_state::PAUSED
-            {
+            if !matches!(
+                self.power_state(instance),
+                power_state::RUNNING | power_state::PAUSED
+            ) {
                 return true;
             }
             if start.elapsed() >= timeout {
@@ -780,10 +774,7 @@ impl Driver for LibvirtDriver {
             let dom = must(&i.conn(), instance)?;
             let op = "get_serial_console";
             if !dom.is_active().map_err(hv(op))? {
-                return Err(DriverError::OperationFailed {
-                    op,
-                    message: "the guest is not running".into(),
-                });
+                return Err(DriverError::NotRunning(instance));
             }
             let xml = dom.xml_desc(0).map_err(hv(op))?;
             guest::serial_of(&xml).ok_or(DriverError::Unavailable(
