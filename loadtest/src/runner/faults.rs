@@ -1,0 +1,231 @@
+//! Faults of a run: applying and restoring them, and what a report
+//! says of them (recovery times, errors by fault).
+
+use super::*;
+
+/// A fault as it was applied.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    /// What.
+    pub kind: FaultKind,
+    /// Which cell.
+    pub cell: String,
+    /// Which host or conductor.
+    pub target: String,
+    /// Seconds after the run started.
+    pub at_secs: f64,
+    /// Servers ACTIVE when it fired.
+    pub active_before: u64,
+    /// `applied`, or why not.
+    pub result: String,
+    /// Seconds after the run started when it was restored (stop-broker,
+    /// stop-database).
+    pub until_secs: Option<f64>,
+    /// `restored`, or why not.
+    pub restore_result: Option<String>,
+    /// Seconds from the restore until the first server of the cell that
+    /// was sent after it reached ACTIVE; `None` when none did (not
+    /// recovered, or nothing sent to the cell after the restore).
+    pub recovered_after_secs: Option<f64>,
+}
+
+impl FaultRecord {
+    pub(super) fn label(&self) -> String {
+        let k = serde_json::to_value(self.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        match self.until_secs {
+            Some(u) => format!("{k} {} at {:.1}s until {u:.1}s", self.target, self.at_secs),
+            None => format!("{k} {} at {:.1}s", self.target, self.at_secs),
+        }
+    }
+
+    /// Whether the fault was applied.
+    pub(super) fn applied(&self) -> bool {
+        self.result == "applied"
+    }
+
+    /// The seconds a failure is the fault's: from when it fired until it
+    /// was restored and the cell recovered (a first server sent after the
+    /// restore became ACTIVE); open-ended for faults never restored and
+    /// cells not seen to recover.
+    pub(super) fn window(&self) -> (f64, f64) {
+        let end = match (self.until_secs, self.recovered_after_secs) {
+            (Some(u), Some(r)) => u + r,
+            _ => f64::INFINITY,
+        };
+        (self.at_secs, end)
+    }
+}
+
+pub(super) async fn apply_fault(
+    cells: &tokio::sync::Mutex<Vec<CellParts>>,
+    admin_db: &str,
+    f: &Fault,
+) -> (String, String) {
+    let mut cells = cells.lock().await;
+    let Some(cell) = cells.iter_mut().find(|c| c.name == f.cell) else {
+        return (f.cell.clone(), format!("no cell {}", f.cell));
+    };
+    match f.kind {
+        FaultKind::StopHost => {
+            let slot = cell
+                .hosts
+                .iter_mut()
+                .find(|(name, h)| h.is_some() && f.host.as_ref().is_none_or(|want| want == name));
+            match slot {
+                Some((name, h)) => {
+                    let name = name.clone();
+                    if let Some(h) = h.take() {
+                        h.shutdown().await;
+                    }
+                    (name, "applied".to_owned())
+                }
+                None => (
+                    f.host.clone().unwrap_or_else(|| cell.name.clone()),
+                    "no running host of that name in the cell".to_owned(),
+                ),
+            }
+        }
+        FaultKind::StopConductor => {
+            let name = format!("{}-conductor", cell.name);
+            match cell.conductor.take() {
+                Some(c) => {
+                    c.shutdown().await;
+                    (name, "applied".to_owned())
+                }
+                None => (name, "already stopped".to_owned()),
+            }
+        }
+        FaultKind::StopBroker => {
+            let (name, url) = (format!("{}-broker", cell.name), cell.bus_url.clone());
+            drop(cells);
+            match crate::outage::stop_broker(&url).await {
+                Ok(()) => (name, "applied".to_owned()),
+                Err(e) => (name, format!("failed: {e:#}")),
+            }
+        }
+        FaultKind::StopDatabase => {
+            let (name, url) = (format!("{}-database", cell.name), cell.db_url.clone());
+            drop(cells);
+            match crate::outage::stop_database(admin_db, &url).await {
+                Ok(_) => (name, "applied".to_owned()),
+                Err(e) => (name, format!("failed: {e:#}")),
+            }
+        }
+    }
+}
+
+/// Ends a stop-broker or stop-database outage: `restored` or why not.
+pub(super) async fn restore_fault(
+    cells: &tokio::sync::Mutex<Vec<CellParts>>,
+    admin_db: &str,
+    f: &Fault,
+) -> String {
+    let (bus_url, db_url) = {
+        let cells = cells.lock().await;
+        match cells.iter().find(|c| c.name == f.cell) {
+            Some(c) => (c.bus_url.clone(), c.db_url.clone()),
+            None => return format!("no cell {}", f.cell),
+        }
+    };
+    let r = match f.kind {
+        FaultKind::StopBroker => crate::outage::start_broker(&bus_url).await,
+        FaultKind::StopDatabase => crate::outage::start_database(admin_db, &db_url).await,
+        _ => Ok(()),
+    };
+    match r {
+        Ok(()) => "restored".to_owned(),
+        Err(e) => format!("failed: {e:#}"),
+    }
+}
+
+/// What a spawn failed by `fleet.spawn_failure_rate` says.
+pub(super) const SPAWN_FAILURE_RATE_MESSAGE: &str =
+    "injected spawn failure (scenario fleet.spawn_failure_rate)";
+
+/// Seconds from the restore of outage `f` until the first server of its
+/// cell sent after the restore was seen ACTIVE.
+pub(super) fn recovered_after(f: &FaultRecord, recs: &[ServerRec]) -> Option<f64> {
+    let until = f.until_secs?;
+    recs.iter()
+        .filter(|r| r.outcome == Outcome::Active && r.t_post >= until)
+        .filter(|r| r.cell.as_deref() == Some(f.cell.as_str()))
+        .filter_map(|r| r.t_done)
+        .min_by(f64::total_cmp)
+        .map(|t| t - until)
+}
+
+/// Whether fault `f` can have caused what happened to `r`, by where `r`
+/// was at its phase's peak: a server known to be in another cell (cell0
+/// aside: any fault can leave a server without a valid host) or, for a
+/// stopped host, known to be on another host is not the fault's.
+pub(super) fn could_touch(f: &FaultRecord, r: &ServerRec) -> bool {
+    let other_cell = r
+        .cell
+        .as_deref()
+        .is_some_and(|c| c != "cell0" && c != f.cell);
+    let other_host =
+        f.kind == FaultKind::StopHost && r.node.as_deref().is_some_and(|n| n != f.target);
+    !other_cell && !other_host
+}
+
+/// Groups the errors by their cause: `fleet.failing_hosts` and
+/// `fleet.spawn_failure_rate` for the injected spawn failures; the fault
+/// whose host or conductor the message names; a restored outage
+/// (stop-broker, stop-database) when the server was in flight between the
+/// outage's start and its cell's recovery (the first server sent to the
+/// cell after the restore ACTIVE); otherwise the last fault never
+/// restored applied before the error (the one in force), or `no fault`.
+/// The last two only take a server the fault could have touched
+/// ([`could_touch`]: its cell, and for a stopped host its host, when
+/// known). Messages are grouped with their UUIDs masked.
+pub(super) fn errors_by_fault(
+    recs: &[ServerRec],
+    faults: &[FaultRecord],
+) -> BTreeMap<String, BTreeMap<String, usize>> {
+    let mut out: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for r in recs {
+        let msg = match &r.outcome {
+            Outcome::Active => continue,
+            Outcome::Error(m) => format!("ERROR: {m}"),
+            Outcome::Stuck => "still BUILD at the phase's timeout".to_owned(),
+            Outcome::Refused(0, m) => format!("no answer: {m}"),
+            Outcome::Refused(s, m) => format!("HTTP {s}: {m}"),
+        };
+        let at = r.t_done.unwrap_or(r.t_post);
+        let in_window = |f: &&FaultRecord| {
+            let (from, to) = f.window();
+            r.t_post <= to && at >= from
+        };
+        let label = if msg.contains(FAILING_HOST_MESSAGE) {
+            "fleet.failing_hosts".to_owned()
+        } else if msg.contains(SPAWN_FAILURE_RATE_MESSAGE) {
+            "fleet.spawn_failure_rate".to_owned()
+        } else if let Some(f) = faults
+            .iter()
+            .find(|f| f.applied() && names(&msg, &f.target))
+        {
+            f.label()
+        } else if let Some(f) = faults
+            .iter()
+            .rfind(|f| f.applied() && f.until_secs.is_some() && in_window(f) && could_touch(f, r))
+        {
+            // An outage that was restored: what was in flight while it
+            // lasted or before its cell recovered.
+            f.label()
+        } else {
+            faults
+                .iter()
+                .rfind(|f| {
+                    f.applied() && f.until_secs.is_none() && f.at_secs <= at && could_touch(f, r)
+                })
+                .map(FaultRecord::label)
+                .unwrap_or_else(|| "no fault".to_owned())
+        };
+        let msg = without_uuids(&msg);
+        *out.entry(label).or_default().entry(msg).or_default() += 1;
+    }
+    out
+}
