@@ -14,6 +14,17 @@ pub struct ConductorSection {
     pub concurrency: usize,
     /// Seconds between reports of the conductor's own service.
     pub report_interval_secs: u64,
+    /// Milliseconds between writes of the compute heartbeats seen (one
+    /// statement for all of them).
+    pub heartbeat_flush_ms: u64,
+    /// A compute without a heartbeat for this long is down (the API's
+    /// `[scheduler] service_down_time_secs`; keep them equal).
+    pub service_down_time_secs: u64,
+    /// Seconds between healing passes (0: no healing in this conductor).
+    pub heal_interval_secs: u64,
+    /// A build older than this goes to ERROR (Nova's
+    /// `instance_build_timeout`, on by default here; 0: never).
+    pub instance_build_timeout_secs: u64,
 }
 
 impl Default for ConductorSection {
@@ -22,6 +33,10 @@ impl Default for ConductorSection {
             host: "cell-conductor".to_owned(),
             concurrency: 64,
             report_interval_secs: 10,
+            heartbeat_flush_ms: 1000,
+            service_down_time_secs: 5,
+            heal_interval_secs: 1,
+            instance_build_timeout_secs: 900,
         }
     }
 }

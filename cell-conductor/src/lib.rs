@@ -21,6 +21,8 @@
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod heal;
+pub mod liveness;
 pub mod metrics;
 pub mod model;
 pub mod placement;
@@ -30,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fabric::bus::{Subscription, Transport};
-use fabric::rpc::{CONDUCTOR_BINARY, CONDUCTOR_QUEUE, SERVICE_VERSION};
+use fabric::rpc::{CONDUCTOR_BINARY, CONDUCTOR_LIVENESS_QUEUE, CONDUCTOR_QUEUE, SERVICE_VERSION};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -57,6 +59,11 @@ pub struct ConductorOptions {
     pub max_connections: u32,
     /// How often the conductor reports its own service up.
     pub report_interval: Duration,
+    /// How often the heartbeats seen in memory are written (one statement
+    /// for all of them; see [`liveness`]).
+    pub liveness_flush: Duration,
+    /// The healing loop (see [`heal`]).
+    pub heal: heal::HealOptions,
 }
 
 impl ConductorOptions {
@@ -71,6 +78,8 @@ impl ConductorOptions {
             concurrency: 64,
             max_connections: 8,
             report_interval: Duration::from_secs(10),
+            liveness_flush: Duration::from_secs(1),
+            heal: heal::HealOptions::default(),
         }
     }
 }
@@ -81,6 +90,7 @@ pub struct Handle {
     db: CellDb,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
 }
 
 impl Handle {
@@ -93,6 +103,9 @@ impl Handle {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
+        for t in self.background {
+            let _ = t.await;
+        }
         self.db.close().await;
     }
 }
@@ -113,18 +126,49 @@ pub async fn run_with(o: ConductorOptions) -> Result<Handle> {
         .consume(CONDUCTOR_QUEUE)
         .await
         .map_err(ConductorError::Bus)?;
+    let beats = o
+        .bus
+        .consume(CONDUCTOR_LIVENESS_QUEUE)
+        .await
+        .map_err(ConductorError::Bus)?;
     let conductor = Arc::new(Conductor {
         db: db.clone(),
         bus: o.bus.clone(),
         placement: o.placement.clone(),
     });
     let (tx, rx) = watch::channel(false);
+    let seen = Arc::new(liveness::Liveness::default());
+    let every = o.liveness_flush.max(Duration::from_millis(100));
+    let mut background = vec![
+        tokio::spawn(liveness::consume(seen.clone(), beats, rx.clone())),
+        tokio::spawn(liveness::canary(
+            o.bus.clone(),
+            o.host.clone(),
+            every,
+            rx.clone(),
+        )),
+        tokio::spawn(liveness::flush_loop(
+            seen.clone(),
+            db.clone(),
+            every,
+            rx.clone(),
+        )),
+    ];
+    if !o.heal.interval.is_zero() {
+        background.push(tokio::spawn(heal::run(
+            conductor.clone(),
+            seen,
+            o.heal.clone(),
+            rx.clone(),
+        )));
+    }
     let task = tokio::spawn(serve(conductor, sub, rx, o));
-    tracing::info!("cell conductor consuming {CONDUCTOR_QUEUE}");
+    tracing::info!("cell conductor consuming {CONDUCTOR_QUEUE} and {CONDUCTOR_LIVENESS_QUEUE}");
     Ok(Handle {
         db,
         shutdown: tx,
         task,
+        background,
     })
 }
 
@@ -168,6 +212,6 @@ async fn serve(
 }
 
 /// Resolves once `rx` says stop (or its sender is gone).
-async fn stopped(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }

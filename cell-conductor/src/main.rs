@@ -56,6 +56,10 @@ async fn main() -> Result<()> {
     opts.concurrency = cfg.conductor.concurrency;
     opts.max_connections = cfg.database.max_connections;
     opts.report_interval = Duration::from_secs(cfg.conductor.report_interval_secs.max(1));
+    opts.liveness_flush = Duration::from_millis(cfg.conductor.heartbeat_flush_ms.max(100));
+    opts.heal.interval = Duration::from_secs(cfg.conductor.heal_interval_secs);
+    opts.heal.service_down_time = Duration::from_secs(cfg.conductor.service_down_time_secs.max(1));
+    opts.heal.build_timeout = Duration::from_secs(cfg.conductor.instance_build_timeout_secs);
     let handle = cell_conductor::run_with(opts)
         .await
         .context("start the cell conductor")?;

@@ -99,3 +99,19 @@ pub async fn measured<T, E>(
 pub fn gauge_in_flight(n: usize) {
     metrics::gauge!(IN_FLIGHT).set(n as f64);
 }
+
+/// Heartbeats written to the database in batches (see [`crate::liveness`]).
+pub const HEARTBEATS_FLUSHED: &str = "conductor_heartbeats_flushed_total";
+/// What the healing did, by `action` (`rescheduled`, `failed`: a build on
+/// a dead host or whose cast expired; `timed_out`: past the build timeout).
+pub const HEALED: &str = "conductor_healed_builds_total";
+
+/// Counts `n` heartbeats written in one batch.
+pub fn heartbeats_flushed(n: usize) {
+    metrics::counter!(HEARTBEATS_FLUSHED).increment(n as u64);
+}
+
+/// Counts one build the healing acted on.
+pub fn healed(action: &'static str) {
+    metrics::counter!(HEALED, "action" => action).increment(1);
+}

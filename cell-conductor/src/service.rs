@@ -374,6 +374,24 @@ impl Conductor {
     /// the host and the error (and remove the claim).
     #[instrument(skip_all, fields(instance, failed_host = %r.failed_host))]
     async fn reschedule(&self, r: rpc::Reschedule, ids: RequestIds) -> Result<RescheduleResult> {
+        self.redrive(r, ids, None, &[]).await
+    }
+
+    /// A reschedule: the next alternate of `r.build` that takes the claim
+    /// gets the build (recorded in `build_casts`, then cast), or, with none
+    /// left, the claim goes and the instance goes to ERROR with a fault
+    /// naming `r.failed_host` and `r.error`. With `fence`, asked by the
+    /// healing for a build on a host seen dead: only while the instance is
+    /// still building on that host, each change compare-and-set on it (a
+    /// build that went on meanwhile is left alone, answered `NotFound`).
+    /// Alternates on the hosts in `avoid` (seen down) are passed over.
+    pub(crate) async fn redrive(
+        &self,
+        r: rpc::Reschedule,
+        ids: RequestIds,
+        fence: Option<&str>,
+        avoid: &[String],
+    ) -> Result<RescheduleResult> {
         let build = r
             .build
             .ok_or_else(|| ConductorError::BadRequest("reschedule without the build".into()))?;
@@ -416,6 +434,16 @@ impl Conductor {
                 actual: row.task_state,
             });
         }
+        if let Some(host) = fence {
+            if row.vm_state.as_deref() != Some(rpc::vm_state::BUILDING)
+                || row.host.as_deref() != Some(host)
+            {
+                return Err(ConductorError::InstanceNotFound(format!(
+                    "{} building on {host}",
+                    build.instance_uuid
+                )));
+            }
+        }
         let flavor = build.flavor.clone().unwrap_or_default();
         let resources = Resources {
             vcpus: flavor.vcpus,
@@ -447,6 +475,10 @@ impl Conductor {
             if alt.host == r.failed_host {
                 continue;
             }
+            if avoid.contains(&alt.host) {
+                tried.push(format!("{}: down", alt.host));
+                continue;
+            }
             let Ok(provider) = alt.provider_uuid.parse::<ProviderUuid>() else {
                 tried.push(format!(
                     "{}: provider uuid {:?} is invalid",
@@ -462,6 +494,7 @@ impl Conductor {
                 Ok(true) => {
                     let change = InstanceChange {
                         task_state: Some(Some(ts::SCHEDULING.to_owned())),
+                        expected_host: fence.map(str::to_owned),
                         host: Some(Some(alt.host.clone())),
                         node: Some(Some(alt.node.clone())),
                         events: vec![event(&alt.host, action::SUCCESS, None)],
@@ -472,12 +505,17 @@ impl Conductor {
                     next.node = alt.node.clone();
                     next.alternates = build.alternates[i + 1..].to_vec();
                     next.attempt = build.attempt.max(1) + 1;
+                    // Recorded before the cast: a conductor that dies in
+                    // between leaves a cast that the healing re-drives once
+                    // it expires unread.
+                    self.record_cast(&alt.host, &next, &ids).await;
                     rpc::cast(
                         self.bus.as_ref(),
                         &rpc::compute_queue(&alt.host),
                         method::BUILD_AND_RUN_INSTANCE,
                         &next,
                         &ids,
+                        rpc::BUILD_CAST_TTL,
                     )
                     .await
                     .map_err(ConductorError::Bus)?;
@@ -522,19 +560,58 @@ impl Conductor {
             details: Some(details.clone()),
             host: Some(r.failed_host.clone()),
         };
-        self.db
-            .set_error(
-                instance,
-                &fault,
-                &[event(&r.failed_host, action::ERROR, Some(details))],
-            )
-            .await?;
+        let events = [event(&r.failed_host, action::ERROR, Some(details))];
+        match fence {
+            None => {
+                self.db.set_error(instance, &fault, &events).await?;
+            }
+            Some(host) => {
+                if self
+                    .db
+                    .fail_build(instance, Some(host), &fault, &events)
+                    .await?
+                    .is_none()
+                {
+                    return Err(ConductorError::InstanceNotFound(format!(
+                        "{instance} building on {host}"
+                    )));
+                }
+            }
+        }
         metrics::reschedule("failed");
         info!(%message, "no alternate left: instance set to ERROR");
         Ok(RescheduleResult {
             outcome: RescheduleOutcome::Failed as i32,
             host: String::new(),
         })
+    }
+}
+
+impl Conductor {
+    /// Records the build cast to `host` (what the healing re-drives); a
+    /// failure is logged: the build timeout still ends such a build.
+    pub(crate) async fn record_cast(
+        &self,
+        host: &str,
+        build: &rpc::BuildAndRunInstance,
+        ids: &RequestIds,
+    ) {
+        let expires = chrono::Utc::now()
+            + chrono::Duration::from_std(rpc::BUILD_CAST_TTL).unwrap_or(chrono::Duration::MAX);
+        if let Err(e) = self
+            .db
+            .record_build_cast(
+                &build.instance_uuid,
+                host,
+                &build.encode_to_vec(),
+                &ids.request_id,
+                &ids.global_request_id,
+                expires,
+            )
+            .await
+        {
+            warn!(instance = %build.instance_uuid, %host, error = %chain(&e), "could not record the build cast");
+        }
     }
 }
 

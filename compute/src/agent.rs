@@ -129,7 +129,7 @@ impl HostConfig {
             host: host.to_owned(),
             node: host.to_owned(),
             resources: HostResources::default(),
-            heartbeat_interval: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_secs(1),
             call_timeout: Duration::from_secs(30),
             call_retry_deadline: CallRetry::default().deadline,
             retry_interval: Duration::from_secs(1),
@@ -274,12 +274,17 @@ async fn run(h: Arc<Host>, state: watch::Sender<HostState>, mut shutdown: watch:
             beat.tick().await;
             loop {
                 beat.tick().await;
+                // A heartbeat that could not reach a conductor within two
+                // intervals says nothing true any more.
                 let ok = h
                     .conductor
-                    .heartbeat(&rpc::Heartbeat {
-                        host: h.cfg.host.clone(),
-                        binary: rpc::COMPUTE_BINARY.to_owned(),
-                    })
+                    .heartbeat(
+                        &rpc::Heartbeat {
+                            host: h.cfg.host.clone(),
+                            binary: rpc::COMPUTE_BINARY.to_owned(),
+                        },
+                        h.cfg.heartbeat_interval * 2,
+                    )
                     .await;
                 if let Err(e) = &ok {
                     warn!(error = %chain(e), "heartbeat failed");
@@ -475,6 +480,15 @@ impl Host {
 
     async fn handle(&self, d: Delivery) {
         let env = d.envelope().clone();
+        // A cast can expire while it waits for a worker here: its sender
+        // has moved on (a build is re-driven by the cell conductor).
+        if env.is_expired() {
+            info!(method = %env.method, request_id = %env.request_id, "dropping a cast that expired before it was handled");
+            if let Err(e) = d.reject().await {
+                warn!(error = %chain(&e), "could not drop the expired cast");
+            }
+            return;
+        }
         let outcome = match env.method.as_str() {
             method::BUILD_AND_RUN_INSTANCE => {
                 match env.decode_message::<rpc::BuildAndRunInstance>() {
@@ -614,6 +628,10 @@ impl Host {
             vm_state: Some(vs::BUILDING.to_owned()),
             task_state: NullableString::set(ts::BLOCK_DEVICE_MAPPING),
             expected_task_states: vec![ts::SCHEDULING.to_owned()],
+            // Fenced on this host: a build the conductor moved to an
+            // alternate meanwhile (this host was seen dead) is refused
+            // here, not taken back.
+            expected_host: Some(self.cfg.host.clone()),
             host: NullableString::set(self.cfg.host.clone()),
             node: NullableString::set(node),
             ..Default::default()

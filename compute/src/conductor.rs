@@ -33,7 +33,7 @@
 //! | `instance_update` | yes | carries an `update_id` (one per logical update, the same on every attempt): the conductor answers a repeat of the update it applied last with the current row, without checking the expected task states again or recording the events twice |
 //! | `instance_destroyed` | yes | a repeat finds the instance deleted and answers its row; deleting absent allocations succeeds |
 //! | `instance_get_all_by_host` | yes | a read |
-//! | `service_heartbeat` | no | the next heartbeat is the repeat; waiting would hold up the agent's loop |
+//! | `service_heartbeat` | no | a cast to the liveness queue; the next heartbeat is the repeat |
 //! | `instance_fault_create` | no | a repeat records a second fault |
 //! | `reschedule_instance` | no | a repeat could move the claim and cast the build twice |
 //!
@@ -247,18 +247,26 @@ impl ConductorClient {
         .await
     }
 
-    /// `service_heartbeat` (never repeated: the next heartbeat is).
-    pub async fn heartbeat(
-        &self,
-        req: &rpc::Heartbeat,
-    ) -> Result<rpc::ServiceRecord, ComputeError> {
-        self.call(
+    /// `service_heartbeat`, cast to the conductors' liveness queue (never
+    /// repeated: the next heartbeat is). A copy older than `ttl` is
+    /// dropped: a late heartbeat would say a host is up after it died.
+    pub async fn heartbeat(&self, req: &rpc::Heartbeat, ttl: Duration) -> Result<(), ComputeError> {
+        // Bounded by its own time to live: the bus waits for a lost
+        // connection to come back, and a heartbeat that could only be
+        // published later would say nothing true.
+        let ids = RequestIds::default();
+        let cast = rpc::cast(
+            self.bus.as_ref(),
+            rpc::CONDUCTOR_LIVENESS_QUEUE,
             method::SERVICE_HEARTBEAT,
             req,
-            &RequestIds::default(),
-            Repeat::Never,
-        )
-        .await
+            &ids,
+            ttl,
+        );
+        match tokio::time::timeout(ttl, cast).await {
+            Ok(r) => r.map_err(ComputeError::Bus),
+            Err(_) => Err(ComputeError::Bus(BusError::Timeout(ttl))),
+        }
     }
 
     /// `instance_update`, repeated when unanswered under one `update_id` (a

@@ -44,7 +44,7 @@ impl Default for ComputeSection {
             host: "compute1".to_owned(),
             fake_hosts: 1,
             driver: "fake".to_owned(),
-            heartbeat_interval_secs: 10,
+            heartbeat_interval_secs: 1,
             call_timeout_secs: 30,
             call_retry_secs: 60,
             init_timeout_secs: 120,

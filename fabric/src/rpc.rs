@@ -8,6 +8,7 @@
 //! | [`method::SERVICE_REGISTER`] | compute → `conductor` | call | [`ServiceRegister`] → [`ServiceRecord`] |
 //! | [`method::COMPUTE_NODE_UPDATE`] | compute → `conductor` | call | [`ComputeNodeUpdate`] → [`ComputeNodeRecord`] |
 //! | [`method::SERVICE_HEARTBEAT`] | compute → `conductor` | call | [`Heartbeat`] → [`ServiceRecord`] |
+//! | [`method::SERVICE_HEARTBEAT`] | compute → [`CONDUCTOR_LIVENESS_QUEUE`] | cast | [`Heartbeat`] |
 //! | [`method::INSTANCE_UPDATE`] | compute → `conductor` | call | [`InstanceUpdate`] → [`InstanceRecord`] |
 //! | [`method::INSTANCE_UPDATE_STEPS`] | compute → `conductor` | call | [`InstanceSteps`] → [`InstanceRecord`] |
 //! | [`method::ACTION_EVENT_START`] | compute → `conductor` | call | [`ActionEvent`] → [`Ack`] |
@@ -21,6 +22,11 @@
 //!
 //! Failed calls answer with the envelope's `error` set; the codes are in
 //! [`code`].
+//!
+//! Every cast carries a deadline ([`cast`] takes it): a copy that waited
+//! longer in a queue (a dead host's, say) is dropped, never replayed when
+//! its consumer comes back. What the cast asked for is then the sender's
+//! side to finish (the cell conductor's healing, for a build).
 //!
 //! # Versioning
 //!
@@ -43,6 +49,18 @@ use crate::wire::Envelope;
 
 /// The queue every cell conductor consumes (competing consumers).
 pub const CONDUCTOR_QUEUE: &str = "conductor";
+
+/// The queue of heartbeat casts every cell conductor also consumes. Apart
+/// from [`CONDUCTOR_QUEUE`], so that a backlog of work never delays a
+/// heartbeat and makes a live host look dead.
+pub const CONDUCTOR_LIVENESS_QUEUE: &str = "conductor_liveness";
+
+/// How long a build cast may wait in a host's queue before it is dropped.
+/// The cell conductor's healing re-drives a build whose cast was dropped.
+pub const BUILD_CAST_TTL: Duration = Duration::from_secs(60);
+
+/// How long an action or delete cast may wait in a host's queue.
+pub const ACTION_CAST_TTL: Duration = Duration::from_secs(60);
 
 /// The queue of the compute agent on `host`.
 pub fn compute_queue(host: &str) -> String {
@@ -897,17 +915,20 @@ pub async fn call<Req: Message, Resp: Message + Default>(
     reply.decode_message().map_err(RpcError::Decode)
 }
 
-/// Casts `method` with `msg` to `queue`.
+/// Casts `method` with `msg` to `queue`; a copy still queued after `ttl`
+/// is dropped (never delivered).
 pub async fn cast<Req: Message>(
     bus: &dyn Transport,
     queue: &str,
     method: &str,
     msg: &Req,
     ids: &RequestIds,
+    ttl: Duration,
 ) -> Result<(), BusError> {
     let env = Envelope::new(method)
         .with_request_ids(&ids.request_id, &ids.global_request_id)
-        .with_message(msg);
+        .with_message(msg)
+        .with_timeout(ttl);
     bus.cast(queue, env).await
 }
 

@@ -105,7 +105,7 @@ impl Default for RegionSection {
             compute_listen: "127.0.0.1:8774".to_owned(),
             image_listen: "127.0.0.1:9292".to_owned(),
             serial_proxy_listen: "127.0.0.1:6083".to_owned(),
-            heartbeat_interval_secs: 10,
+            heartbeat_interval_secs: 1,
             discovery: cell_mapping::DiscoveryConfig {
                 interval_secs: 60,
                 by_service: false,

@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use cell_mapping::db::{NewCellInstance, NewFault};
 use cell_mapping::CellMapping;
 use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
+use prost::Message;
 
 use crate::cells::Cells;
 use crate::compute_api::db::{BuildInstance, BuildLanded, ComputeDb, RequestSpec};
@@ -321,6 +322,24 @@ impl SuperConductor {
             request_id: spec.request_id.clone(),
             global_request_id: spec.global_request_id.clone(),
         };
+        // Recorded before the cast, so that the cell conductor's healing
+        // can re-drive the build if the host dies or the cast expires
+        // unread (a failure here leaves only the build timeout to end it).
+        let expires = Utc::now()
+            + chrono::Duration::from_std(rpc::BUILD_CAST_TTL).unwrap_or(chrono::Duration::MAX);
+        if let Err(e) = cdb
+            .api_record_build_cast(
+                &b.uuid,
+                &sel.host.host,
+                &build.encode_to_vec(),
+                &ids.request_id,
+                &ids.global_request_id,
+                expires,
+            )
+            .await
+        {
+            tracing::error!(instance = %b.uuid, host = %sel.host.host, error = %chain(&e), "could not record the build cast");
+        }
         // The instance is in its cell now: a failed cast leaves it in
         // building/scheduling for the cell's healing to find; report it.
         if let Err(e) = rpc::cast(
@@ -329,6 +348,7 @@ impl SuperConductor {
             method::BUILD_AND_RUN_INSTANCE,
             &build,
             &ids,
+            rpc::BUILD_CAST_TTL,
         )
         .await
         {

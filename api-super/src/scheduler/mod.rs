@@ -76,7 +76,7 @@ impl Default for SchedulerConfig {
             disk_weight_multiplier: 1.0,
             build_failure_weight_multiplier: 1_000_000.0,
             host_state_cache_ms: 1000,
-            service_down_time_secs: 60,
+            service_down_time_secs: 5,
             default_availability_zone: "nova".to_owned(),
             soft_affinity_weight_multiplier: 1.0,
             soft_anti_affinity_weight_multiplier: 1.0,

@@ -415,6 +415,7 @@ async fn start_action(
         spec.method,
         &msg,
         &ids,
+        rpc::ACTION_CAST_TTL,
     )
     .await
     {

@@ -61,6 +61,7 @@ pub async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiRes
                         global_request_id: ids.global_request_id.clone(),
                     },
                     &ids,
+                    rpc::ACTION_CAST_TTL,
                 )
                 .await
                 .map_err(ApiError::internal)?;

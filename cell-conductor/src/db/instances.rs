@@ -61,7 +61,8 @@ impl InstanceRow {
     }
 }
 
-const COLUMNS: &str = "uuid, project_id, user_id, vm_state, task_state, power_state, host, node, \
+pub(crate) const COLUMNS: &str =
+    "uuid, project_id, user_id, vm_state, task_state, power_state, host, node, \
     launched_at, deleted, vcpus, memory_mb, root_gb, ephemeral_gb";
 
 /// The columns an [`InstanceChange`] sets (binds `$1`–`$17` and `$20`;

@@ -13,6 +13,7 @@
 //! unseen, without `SELECT … FOR UPDATE` (which SQLite lacks).
 
 pub mod actions;
+pub mod builds;
 pub mod compute_nodes;
 pub mod instances;
 pub mod services;

@@ -1,6 +1,9 @@
-//! `services`: registration and heartbeats.
+//! `services`: registration and heartbeats (one at a time, or a batch of
+//! heartbeats seen in memory: [`CellDb::services_seen`]).
 
 use chrono::{DateTime, Utc};
+
+use migrations::BeginWrite;
 
 use super::{now, on_db, CellDb};
 use crate::error::{db, ConductorError, Result};
@@ -92,6 +95,63 @@ impl CellDb {
             host: host.to_owned(),
             binary: binary.to_owned(),
         })
+    }
+
+    /// Writes a batch of heartbeats seen in memory: each `(host, binary,
+    /// when)` bumps `report_count` and moves `last_seen_up` forward to
+    /// `when` (never back: two conductors may flush one host's beats out
+    /// of order). One statement on PostgreSQL; one transaction on SQLite.
+    /// Returns how many rows changed (a service unknown or deleted is
+    /// skipped: it registers again).
+    pub async fn services_seen(&self, seen: &[(String, String, DateTime<Utc>)]) -> Result<u64> {
+        if seen.is_empty() {
+            return Ok(0);
+        }
+        match self {
+            CellDb::Pg(stash) => {
+                let hosts: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();
+                let binaries: Vec<&str> = seen.iter().map(|s| s.1.as_str()).collect();
+                let times: Vec<DateTime<Utc>> = seen.iter().map(|s| s.2).collect();
+                let sql = "UPDATE services AS s SET report_count = s.report_count + 1, \
+                     last_seen_up = GREATEST(COALESCE(s.last_seen_up, v.t), v.t), updated_at = v.t \
+                     FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS v(host, bin, t) \
+                     WHERE s.host = v.host AND s.\"binary\" = v.bin AND NOT s.deleted";
+                Ok(measured(
+                    "services_seen",
+                    sqlx::query(sql)
+                        .bind(&hosts)
+                        .bind(&binaries)
+                        .bind(&times)
+                        .execute(stash.pool()),
+                )
+                .await
+                .map_err(db("services_seen"))?
+                .rows_affected())
+            }
+            CellDb::Sqlite(p) => {
+                let sql = "UPDATE services SET report_count = report_count + 1, \
+                     last_seen_up = CASE WHEN last_seen_up IS NULL OR last_seen_up < $1 THEN $1 \
+                     ELSE last_seen_up END, updated_at = $1 \
+                     WHERE host = $2 AND \"binary\" = $3 AND NOT deleted";
+                let mut tx = p.begin_write().await.map_err(db("begin"))?;
+                let mut n = 0;
+                for (host, binary, t) in seen {
+                    n += measured(
+                        "services_seen",
+                        sqlx::query(sql)
+                            .bind(t)
+                            .bind(host)
+                            .bind(binary)
+                            .execute(&mut *tx),
+                    )
+                    .await
+                    .map_err(db("services_seen"))?
+                    .rows_affected();
+                }
+                tx.commit().await.map_err(db("commit"))?;
+                Ok(n)
+            }
+        }
     }
 
     /// Live services, by host then binary.

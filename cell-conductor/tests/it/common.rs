@@ -65,10 +65,25 @@ impl Cell {
         hv: FakeHypervisor,
         hosts: usize,
     ) -> Cell {
+        Self::start_tuned(db_url, bus, host_bus, hv, hosts, |_| {}).await
+    }
+
+    /// As [`Cell::start_with`], with the conductor's options changed by
+    /// `tune` last (the healing's, say).
+    pub async fn start_tuned(
+        db_url: &str,
+        bus: Arc<dyn Transport>,
+        host_bus: Arc<dyn Transport>,
+        hv: FakeHypervisor,
+        hosts: usize,
+        tune: impl FnOnce(&mut ConductorOptions),
+    ) -> Cell {
         let placement = InMemoryPlacement::new();
         let mut o = ConductorOptions::new(db_url, bus.clone());
         o.placement = Arc::new(placement.clone());
         o.report_interval = Duration::from_millis(200);
+        o.liveness_flush = Duration::from_millis(200);
+        tune(&mut o);
         let conductor = cell_conductor::run_with(o).await.expect("conductor starts");
         let db = conductor.db().clone();
         let inventory = ComputePlacement::new();
@@ -131,6 +146,28 @@ impl Cell {
 
     /// What the API layer does: instance row + claim + cast to `host`.
     pub async fn boot(&self, host: &str, alternates: &[&str]) -> (InstanceUuid, RequestIds) {
+        let (uuid, ids, build) = self.land(host, alternates).await;
+        rpc::cast(
+            self.bus.as_ref(),
+            &rpc::compute_queue(host),
+            method::BUILD_AND_RUN_INSTANCE,
+            &build,
+            &ids,
+            rpc::BUILD_CAST_TTL,
+        )
+        .await
+        .expect("cast build");
+        (uuid, ids)
+    }
+
+    /// The landing a boot starts with: the instance row on `host` (as the
+    /// super-conductor writes it; the first build step is fenced on it)
+    /// and the claim there; the build to cast, with `alternates`.
+    pub async fn land(
+        &self,
+        host: &str,
+        alternates: &[&str],
+    ) -> (InstanceUuid, RequestIds, BuildAndRunInstance) {
         let uuid = InstanceUuid::new_random();
         let ids = RequestIds {
             request_id: RequestId::generate().to_string(),
@@ -144,8 +181,8 @@ impl Cell {
                 display_name: Some("vm".into()),
                 flavor: flavor(),
                 image_ref: "cirros".into(),
-                host: None,
-                node: None,
+                host: Some(host.into()),
+                node: Some(host.into()),
                 request_id: Some((ids.request_id.clone(), ids.global_request_id.clone())),
             })
             .await
@@ -170,16 +207,7 @@ impl Cell {
             user_id: "u1".into(),
             attempt: 1,
         };
-        rpc::cast(
-            self.bus.as_ref(),
-            &rpc::compute_queue(host),
-            method::BUILD_AND_RUN_INSTANCE,
-            &build,
-            &ids,
-        )
-        .await
-        .expect("cast build");
-        (uuid, ids)
+        (uuid, ids, build)
     }
 
     pub async fn terminate(&self, uuid: InstanceUuid, host: &str) -> RequestIds {
@@ -197,6 +225,7 @@ impl Cell {
                 global_request_id: ids.global_request_id.clone(),
             },
             &ids,
+            rpc::BUILD_CAST_TTL,
         )
         .await
         .expect("cast terminate");

@@ -5,6 +5,7 @@
 
 mod common;
 mod embedded;
+mod heal;
 mod init_host;
 mod lost_reply;
 mod outage;

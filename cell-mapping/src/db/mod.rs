@@ -19,6 +19,7 @@
 
 pub mod aggregates;
 pub mod api;
+pub mod build_casts;
 pub mod cell;
 pub mod instances;
 pub mod server_actions;

@@ -111,6 +111,7 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
         method::BUILD_AND_RUN_INSTANCE,
         &build,
         &ids,
+        rpc::BUILD_CAST_TTL,
     )
     .await
     .unwrap();

@@ -544,11 +544,23 @@ impl Inner {
         Ok(())
     }
 
-    async fn cast_once(&self, live: &Live, queue: &str, payload: &[u8]) -> Result<()> {
+    async fn cast_once(
+        &self,
+        live: &Live,
+        queue: &str,
+        payload: &[u8],
+        ttl: Option<Duration>,
+    ) -> Result<()> {
         self.declare(live, &Target::Queue(queue.to_owned())).await?;
-        let props = BasicProperties::default()
+        let mut props = BasicProperties::default()
             .with_content_type(CONTENT_TYPE.into())
             .with_delivery_mode(2);
+        // The broker drops a copy that outlives its deadline in the queue
+        // (the subscription would drop it on delivery anyway).
+        if let Some(ttl) = ttl {
+            let ms = ttl.as_millis().max(1);
+            props = props.with_expiration(ShortString::from(ms.to_string()));
+        }
         let confirm = live
             .confirm_ch
             .basic_publish(
@@ -578,7 +590,19 @@ impl Inner {
         let mut failed_generation = None;
         loop {
             let live = self.live(failed_generation, deadline).await?;
-            match self.cast_once(&live, queue, &payload).await {
+            // Bounded as a whole: a publish or its confirm on a channel
+            // that broke without saying so would otherwise wait forever
+            // (seen after a vhost's connections were closed: heartbeat
+            // casts hung from then on).
+            let once = self.cast_once(&live, queue, &payload, env.remaining());
+            let res = match tokio::time::timeout_at(deadline, once).await {
+                Ok(r) => r,
+                Err(_) => {
+                    live.lost.notify_one();
+                    return Err(BusError::Timeout(self.options.publish_wait));
+                }
+            };
+            match res {
                 Ok(()) => {
                     metrics::published(KIND, Op::Cast, queue);
                     return Ok(());

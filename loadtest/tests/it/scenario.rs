@@ -543,14 +543,11 @@ async fn stop_host_fault_shows_in_the_report() {
 async fn stop_conductor_fault_leaves_its_cell_in_build_under_the_fault() {
     let data = testkit::temp_dir("loadtest_conductor_fault_data");
     // A 200 ms spawn: a build sent before the conductor is gone still
-    // needs it to report ACTIVE. No heartbeat after the start: a host
-    // whose heartbeat waits on the stopped conductor (30 s) holds up its
-    // shutdown at the end of the run.
+    // needs it to report ACTIVE.
     let mut s = Scenario::parse(
         "name = \"conductor\"\n[fleet]\ncells = 2\nhosts_per_cell = 2\n\
          spawn_latency = { kind = \"fixed\", ms = 200 }\n\
          [target]\npoll_interval_ms = 50\n\
-         [region]\nheartbeat_interval_secs = 3600\n\
          [[phase]]\nkind = \"burst\"\nservers = 12\nconcurrency = 12\ntimeout_secs = 5\ndelete = false\n\
          [[fault]]\nkind = \"stop-conductor\"\ncell = \"cell1\"\nat_secs = 0.0\n",
     )

@@ -6,6 +6,7 @@ use crate::common::{assert_check, assert_fk, assert_unique, migrated};
 
 const TABLES: &[&str] = &[
     "block_device_mapping",
+    "build_casts",
     "compute_nodes",
     "instance_actions",
     "instance_actions_events",

@@ -23,17 +23,23 @@ use region::{Region, RegionConfig};
 use serde_json::{json, Value};
 
 /// Longest one build or one normal delete may take.
-const WITHIN: Duration = Duration::from_secs(20);
+pub(crate) const WITHIN: Duration = Duration::from_secs(20);
 
-struct Api {
-    http: reqwest::Client,
-    compute: String,
-    placement: String,
-    admin: String,
+pub(crate) struct Api {
+    pub(crate) http: reqwest::Client,
+    pub(crate) compute: String,
+    pub(crate) placement: String,
+    pub(crate) admin: String,
 }
 
 impl Api {
-    async fn call(&self, method: &str, path: &str, mv: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        mv: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let url = format!("{}{path}", self.compute);
         let mut req = self
             .http
@@ -59,7 +65,7 @@ impl Api {
 
     /// Boots (admin, m1.tiny) onto `zone` and waits until ACTIVE or ERROR;
     /// returns the id and the server.
-    async fn boot(&self, name: &str, zone: &str) -> (String, Value) {
+    pub(crate) async fn boot(&self, name: &str, zone: &str) -> (String, Value) {
         let (status, v) = self
             .call(
                 "POST",
@@ -88,19 +94,19 @@ impl Api {
         }
     }
 
-    async fn show(&self, id: &str) -> (u16, Value) {
+    pub(crate) async fn show(&self, id: &str) -> (u16, Value) {
         self.call("GET", &format!("/v2.1/servers/{id}"), "2.1", None)
             .await
     }
 
-    async fn delete(&self, id: &str) {
+    pub(crate) async fn delete(&self, id: &str) {
         let (status, v) = self
             .call("DELETE", &format!("/v2.1/servers/{id}"), "2.1", None)
             .await;
         assert_eq!(status, 204, "delete {id}: {v}");
     }
 
-    async fn listed(&self) -> Vec<String> {
+    pub(crate) async fn listed(&self) -> Vec<String> {
         let (status, v) = self.call("GET", "/v2.1/servers", "2.1", None).await;
         assert_eq!(status, 200, "{v}");
         v["servers"]
@@ -111,7 +117,7 @@ impl Api {
             .collect()
     }
 
-    async fn instances_used(&self) -> i64 {
+    pub(crate) async fn instances_used(&self) -> i64 {
         let (status, v) = self.call("GET", "/v2.1/limits", "2.1", None).await;
         assert_eq!(status, 200, "{v}");
         v["limits"]["absolute"]["totalInstancesUsed"]
@@ -119,7 +125,7 @@ impl Api {
             .expect("totalInstancesUsed")
     }
 
-    async fn allocations(&self, id: &str) -> Value {
+    pub(crate) async fn allocations(&self, id: &str) -> Value {
         let resp = self
             .http
             .get(format!("{}/allocations/{id}", self.placement))
@@ -134,7 +140,7 @@ impl Api {
 
     /// The events of the server's `delete` action (2.21: actions of
     /// deleted servers).
-    async fn delete_events(&self, id: &str) -> Vec<Value> {
+    pub(crate) async fn delete_events(&self, id: &str) -> Vec<Value> {
         let (status, v) = self
             .call(
                 "GET",
@@ -164,7 +170,7 @@ impl Api {
     }
 
     /// Forces the compute service of `host` down (or up again), 2.53.
-    async fn force_down(&self, host: &str, down: bool) {
+    pub(crate) async fn force_down(&self, host: &str, down: bool) {
         let (status, v) = self
             .call(
                 "GET",
@@ -201,21 +207,9 @@ async fn a_server_on_a_down_host_is_deleted_locally() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_on_a_down_host_is_deleted_locally_on_postgresql_and_rabbitmq() {
-    let mut db_template = String::new();
-    for db in ["api", "cell0", "cell1", "placement", "identity", "image"] {
-        let name = format!("local_delete_pg_{db}");
-        let Some(pg) = testkit::postgres(&name).await else {
-            return;
-        };
-        db_template = pg.url.replace(&name, "local_delete_pg_{db}");
-    }
-    let name = "local_delete_pg_cell1";
-    let Some(url) = testkit::rabbitmq(name) else {
+    let Some(cfg) = crate::production_config("local_delete_pg").await else {
         return;
     };
-    let mut cfg = RegionConfig::default();
-    cfg.region.database_url = db_template;
-    cfg.region.transport_url = url.replace(name, "local_delete_pg_{cell}");
     local_delete(cfg, testkit::temp_dir("local_delete_pg")).await;
 }
 

@@ -2,6 +2,7 @@
 
 mod cells_live;
 mod console_output;
+mod dead_host;
 mod distributed;
 mod image_properties;
 mod libvirt_cli;
@@ -34,6 +35,24 @@ fn ephemeral_ports(cfg: &mut region::RegionConfig) {
     ] {
         *listen = "127.0.0.1:0".to_owned();
     }
+}
+
+/// A one-cell in-process region's configuration on fresh PostgreSQL
+/// databases `<name>_{db}` and the RabbitMQ vhost `<name>_cell1`; `None`
+/// (with a printed reason) when either server is missing and not required.
+async fn production_config(name: &str) -> Option<region::RegionConfig> {
+    let mut db_template = String::new();
+    for db in ["api", "cell0", "cell1", "placement", "identity", "image"] {
+        let full = format!("{name}_{db}");
+        let pg = testkit::postgres(&full).await?;
+        db_template = pg.url.replace(&full, &format!("{name}_{{db}}"));
+    }
+    let full = format!("{name}_cell1");
+    let url = testkit::rabbitmq(&full)?;
+    let mut cfg = region::RegionConfig::default();
+    cfg.region.database_url = db_template;
+    cfg.region.transport_url = url.replace(&full, &format!("{name}_{{cell}}"));
+    Some(cfg)
 }
 
 fn region(dir: &std::path::Path) -> Command {
