@@ -25,6 +25,9 @@ pub struct ConductorSection {
     /// A build older than this goes to ERROR (Nova's
     /// `instance_build_timeout`, on by default here; 0: never).
     pub instance_build_timeout_secs: u64,
+    /// Seconds between placement audits of the cell (missing allocations
+    /// healed, misplaced ones moved, orphaned ones removed; 0: none).
+    pub placement_audit_interval_secs: u64,
 }
 
 impl Default for ConductorSection {
@@ -37,6 +40,7 @@ impl Default for ConductorSection {
             service_down_time_secs: 5,
             heal_interval_secs: 1,
             instance_build_timeout_secs: 900,
+            placement_audit_interval_secs: 300,
         }
     }
 }

@@ -66,6 +66,9 @@ pub struct HealOptions {
     pub cast_grace: Duration,
     /// Most builds acted on per kind in one pass.
     pub batch: i64,
+    /// Time between placement audits of the cell (see [`crate::audit`]);
+    /// zero: none.
+    pub audit_interval: Duration,
 }
 
 impl Default for HealOptions {
@@ -76,6 +79,7 @@ impl Default for HealOptions {
             build_timeout: Duration::from_secs(900),
             cast_grace: Duration::from_secs(10),
             batch: 200,
+            audit_interval: Duration::from_secs(300),
         }
     }
 }
@@ -107,6 +111,8 @@ pub(crate) async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let started = Instant::now();
+    let suspects = crate::audit::Suspects::default();
+    let mut last_audit = Instant::now();
     let mut tick = tokio::time::interval(o.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -128,6 +134,23 @@ pub(crate) async fn run(
             }
             Ok(_) => {}
             Err(e) => warn!(error = %chain(&e), "healing pass failed; trying again next pass"),
+        }
+        if !o.audit_interval.is_zero() && last_audit.elapsed() >= o.audit_interval {
+            last_audit = Instant::now();
+            match conductor.audit_placement(&suspects).await {
+                Ok(r) if r.healed + r.moved + r.removed > 0 => {
+                    info!(
+                        providers = r.providers,
+                        healed = r.healed,
+                        moved = r.moved,
+                        removed = r.removed,
+                        suspects = r.suspects,
+                        "placement audit acted"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %chain(&e), "placement audit failed; next audit"),
+            }
         }
     }
 }

@@ -18,6 +18,7 @@
 //! May depend on: `fabric`, `migrations`, sqlx, an HTTP client for
 //! placement. Must not depend on api-super or compute.
 
+pub mod audit;
 pub mod config;
 pub mod db;
 pub mod error;

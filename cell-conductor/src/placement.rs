@@ -78,6 +78,13 @@ pub trait PlacementClient: Send + Sync + fmt::Debug {
         &self,
         consumer: InstanceUuid,
     ) -> BoxFuture<'_, Result<(), PlacementError>>;
+
+    /// The consumers with allocations on `provider` (none for a provider
+    /// placement does not know).
+    fn consumers_of(
+        &self,
+        provider: ProviderUuid,
+    ) -> BoxFuture<'_, Result<Vec<String>, PlacementError>>;
 }
 
 /// No placement: every request fails with [`PlacementError::NotConfigured`].
@@ -96,6 +103,9 @@ impl PlacementClient for NoPlacement {
         Box::pin(async { Err(PlacementError::NotConfigured) })
     }
     fn delete_allocations(&self, _: InstanceUuid) -> BoxFuture<'_, Result<(), PlacementError>> {
+        Box::pin(async { Err(PlacementError::NotConfigured) })
+    }
+    fn consumers_of(&self, _: ProviderUuid) -> BoxFuture<'_, Result<Vec<String>, PlacementError>> {
         Box::pin(async { Err(PlacementError::NotConfigured) })
     }
 }
@@ -257,6 +267,50 @@ impl PlacementClient for HttpPlacement {
             }
         })
     }
+
+    fn consumers_of(
+        &self,
+        provider: ProviderUuid,
+    ) -> BoxFuture<'_, Result<Vec<String>, PlacementError>> {
+        Box::pin(self.provider_consumers(provider))
+    }
+}
+
+impl HttpPlacement {
+    async fn provider_consumers(
+        &self,
+        provider: ProviderUuid,
+    ) -> Result<Vec<String>, PlacementError> {
+        let resp = self
+            .req(
+                reqwest::Method::GET,
+                &format!("/resource_providers/{provider}/allocations"),
+            )
+            .send()
+            .await
+            .map_err(PlacementError::Http)?;
+        match resp.status().as_u16() {
+            200 => {
+                let v: serde_json::Value = resp.json().await.map_err(PlacementError::Http)?;
+                Ok(v["allocations"]
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default())
+            }
+            404 => Ok(Vec::new()),
+            status => Err(PlacementError::Status {
+                what: "GET /resource_providers/{uuid}/allocations",
+                status,
+                body: resp
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .chars()
+                    .take(500)
+                    .collect(),
+            }),
+        }
+    }
 }
 
 /// An in-memory placement for tests: allocations per consumer, and an
@@ -341,5 +395,19 @@ impl PlacementClient for InMemoryPlacement {
     ) -> BoxFuture<'_, Result<(), PlacementError>> {
         self.lock().allocations.remove(&consumer);
         Box::pin(async { Ok(()) })
+    }
+
+    fn consumers_of(
+        &self,
+        provider: ProviderUuid,
+    ) -> BoxFuture<'_, Result<Vec<String>, PlacementError>> {
+        let found = self
+            .lock()
+            .allocations
+            .iter()
+            .filter(|(_, (p, _))| *p == provider)
+            .map(|(c, _)| c.to_string())
+            .collect();
+        Box::pin(async move { Ok(found) })
     }
 }

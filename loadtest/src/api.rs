@@ -221,6 +221,26 @@ impl Compute {
         Ok((took, body.to_vec()))
     }
 
+    /// The compute services as `os-services` shows them (administrators):
+    /// `(host, state)`, state `up` or `down`.
+    pub async fn compute_service_states(&self) -> Result<Vec<(String, String)>> {
+        let (_, body) = self.get_ok("/os-services?binary=nova-compute").await?;
+        let v: Value = serde_json::from_slice(&body).context("os-services body")?;
+        Ok(v["services"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        (
+                            s["host"].as_str().unwrap_or_default().to_owned(),
+                            s["state"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// One timed `GET` (see [`Compute::get_ok`]); the time and the body's
     /// size in bytes.
     pub async fn get_timed(&self, path_and_query: &str) -> Result<(Duration, usize)> {

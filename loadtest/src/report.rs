@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::runner::RunReport;
+use crate::scenario::FaultKind;
 use crate::stats::Summary;
 use crate::svg;
 
@@ -332,6 +333,15 @@ pub fn summary(r: &RunReport) -> String {
             "fault {:?} {} at {:.1}s (after {} ACTIVE): {}",
             f.kind, f.target, f.at_secs, f.active_before, f.result
         );
+        if f.kind == FaultKind::StopHost && f.result == "applied" {
+            let secs = |v: Option<f64>| v.map_or("never".to_owned(), |d| format!("{d:.1}s"));
+            let _ = writeln!(
+                s,
+                "  host shown down after {}; its builds out of BUILD after {}",
+                secs(f.noticed_after_secs),
+                secs(f.builds_recovered_after_secs)
+            );
+        }
         if let (Some(u), Some(res)) = (f.until_secs, &f.restore_result) {
             let _ = writeln!(
                 s,
@@ -353,6 +363,19 @@ pub fn summary(r: &RunReport) -> String {
         for (m, n) in msgs {
             let _ = writeln!(s, "errors [{f}] x{n}: {m}");
         }
+    }
+    if let Some(l) = &r.liveness {
+        let _ = writeln!(
+            s,
+            "liveness: {} samples of os-services; live hosts shown down: {}{}",
+            l.samples,
+            l.false_down,
+            if l.false_down_hosts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", l.false_down_hosts.join(", "))
+            }
+        );
     }
     let broken = r.broken();
     let _ = match (&r.invariants_not_checked, broken.is_empty()) {

@@ -473,6 +473,9 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
     let wants_hosts = s.phases.iter().any(|p| p.requested_hosts > 0.0);
 
+    // The administrator's client of an embedded region (the faults'
+    // watchers read os-services and every tenant's servers with it).
+    let mut admin_api: Option<Compute> = None;
     let (embedded, target, mut memory, mut tenants, image, url_checks) = match s.target.kind {
         TargetKind::Embedded => {
             let (e, target, memory) = start_embedded(s, &mut rng).await?;
@@ -484,6 +487,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             let (token, _) = region::password_token(&identity_url, &r.member).await?;
             let (admin_token, _) = region::password_token(&identity_url, &r.admin).await?;
             let admin_compute = compute_client(s, &compute_url, &admin_token, &tls)?;
+            admin_api = Some(admin_compute.clone());
             api::lift_quotas_for(&tls, &admin_compute, &identity_url, &token).await?;
             let mut tenants = vec![new_tenant(
                 &r.member.project,
@@ -674,6 +678,10 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     // at the latest once the phases are over.
     let fault_log: Arc<Mutex<Vec<FaultRecord>>> = Arc::new(Mutex::new(Vec::new()));
     let faults_done = Arc::new(AtomicBool::new(false));
+    // Liveness under the load: what os-services shows, once a second.
+    let liveness_task = admin_api
+        .clone()
+        .map(|api| tokio::spawn(watch_liveness(api, fault_log.clone(), faults_done.clone())));
     let fault_task = embedded.as_ref().map(|e| {
         let (cells, log, ctx, done) = (
             e.cells.clone(),
@@ -682,79 +690,20 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             faults_done.clone(),
         );
         let admin_db = e.region.api_db_url.clone();
-        let mut pending: Vec<Fault> = s.faults.clone();
-        tokio::spawn(async move {
-            // (due, index in the log, fault)
-            let mut restores: Vec<(f64, usize, Fault)> = Vec::new();
-            let restore = |idx: usize, f: Fault| {
-                let (cells, log, ctx, admin_db) =
-                    (cells.clone(), log.clone(), ctx.clone(), admin_db.clone());
-                async move {
-                    let result = restore_fault(&cells, &admin_db, &f).await;
-                    let at = ctx.now();
-                    if !ctx.quiet {
-                        eprintln!(
-                            "fault restored at {at:.1}s: {:?} {}: {result}",
-                            f.kind, f.cell
-                        );
-                    }
-                    let mut log = log.lock().expect("faults");
-                    log[idx].until_secs = Some(at);
-                    log[idx].restore_result = Some(result);
-                }
-            };
-            while (!pending.is_empty() || !restores.is_empty()) && !done.load(Ordering::Acquire) {
-                let now = ctx.now();
-                let active = ctx.active_total.load(Ordering::Relaxed);
-                let (due, rest): (Vec<Fault>, Vec<Fault>) = pending.into_iter().partition(|f| {
-                    f.at_secs.is_some_and(|t| t <= now)
-                        || f.after_boots.is_some_and(|n| n <= active)
-                });
-                pending = rest;
-                for f in due {
-                    let at = ctx.now();
-                    let (target, result) = apply_fault(&cells, &admin_db, &f).await;
-                    if !ctx.quiet {
-                        eprintln!("fault at {at:.1}s: {:?} {target}: {result}", f.kind);
-                    }
-                    let mut log = log.lock().expect("faults");
-                    if let Some(d) = f.duration_secs {
-                        // The outage lasts `d` once in force; restored even
-                        // when the stop failed half-way (restoring is
-                        // harmless when nothing was stopped).
-                        restores.push((ctx.now() + d, log.len(), f.clone()));
-                    }
-                    log.push(FaultRecord {
-                        kind: f.kind,
-                        cell: f.cell.clone(),
-                        target,
-                        at_secs: at,
-                        active_before: active,
-                        result,
-                        until_secs: None,
-                        restore_result: None,
-                        recovered_after_secs: None,
-                    });
-                }
-                let now = ctx.now();
-                let (due, rest): (Vec<_>, Vec<_>) =
-                    restores.into_iter().partition(|(t, _, _)| *t <= now);
-                restores = rest;
-                for (_, idx, f) in due {
-                    restore(idx, f).await;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            for (_, idx, f) in restores {
-                restore(idx, f).await;
-            }
-        })
+        let admin_api = admin_api.clone();
+        let pending: Vec<Fault> = s.faults.clone();
+        tokio::spawn(drive_faults(
+            cells, log, ctx, done, admin_db, admin_api, pending,
+        ))
     });
 
     let mut phases = Vec::new();
     let mut failed = None;
     for (i, p) in s.phases.iter().enumerate() {
         let label = p.label(i);
+        if p.wait_secs > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(p.wait_secs)).await;
+        }
         match run_phase(&ctx, embedded.as_ref(), p, &label).await {
             Ok(r) => phases.push(r),
             Err(e) => {
@@ -767,6 +716,10 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     if let Some(t) = fault_task {
         let _ = t.await;
     }
+    let liveness = match liveness_task {
+        Some(t) => t.await.ok(),
+        None => None,
+    };
     if let Some(e) = failed {
         return Err(e);
     }
@@ -823,6 +776,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         invariants_outcome: InvariantsOutcome::Hold,
         invariants,
         seconds,
+        liveness,
     };
     report.invariants_outcome = report.outcome();
     if let Some(e) = embedded {

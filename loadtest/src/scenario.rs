@@ -350,6 +350,10 @@ pub struct Phase {
     /// Give up waiting for ACTIVE / for the deletes after this long.
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+    /// Seconds to wait before the phase starts (e.g. for the hosts of a
+    /// cell whose broker was away to report again; default none).
+    #[serde(default)]
+    pub wait_secs: f64,
 }
 
 fn default_concurrency() -> usize {

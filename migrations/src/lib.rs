@@ -821,6 +821,14 @@ pub fn pg_pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections.max(1))
         .acquire_timeout(std::time::Duration::from_secs(10))
+        // No statement waits for a lock without end: a lock a lost
+        // session holds turns into an error after this, not a hang.
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(&mut *conn, PG_SESSION_SETTINGS).await?;
+                Ok(())
+            })
+        })
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {
@@ -831,6 +839,10 @@ pub fn pg_pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
             })
         })
 }
+
+/// Set on every PostgreSQL connection of a pool: a lock wait longer than
+/// 30 s fails (SQLSTATE 55P03) instead of waiting for ever.
+pub const PG_SESSION_SETTINGS: &str = "SET lock_timeout = '30s'";
 
 /// Opens a PostgreSQL pool the way every service of the region does
 /// ([`pg_pool_options`]).

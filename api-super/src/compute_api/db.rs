@@ -443,19 +443,29 @@ impl ComputeDb {
                 let n = builds.len() as i64;
                 let want = (n, n * first.flavor.vcpus, n * first.flavor.memory_mb);
                 let used = (with_mine.0 - want.0, with_mine.1 - want.1, with_mine.2 - want.2);
-                l.check(used, want)?;
+                // Refused: the lock goes now, with an explicit rollback,
+                // not when the dropped transaction's connection is next
+                // used (the other creates of the project wait on it).
+                if let Err(e) = l.check(used, want) {
+                    tx.rollback().await.map_err(db("rollback"))?;
+                    return Err(e);
+                }
             }
             if let (Some(g), Some((first, _))) = (group, builds.first()) {
                 let exists: Option<i64> = sqlx::query_scalar(group_lock_sql(pg)).bind(g.id)
                     .fetch_optional(&mut *tx).await.map_err(db("server_group_lock"))?;
                 if exists.is_none() {
+                    tx.rollback().await.map_err(db("rollback"))?;
                     return Err(ApiError::BadRequest(format!(
                         "Invalid server group: Instance group {} could not be found.", g.uuid)));
                 }
                 let members: i64 = sqlx::query_scalar(MEMBER_COUNT_BY_USER_SQL)
                     .bind(g.id).bind(&first.user_id)
                     .fetch_one(&mut *tx).await.map_err(db("server_group_member_count"))?;
-                g.check(members, builds.len() as i64)?;
+                if let Err(e) = g.check(members, builds.len() as i64) {
+                    tx.rollback().await.map_err(db("rollback"))?;
+                    return Err(e);
+                }
                 for (b, _) in builds {
                     sqlx::query(MEMBER_INSERT_SQL).bind(g.id).bind(&b.uuid).bind(t)
                         .execute(&mut *tx).await.map_err(db("server_group_member_insert"))?;

@@ -246,15 +246,16 @@ async fn assert_healed(region: &Region, cells: &[CellDb], db: &ComputeDb, id: &s
 async fn builds_of_a_dead_scheduler_are_healed_exactly_once() {
     let region = Region::start_with("heal_dead", 2, 2, fast_healing).await;
     let db = ComputeDb::new(region.api.clone());
-    let an_hour_ago = Utc::now() - chrono::Duration::hours(1);
-    db.scheduler_heartbeat(DEAD, an_hour_ago).await.unwrap();
+    // Older than the healer's grace (60 s), within the build timeout (900 s).
+    let two_minutes_ago = Utc::now() - chrono::Duration::minutes(2);
+    db.scheduler_heartbeat(DEAD, two_minutes_ago).await.unwrap();
 
     // A create of two (all or none), a create of one that the dead process
     // had claimed and written into cell1 (but not landed), and one its
     // user deletes before any healer sees it.
-    let pair = create(&region, Some(DEAD), "pair", 2, an_hour_ago).await;
-    let half = create(&region, Some(DEAD), "half", 1, an_hour_ago).await;
-    let gone = create(&region, Some(DEAD), "gone", 1, an_hour_ago).await;
+    let pair = create(&region, Some(DEAD), "pair", 2, two_minutes_ago).await;
+    let half = create(&region, Some(DEAD), "half", 1, two_minutes_ago).await;
+    let gone = create(&region, Some(DEAD), "gone", 1, two_minutes_ago).await;
     let (hb, hs) = &half[0];
     let rps = placement_get(&region.placement, "/resource_providers").await;
     let c1h1 = rps["resource_providers"]
@@ -282,7 +283,7 @@ async fn builds_of_a_dead_scheduler_are_healed_exactly_once() {
         .unwrap());
     let cells = cell_dbs(&region).await;
     cells[1]
-        .create_api_instance(&row_of(hb, hs, "c1-host1", an_hour_ago))
+        .create_api_instance(&row_of(hb, hs, "c1-host1", two_minutes_ago))
         .await
         .unwrap();
     assert_eq!(rows_across_cells(&cells, &hb.uuid).await, (1, 0));
@@ -321,16 +322,17 @@ async fn builds_of_a_dead_scheduler_are_healed_exactly_once() {
 async fn builds_of_a_live_scheduler_are_left_alone() {
     let region = Region::start_with("heal_live", 1, 2, fast_healing).await;
     let db = ComputeDb::new(region.api.clone());
-    let an_hour_ago = Utc::now() - chrono::Duration::hours(1);
-    db.scheduler_heartbeat(DEAD, an_hour_ago).await.unwrap();
+    // Older than the healer's grace (60 s), within the build timeout (900 s).
+    let two_minutes_ago = Utc::now() - chrono::Duration::minutes(2);
+    db.scheduler_heartbeat(DEAD, two_minutes_ago).await.unwrap();
     db.scheduler_heartbeat(LIVE, Utc::now()).await.unwrap();
     // Old builds of a live process: its heartbeat, not their age, counts.
-    let live = create(&region, Some(LIVE), "live", 1, an_hour_ago).await;
+    let live = create(&region, Some(LIVE), "live", 1, two_minutes_ago).await;
     // Unowned (written before owners existed): healed once older than the
     // grace, left alone while younger.
-    let unowned_old = create(&region, None, "unowned-old", 1, an_hour_ago).await;
+    let unowned_old = create(&region, None, "unowned-old", 1, two_minutes_ago).await;
     let unowned_new = create(&region, None, "unowned-new", 1, Utc::now()).await;
-    let dead = create(&region, Some(DEAD), "dead", 1, an_hour_ago).await;
+    let dead = create(&region, Some(DEAD), "dead", 1, two_minutes_ago).await;
     let cells = cell_dbs(&region).await;
 
     // The dead and old unowned ones heal: passes have run after every

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cell_conductor::db::instances::InstanceRow;
+use cell_conductor::placement::PlacementClient;
 use cell_conductor::{CellDb, ConductorOptions};
 use compute::driver::fake::FakeHypervisor;
 use compute::HostConfig;
@@ -310,6 +311,61 @@ pub async fn tasks_held_by_a_dead_host_are_let_go(db_url: &str, bus: Arc<dyn Tra
         "a live server keeps its claim"
     );
     cell.stop().await;
+}
+
+/// The placement audit: a missing allocation of an ACTIVE server is put
+/// back, one left on the wrong node is moved to the server's node, and an
+/// orphan (no instance) is removed once seen twice.
+pub async fn placement_is_reconciled(db_url: &str, bus: Arc<dyn Transport>) {
+    let cell = Cell::start_tuned(
+        db_url,
+        bus.clone(),
+        bus,
+        FakeHypervisor::automatic(Duration::from_millis(20)),
+        2,
+        |o| {
+            fast(o);
+            o.heal.audit_interval = Duration::from_millis(300);
+        },
+    )
+    .await;
+    let (missing, _) = cell.boot("host1", &[]).await;
+    let (misplaced, _) = cell.boot("host1", &[]).await;
+    for uuid in [missing, misplaced] {
+        cell.wait_for(uuid, "ACTIVE", active).await;
+    }
+    let (p1, p2) = (cell.provider("host1"), cell.provider("host2"));
+    let (_, res) = cell.placement.allocation(missing).expect("claimed");
+    // What went wrong elsewhere: a lost allocation, one on the wrong
+    // node, and one of a consumer that is no instance at all.
+    cell.placement.delete_allocations(missing).await.unwrap();
+    cell.placement.claim(misplaced, p2, res);
+    let orphan = InstanceUuid::new_random();
+    cell.placement.claim(orphan, p2, res);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let fixed = cell.placement.allocation(missing).map(|a| a.0) == Some(p1)
+            && cell.placement.allocation(misplaced).map(|a| a.0) == Some(p1)
+            && cell.placement.allocation(orphan).is_none();
+        if fixed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not reconciled: missing {:?}, misplaced {:?}, orphan {:?}",
+            cell.placement.allocation(missing),
+            cell.placement.allocation(misplaced),
+            cell.placement.allocation(orphan)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cell.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_is_reconciled_embedded() {
+    let (db, bus) = crate::embedded::backends("heal_placement_audit");
+    placement_is_reconciled(&db.url, bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

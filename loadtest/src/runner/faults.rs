@@ -27,6 +27,49 @@ pub struct FaultRecord {
     /// was sent after it reached ACTIVE; `None` when none did (not
     /// recovered, or nothing sent to the cell after the restore).
     pub recovered_after_secs: Option<f64>,
+    /// stop-host: seconds from the stop until `os-services` showed the
+    /// host down (`None`: not within [`DEAD_HOST_WATCH`]).
+    pub noticed_after_secs: Option<f64>,
+    /// stop-host: seconds from the stop until no server was left in BUILD
+    /// on the host (re-driven to another host, or in ERROR).
+    pub builds_recovered_after_secs: Option<f64>,
+}
+
+/// How long a stopped host is watched for its notice and its builds.
+pub(super) const DEAD_HOST_WATCH: Duration = Duration::from_secs(120);
+
+/// Watches the host a stop-host fault stopped: until `os-services` shows
+/// it down, then until no server is left in BUILD on it; records both
+/// times (from `t0`, when the fault fired) in entry `idx` of `log`.
+pub(super) async fn watch_dead_host(
+    api: Compute,
+    host: String,
+    t0: Instant,
+    log: Arc<Mutex<Vec<FaultRecord>>>,
+    idx: usize,
+) {
+    let mut noticed = None;
+    while noticed.is_none() && t0.elapsed() < DEAD_HOST_WATCH {
+        if let Ok(states) = api.compute_service_states().await {
+            if states.iter().any(|(h, s)| *h == host && s == "down") {
+                noticed = Some(t0.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut recovered = None;
+    let query = format!("all_tenants=1&host={host}&status=BUILD");
+    while noticed.is_some() && recovered.is_none() && t0.elapsed() < DEAD_HOST_WATCH {
+        if let Ok(left) = api.list_all(false, &query).await {
+            if left.is_empty() {
+                recovered = Some(t0.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut log = log.lock().expect("faults");
+    log[idx].noticed_after_secs = noticed.map(|d| d.as_secs_f64());
+    log[idx].builds_recovered_after_secs = recovered.map(|d| d.as_secs_f64());
 }
 
 impl FaultRecord {
@@ -228,4 +271,143 @@ pub(super) fn errors_by_fault(
         *out.entry(label).or_default().entry(msg).or_default() += 1;
     }
     out
+}
+
+/// Samples `os-services` once a second until `done`: counts the live hosts
+/// it shows down. Excused: a host a stop-host fault stopped, and every
+/// host of a cell whose conductor, broker or database a fault stopped
+/// (their heartbeats cannot be written then). Host names start with their
+/// cell's (`cell1-host01`).
+pub(super) async fn watch_liveness(
+    api: Compute,
+    log: Arc<Mutex<Vec<FaultRecord>>>,
+    done: Arc<AtomicBool>,
+) -> LivenessSamples {
+    let mut out = LivenessSamples::default();
+    let mut hosts = std::collections::BTreeSet::new();
+    while !done.load(Ordering::Acquire) {
+        if let Ok(states) = api.compute_service_states().await {
+            let (stopped, cells): (Vec<String>, Vec<String>) = {
+                let log = log.lock().expect("faults");
+                let applied = log.iter().filter(|f| f.applied());
+                let stopped = applied
+                    .clone()
+                    .filter(|f| f.kind == FaultKind::StopHost)
+                    .map(|f| f.target.clone())
+                    .collect();
+                let cells = applied
+                    .filter(|f| f.kind != FaultKind::StopHost)
+                    .map(|f| format!("{}-", f.cell))
+                    .collect();
+                (stopped, cells)
+            };
+            out.samples += 1;
+            for (host, state) in states {
+                let excused =
+                    stopped.contains(&host) || cells.iter().any(|c| host.starts_with(c.as_str()));
+                if state == "down" && !excused {
+                    out.false_down += 1;
+                    hosts.insert(host);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    out.false_down_hosts = hosts.into_iter().collect();
+    out
+}
+
+/// Applies the scenario's faults when due (by time or by boots), restores
+/// the outages when their time is up (at the latest once `done`), and
+/// watches every stopped host until it shows down and holds no build.
+pub(super) async fn drive_faults(
+    cells: Arc<tokio::sync::Mutex<Vec<CellParts>>>,
+    log: Arc<Mutex<Vec<FaultRecord>>>,
+    ctx: Arc<Ctx>,
+    done: Arc<AtomicBool>,
+    admin_db: String,
+    admin_api: Option<Compute>,
+    mut pending: Vec<Fault>,
+) {
+    let mut watchers = Vec::new();
+    // (due, index in the log, fault)
+    let mut restores: Vec<(f64, usize, Fault)> = Vec::new();
+    let restore = |idx: usize, f: Fault| {
+        let (cells, log, ctx, admin_db) =
+            (cells.clone(), log.clone(), ctx.clone(), admin_db.clone());
+        async move {
+            let result = restore_fault(&cells, &admin_db, &f).await;
+            let at = ctx.now();
+            if !ctx.quiet {
+                eprintln!(
+                    "fault restored at {at:.1}s: {:?} {}: {result}",
+                    f.kind, f.cell
+                );
+            }
+            let mut log = log.lock().expect("faults");
+            log[idx].until_secs = Some(at);
+            log[idx].restore_result = Some(result);
+        }
+    };
+    while (!pending.is_empty() || !restores.is_empty()) && !done.load(Ordering::Acquire) {
+        let now = ctx.now();
+        let active = ctx.active_total.load(Ordering::Relaxed);
+        let (due, rest): (Vec<Fault>, Vec<Fault>) = pending.into_iter().partition(|f| {
+            f.at_secs.is_some_and(|t| t <= now) || f.after_boots.is_some_and(|n| n <= active)
+        });
+        pending = rest;
+        for f in due {
+            let at = ctx.now();
+            let fired = Instant::now();
+            let (target, result) = apply_fault(&cells, &admin_db, &f).await;
+            if let (FaultKind::StopHost, "applied", Some(api)) =
+                (f.kind, result.as_str(), &admin_api)
+            {
+                let idx = log.lock().expect("faults").len();
+                watchers.push(tokio::spawn(watch_dead_host(
+                    api.clone(),
+                    target.clone(),
+                    fired,
+                    log.clone(),
+                    idx,
+                )));
+            }
+            if !ctx.quiet {
+                eprintln!("fault at {at:.1}s: {:?} {target}: {result}", f.kind);
+            }
+            let mut log = log.lock().expect("faults");
+            if let Some(d) = f.duration_secs {
+                // The outage lasts `d` once in force; restored even
+                // when the stop failed half-way (restoring is
+                // harmless when nothing was stopped).
+                restores.push((ctx.now() + d, log.len(), f.clone()));
+            }
+            log.push(FaultRecord {
+                kind: f.kind,
+                cell: f.cell.clone(),
+                target,
+                at_secs: at,
+                active_before: active,
+                result,
+                until_secs: None,
+                restore_result: None,
+                recovered_after_secs: None,
+                noticed_after_secs: None,
+                builds_recovered_after_secs: None,
+            });
+        }
+        let now = ctx.now();
+        let (due, rest): (Vec<_>, Vec<_>) = restores.into_iter().partition(|(t, _, _)| *t <= now);
+        restores = rest;
+        for (_, idx, f) in due {
+            restore(idx, f).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (_, idx, f) in restores {
+        restore(idx, f).await;
+    }
+    for w in watchers {
+        let _ = w.await;
+    }
 }

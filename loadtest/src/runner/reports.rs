@@ -166,6 +166,12 @@ pub struct Throughput {
 pub const SERVERS_IN_REQUESTED_ZONE: &str = "servers in their requested zone";
 /// The broken-invariant name of servers off the host they named.
 pub const SERVERS_ON_REQUESTED_HOST: &str = "servers on their requested host";
+/// The broken-invariant name of servers still in BUILD at their phase's
+/// timeout: every build ends ACTIVE or in ERROR with a fault (issue 31),
+/// so a stuck one is a failure, never an outcome.
+pub const NO_SERVER_LEFT_IN_BUILD: &str = "no server left in BUILD";
+/// The broken-invariant name of live hosts `os-services` showed down.
+pub const NO_LIVE_HOST_SHOWN_DOWN: &str = "no live host shown down";
 
 /// The many-tenants check's name among the broken invariants: each
 /// project lists exactly its own servers.
@@ -225,6 +231,21 @@ pub struct RunReport {
     pub invariants_outcome: InvariantsOutcome,
     /// Seconds, first phase start → end.
     pub seconds: f64,
+    /// What `os-services` showed of the hosts during the run (embedded
+    /// targets): the false positives of liveness under load.
+    pub liveness: Option<LivenessSamples>,
+}
+
+/// Samples of `os-services` taken once a second during a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LivenessSamples {
+    /// Samples taken.
+    pub samples: u64,
+    /// Host-samples that showed a host down that no fault had stopped (in
+    /// a cell whose conductor, broker and database no fault had touched).
+    pub false_down: u64,
+    /// Those hosts.
+    pub false_down_hosts: Vec<String>,
 }
 
 impl RunReport {
@@ -247,6 +268,12 @@ impl RunReport {
         }
         if self.phases.iter().any(|p| p.outside_requested_host > 0) {
             out.push(SERVERS_ON_REQUESTED_HOST.to_owned());
+        }
+        if self.phases.iter().any(|p| p.stuck_in_build > 0) {
+            out.push(NO_SERVER_LEFT_IN_BUILD.to_owned());
+        }
+        if self.liveness.as_ref().is_some_and(|l| l.false_down > 0) {
+            out.push(NO_LIVE_HOST_SHOWN_DOWN.to_owned());
         }
         if self
             .phases

@@ -90,6 +90,7 @@ fn run_report(phases: Vec<PhaseReport>, invariants: Vec<Invariant>) -> RunReport
         invariants_not_checked: None,
         invariants_outcome: InvariantsOutcome::Hold,
         seconds: 1.0,
+        liveness: None,
     }
 }
 
@@ -160,6 +161,37 @@ fn broken_isolation_and_unchecked_invariants_fail_the_run() {
     );
 }
 
+/// A server left in BUILD, and a live host shown down, each break the run
+/// (issue 31: neither is an acceptable outcome any more).
+#[test]
+fn a_stuck_build_or_a_live_host_shown_down_fails_the_run() {
+    let mut stuck = phase_report("p");
+    stuck.active = 1;
+    stuck.stuck_in_build = 1;
+    let r = run_report(vec![stuck], Vec::new());
+    assert_eq!(r.broken(), [NO_SERVER_LEFT_IN_BUILD]);
+    assert_eq!(r.outcome(), InvariantsOutcome::Broken);
+
+    let mut r = run_report(vec![phase_report("p")], Vec::new());
+    r.liveness = Some(LivenessSamples {
+        samples: 10,
+        false_down: 0,
+        false_down_hosts: Vec::new(),
+    });
+    assert!(r.broken().is_empty());
+    assert!(report_summary_says(&r, "live hosts shown down: 0"));
+    r.liveness = Some(LivenessSamples {
+        samples: 10,
+        false_down: 2,
+        false_down_hosts: vec!["cell1-host03".into()],
+    });
+    assert_eq!(r.broken(), [NO_LIVE_HOST_SHOWN_DOWN]);
+    assert!(report_summary_says(
+        &r,
+        "live hosts shown down: 2 (cell1-host03)"
+    ));
+}
+
 fn report_summary_says(r: &RunReport, what: &str) -> bool {
     let s = crate::report::summary(r);
     s.contains(what) || panic!("{what:?} not in {s}")
@@ -218,6 +250,8 @@ fn errors_group_by_cause_with_uuids_masked() {
         until_secs: None,
         restore_result: None,
         recovered_after_secs: None,
+        noticed_after_secs: None,
+        builds_recovered_after_secs: None,
     };
     let recs = vec![
         rec(Outcome::Error("Build of instance 0a55f66d-6df0-4ba2-9f24-3d46330bec51 failed on host cell1-host08: injected spawn failure (scenario fleet.failing_hosts)".into()), 1.0),
@@ -256,6 +290,8 @@ fn a_fault_owns_only_servers_of_its_cell_and_a_stopped_host_only_its_own() {
         until_secs: None,
         restore_result: None,
         recovered_after_secs: None,
+        noticed_after_secs: None,
+        builds_recovered_after_secs: None,
     };
     // cell1's conductor stops first, then a host of cell2.
     let faults = [
@@ -306,6 +342,8 @@ fn a_restored_outage_owns_what_was_in_flight_until_recovery() {
         until_secs: Some(5.0),
         restore_result: Some("restored".into()),
         recovered_after_secs: None,
+        noticed_after_secs: None,
+        builds_recovered_after_secs: None,
     };
     let mut sent_before = rec(Outcome::Error("db".into()), 1.0);
     sent_before.t_done = Some(3.0);

@@ -185,3 +185,21 @@ async fn concurrent_migrations_postgres() {
     };
     concurrent_runs(&db.url).await;
 }
+
+/// Every pooled PostgreSQL connection gives up a lock wait after 30 s: a
+/// lock held by a lost session is an error, not a hang.
+#[tokio::test]
+async fn pooled_postgres_connections_bound_lock_waits() {
+    let Some((url, _guard)) = fresh_url("migrations_lock_timeout", Backend::Postgres).await else {
+        return;
+    };
+    let pool = migrations::open_pg(&url, 2).await.expect("pool");
+    for _ in 0..3 {
+        let v: String = sqlx::query_scalar("SHOW lock_timeout")
+            .fetch_one(&pool)
+            .await
+            .expect("show");
+        assert_eq!(v, "30s");
+    }
+    pool.close().await;
+}

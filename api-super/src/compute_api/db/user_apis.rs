@@ -168,13 +168,17 @@ impl ComputeDb {
                 .fetch_optional(&mut *tx).await.map_err(db("quota_lock"))?;
             let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM key_pairs WHERE user_id = $1")
                 .bind(user).fetch_one(&mut *tx).await.map_err(db("keypair_count"))?;
+            // Refusals roll back at once: the user's lock goes now, not
+            // when the dropped transaction's connection is next used.
             if key_pairs_limit >= 0 && n + 1 > key_pairs_limit {
+                tx.rollback().await.map_err(db("rollback"))?;
                 return Err(ApiError::Forbidden("Quota exceeded, too many key pairs.".into()));
             }
             let exists: Option<i64> = sqlx::query_scalar(
                 "SELECT id FROM key_pairs WHERE user_id = $1 AND name = $2")
                 .bind(user).bind(name).fetch_optional(&mut *tx).await.map_err(db("keypair_get"))?;
             if exists.is_some() {
+                tx.rollback().await.map_err(db("rollback"))?;
                 return Err(ApiError::Conflict(format!("Key pair '{name}' already exists.")));
             }
             let row: KeyPair = match sqlx::query_as(&sql)
