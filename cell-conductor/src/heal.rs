@@ -173,7 +173,8 @@ impl Conductor {
             .db
             .down_services(rpc::COMPUTE_BINARY, down_cutoff)
             .await?;
-        report.down_hosts = down.iter().map(|d| d.host.clone()).collect();
+        let down_hosts: Vec<String> = down.iter().map(|d| d.host.clone()).collect();
+        report.down_hosts = down_hosts.clone();
         if trust_silence {
             for d in &down {
                 let why = if d.forced_down {
@@ -190,8 +191,7 @@ impl Conductor {
                     }
                 };
                 for cast in self.db.build_casts_on(&d.host, o.batch).await? {
-                    self.heal_cast(cast, &why, &report.down_hosts.clone(), &mut report)
-                        .await;
+                    self.heal_cast(cast, &why, &down_hosts, &mut report).await;
                 }
                 for t in self.db.held_tasks(&d.host, o.batch).await? {
                     self.let_go(t, &d.host, &why, &mut report).await;
@@ -209,8 +209,7 @@ impl Conductor {
                 cast.host,
                 rpc::BUILD_CAST_TTL.as_secs()
             );
-            let down = report.down_hosts.clone();
-            self.heal_cast(cast, &why, &down, &mut report).await;
+            self.heal_cast(cast, &why, &down_hosts, &mut report).await;
         }
         if !o.build_timeout.is_zero() {
             let cutoff = now - chrono_secs(o.build_timeout);

@@ -60,6 +60,21 @@ pub enum PlacementError {
     },
 }
 
+/// A [`PlacementError::Status`] for `resp`, its body cut to 500 characters.
+async fn status_error(what: &'static str, status: u16, resp: reqwest::Response) -> PlacementError {
+    PlacementError::Status {
+        what,
+        status,
+        body: resp
+            .text()
+            .await
+            .unwrap_or_default()
+            .chars()
+            .take(500)
+            .collect(),
+    }
+}
+
 /// The placement operations the conductor needs.
 pub trait PlacementClient: Send + Sync + fmt::Debug {
     /// Replaces the allocations of `consumer` with `resources` on `to`
@@ -203,17 +218,7 @@ impl HttpPlacement {
                     Ok(Some(false))
                 }
             }
-            status => Err(PlacementError::Status {
-                what: "PUT /allocations",
-                status,
-                body: resp
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .chars()
-                    .take(500)
-                    .collect(),
-            }),
+            status => Err(status_error("PUT /allocations", status, resp).await),
         }
     }
 }
@@ -253,17 +258,7 @@ impl PlacementClient for HttpPlacement {
                 .map_err(PlacementError::Http)?;
             match resp.status().as_u16() {
                 204 | 404 => Ok(()),
-                status => Err(PlacementError::Status {
-                    what: "DELETE /allocations",
-                    status,
-                    body: resp
-                        .text()
-                        .await
-                        .unwrap_or_default()
-                        .chars()
-                        .take(500)
-                        .collect(),
-                }),
+                status => Err(status_error("DELETE /allocations", status, resp).await),
             }
         })
     }
@@ -298,17 +293,9 @@ impl HttpPlacement {
                     .unwrap_or_default())
             }
             404 => Ok(Vec::new()),
-            status => Err(PlacementError::Status {
-                what: "GET /resource_providers/{uuid}/allocations",
-                status,
-                body: resp
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .chars()
-                    .take(500)
-                    .collect(),
-            }),
+            status => {
+                Err(status_error("GET /resource_providers/{uuid}/allocations", status, resp).await)
+            }
         }
     }
 }

@@ -147,17 +147,22 @@ impl Cell {
     /// What the API layer does: instance row + claim + cast to `host`.
     pub async fn boot(&self, host: &str, alternates: &[&str]) -> (InstanceUuid, RequestIds) {
         let (uuid, ids, build) = self.land(host, alternates).await;
+        self.cast_build(host, &build, &ids).await;
+        (uuid, ids)
+    }
+
+    /// Casts `build` to `host`, as the super-conductor does.
+    pub async fn cast_build(&self, host: &str, build: &BuildAndRunInstance, ids: &RequestIds) {
         rpc::cast(
             self.bus.as_ref(),
             &rpc::compute_queue(host),
             method::BUILD_AND_RUN_INSTANCE,
-            &build,
-            &ids,
+            build,
+            ids,
             rpc::BUILD_CAST_TTL,
         )
         .await
         .expect("cast build");
-        (uuid, ids)
     }
 
     /// The landing a boot starts with: the instance row on `host` (as the

@@ -14,7 +14,7 @@ use compute::driver::fake::FakeHypervisor;
 use compute::HostConfig;
 use fabric::bus::Transport;
 use fabric::ids::InstanceUuid;
-use fabric::rpc::{self, method, task_state as ts, vm_state as vs};
+use fabric::rpc::{task_state as ts, vm_state as vs};
 use fabric::rpc::{BuildAndRunInstance, RequestIds};
 use prost::Message;
 
@@ -62,16 +62,7 @@ async fn land(
         .await
         .expect("record the cast");
     if cast {
-        rpc::cast(
-            cell.bus.as_ref(),
-            &rpc::compute_queue(host),
-            method::BUILD_AND_RUN_INSTANCE,
-            &build,
-            &ids,
-            rpc::BUILD_CAST_TTL,
-        )
-        .await
-        .expect("cast build");
+        cell.cast_build(host, &build, &ids).await;
     }
     uuid
 }
@@ -205,16 +196,7 @@ pub async fn stale_cast_is_not_replayed(db_url: &str, bus: Arc<dyn Transport>) {
         .unwrap()
         .expect("cast");
     let msg = BuildAndRunInstance::decode(build.message.as_slice()).unwrap();
-    rpc::cast(
-        cell.bus.as_ref(),
-        &rpc::compute_queue("host1"),
-        method::BUILD_AND_RUN_INSTANCE,
-        &msg,
-        &RequestIds::default(),
-        rpc::BUILD_CAST_TTL,
-    )
-    .await
-    .unwrap();
+    cell.cast_build("host1", &msg, &RequestIds::default()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let row = cell.instance(elsewhere).await;
     assert_eq!(row.host.as_deref(), Some("host2"), "{row:?}");
