@@ -102,6 +102,12 @@ impl ConductorError {
             }
             Self::InvalidTransition { .. } => code::INVALID_TRANSITION,
             Self::NotBuilt(_) => code::NOT_IMPLEMENTED,
+            Self::Database { source, .. }
+                if migrations::failure::unreachable(source)
+                    || migrations::failure::contended(source) =>
+            {
+                code::UNAVAILABLE
+            }
             Self::Database { .. } | Self::Open(_) | Self::Placement(_) | Self::Bus(_) => {
                 code::INTERNAL
             }
@@ -110,7 +116,7 @@ impl ConductorError {
 
     /// Whether the caller caused it (logged at a lower level).
     pub fn is_client_error(&self) -> bool {
-        self.code() != code::INTERNAL
+        !matches!(self.code(), code::INTERNAL | code::UNAVAILABLE)
     }
 
     /// THE mapping to a broker error reply: client errors say what is wrong;

@@ -98,7 +98,7 @@ impl Error {
     pub fn is_unreachable(&self) -> bool {
         match self {
             Error::Connect { .. } | Error::InvalidDatabaseUrl { .. } => true,
-            Error::Db { source, .. } => sqlx_unreachable(source),
+            Error::Db { source, .. } => migrations::failure::unreachable(source),
             _ => false,
         }
     }
@@ -123,41 +123,6 @@ impl Error {
             cur = e.source();
         }
         s
-    }
-}
-
-/// See [`Error::is_unreachable`].
-fn sqlx_unreachable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => {
-            let code = d.code().unwrap_or_default();
-            if d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                .is_some()
-            {
-                // 08: connection exception; 57: operator intervention
-                // (shutdown, cannot connect now); 53: insufficient
-                // resources (too many connections); 28: authorization
-                // (the role or its password changed); 3D000: the database
-                // does not exist (dropped or renamed); 55000: it does not
-                // accept connections (`ALLOW_CONNECTIONS false`; the
-                // reads this decides about raise it for nothing else).
-                ["08", "57", "53", "28"].iter().any(|c| code.starts_with(c))
-                    || code == "3D000"
-                    || code == "55000"
-            } else {
-                // SQLite primary result codes (the extended code's low
-                // byte): PERM, IOERR, CORRUPT, CANTOPEN, NOTADB.
-                code.parse::<i64>()
-                    .is_ok_and(|c| matches!(c & 0xff, 3 | 10 | 11 | 14 | 26))
-            }
-        }
-        _ => false,
     }
 }
 

@@ -9,20 +9,26 @@
 //! [`BusError::Timeout`]. After the first and the last the conductor may
 //! or may not have executed it (a loaded conductor may apply an update and
 //! answer after the caller gave up); after the second nothing was sent.
-//! Methods that are safe to repeat are then called again (each attempt
+//! A call the conductor answers `Unavailable` (its database cannot be
+//! reached, or the statement lost a lock race) is in the same position: a
+//! commit whose answer was lost may have been applied. Methods that are
+//! safe to repeat are then called again (each attempt
 //! with the call timeout, after a backoff from 200 ms doubling to 5 s;
 //! after a connection loss the bus itself waits for the connection to come
 //! back), as long as the next attempt would start before
 //! [`CallRetry::deadline`] has passed since the first one. Each repeat is
 //! logged at `warn` with its reason and counted
-//! (`compute_conductor_call_retries_total`). A refusal (an error answer
-//! from the conductor) or an undecodable reply is never repeated, and
+//! (`compute_conductor_call_retries_total`). Any other refusal (an error
+//! answer from the conductor) or an undecodable reply is never repeated, and
 //! methods that are not safe to repeat are never repeated at all.
 //!
 //! Before, only a lost connection was repeated and a timeout on a live
 //! connection was final: under load the conductor could apply a build's
 //! ACTIVE update and answer after the timeout, and the agent then gave up
-//! a build that had succeeded (destroyed the guest, set ERROR).
+//! a build that had succeeded (destroyed the guest, set ERROR). Likewise,
+//! until `Unavailable`, a cell database restarted for three seconds failed
+//! every build in flight, and the ERROR the agent then tried to set failed
+//! too, leaving the server in BUILD until `instance_build_timeout`.
 //!
 //! Which methods are repeated, and why it is safe:
 //!
@@ -198,6 +204,9 @@ impl ConductorClient {
             let reason = match &source {
                 RpcError::Bus(e) if e.is_connection_loss() => "broker connection lost",
                 RpcError::Bus(BusError::Timeout(_)) => "no reply within the call timeout",
+                e if e.remote_code() == Some(rpc::code::UNAVAILABLE) => {
+                    "the conductor's database is unavailable"
+                }
                 _ => return Err(ComputeError::Conductor { method, source }),
             };
             // No attempt starts after the deadline.

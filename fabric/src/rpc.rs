@@ -146,6 +146,10 @@ pub mod code {
     pub const NOT_IMPLEMENTED: &str = "NotImplemented";
     /// Something failed inside the conductor (details are in its log).
     pub const INTERNAL: &str = "Internal";
+    /// The conductor's database cannot be reached, or the statement lost a
+    /// lock race and was rolled back: the call may be made again (a method
+    /// safe to repeat after a lost answer is safe to repeat after this).
+    pub const UNAVAILABLE: &str = "Unavailable";
 }
 
 /// `vm_state` values (as upstream).

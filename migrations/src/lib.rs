@@ -24,11 +24,14 @@
 //!
 //! The PostgreSQL and SQLite pools every service opens come from here too
 //! ([`open_pg`], [`open_sqlite`]), and [`PgStash`], which keeps connections
-//! ready between the boot path's single statements.
+//! ready between the boot path's single statements, and [`failure`], which
+//! tells a database that cannot be reached or a lost lock race from a
+//! statement that was wrong.
 //!
 //! May depend on: sqlx, thiserror, tracing, tokio. Nothing in the workspace
 //! depends on anything here but the schemas and these few functions.
 
+pub mod failure;
 mod stash;
 
 pub use stash::{PgStash, Stashed};

@@ -1,6 +1,8 @@
 //! A build the agent cannot report (the conductor fails a step for a reason
 //! other than "superseded") never stays in BUILD: the agent records a fault
-//! naming its host and sets the instance to ERROR.
+//! naming its host and sets the instance to ERROR. A step the conductor
+//! answers `Unavailable` (its database is briefly away) is not a failure:
+//! the agent repeats it under the same key and the build goes on.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,8 +22,8 @@ struct Seen {
 }
 
 /// A conductor that registers hosts but fails the first instance update
-/// (the build's first step) with an internal error.
-async fn failing_conductor(bus: Arc<dyn Transport>) -> Arc<Mutex<Seen>> {
+/// (the build's ACTIVE update) with `code`.
+async fn failing_conductor(bus: Arc<dyn Transport>, code: &'static str) -> Arc<Mutex<Seen>> {
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let mut sub = bus.consume(CONDUCTOR_QUEUE).await.unwrap();
     let s = seen.clone();
@@ -55,7 +57,7 @@ async fn failing_conductor(bus: Arc<dyn Transport>) -> Arc<Mutex<Seen>> {
                         g.updates.len() == 1
                     };
                     if first {
-                        env.error_reply(code::INTERNAL, "database is locked")
+                        env.error_reply(code, "database is locked")
                     } else {
                         env.reply(rpc::InstanceRecord::default().encode_to_vec())
                     }
@@ -75,7 +77,7 @@ async fn failing_conductor(bus: Arc<dyn Transport>) -> Arc<Mutex<Seen>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreportable_build_ends_in_error_with_a_fault() {
     let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
-    let seen = failing_conductor(bus.clone()).await;
+    let seen = failing_conductor(bus.clone(), code::INTERNAL).await;
     let hv = FakeHypervisor::automatic(Duration::ZERO);
     let host = compute::start_host(
         HostConfig::new("abandon-host"),
@@ -146,5 +148,74 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_answered_unavailable_is_repeated_and_the_build_goes_on() {
+    let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
+    let seen = failing_conductor(bus.clone(), code::UNAVAILABLE).await;
+    let hv = FakeHypervisor::automatic(Duration::ZERO);
+    let host = compute::start_host(
+        HostConfig::new("unavailable-host"),
+        bus.clone(),
+        hv.driver("unavailable-host"),
+        Arc::new(InMemoryPlacement::new()),
+    );
+    tokio::time::timeout(Duration::from_secs(10), host.ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let instance = fabric::ids::InstanceUuid::new_random();
+    let build = rpc::BuildAndRunInstance {
+        instance_uuid: instance.to_string(),
+        flavor: Some(rpc::FlavorResources {
+            vcpus: 1,
+            memory_mb: 512,
+            root_gb: 1,
+            ..Default::default()
+        }),
+        image_ref: "cirros".into(),
+        ..Default::default()
+    };
+    rpc::cast(
+        bus.as_ref(),
+        &rpc::compute_queue("unavailable-host"),
+        method::BUILD_AND_RUN_INSTANCE,
+        &build,
+        &RequestIds::default(),
+        rpc::BUILD_CAST_TTL,
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().updates.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused update was never repeated"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let a wrong follow-up (ERROR, a fault) arrive if there were one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    {
+        let g = seen.lock().unwrap();
+        assert_eq!(g.updates.len(), 2, "{:?}", g.updates);
+        let (first, repeat) = (&g.updates[0], &g.updates[1]);
+        assert_eq!(first.vm_state.as_deref(), Some(rpc::vm_state::ACTIVE));
+        assert!(!first.update_id.is_empty());
+        assert_eq!(
+            first, repeat,
+            "the repeat is the same update under the same key"
+        );
+        assert!(g.faults.is_empty(), "{:?}", g.faults);
+    }
+    assert!(
+        hv.driver("unavailable-host")
+            .list()
+            .unwrap()
+            .contains(&instance),
+        "the guest was destroyed"
+    );
     host.shutdown().await;
 }
