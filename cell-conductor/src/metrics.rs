@@ -38,7 +38,7 @@ pub const INSTANCE_UPDATES: &str = "conductor_instance_updates_total";
 
 /// A method name as a label: one of the known names, or `unknown`.
 pub fn method_label(m: &str) -> &'static str {
-    const KNOWN: [&str; 11] = [
+    const KNOWN: [&str; 13] = [
         method::SERVICE_REGISTER,
         method::COMPUTE_NODE_UPDATE,
         method::SERVICE_HEARTBEAT,
@@ -50,6 +50,8 @@ pub fn method_label(m: &str) -> &'static str {
         method::INSTANCE_DESTROYED,
         method::RESCHEDULE,
         method::INSTANCE_GET_ALL_BY_HOST,
+        method::PLACEMENT_AUDIT,
+        method::HEAL_ALLOCATIONS,
     ];
     KNOWN.into_iter().find(|k| *k == m).unwrap_or("unknown")
 }

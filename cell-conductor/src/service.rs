@@ -133,6 +133,14 @@ impl Conductor {
                 let r: rpc::InstanceListByHost = decode(env, method::INSTANCE_GET_ALL_BY_HOST)?;
                 Ok(encode(&self.instances_by_host(r).await?))
             }
+            method::PLACEMENT_AUDIT => {
+                let r: rpc::PlacementAudit = decode(env, method::PLACEMENT_AUDIT)?;
+                Ok(encode(&self.placement_audit(r).await?))
+            }
+            method::HEAL_ALLOCATIONS => {
+                let r: rpc::HealAllocations = decode(env, method::HEAL_ALLOCATIONS)?;
+                Ok(encode(&self.heal_allocations(r).await?))
+            }
             other => Err(ConductorError::UnknownMethod(
                 other.chars().take(64).collect(),
             )),

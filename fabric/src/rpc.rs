@@ -45,7 +45,12 @@ use std::time::Duration;
 use prost::Message;
 
 use crate::bus::{BusError, Transport};
+
+mod placement_audit;
 use crate::wire::Envelope;
+pub use placement_audit::{
+    finding, AllocationFinding, AllocationReport, HealAllocations, PlacementAudit,
+};
 
 /// The queue every cell conductor consumes (competing consumers).
 pub const CONDUCTOR_QUEUE: &str = "conductor";
@@ -90,6 +95,12 @@ pub mod method {
     /// Applies several updates of one instance in order, each committed on
     /// its own (steps with no work between them, in one round trip).
     pub const INSTANCE_UPDATE_STEPS: &str = "instance_update_steps";
+    /// Finds (and with `delete`, removes or moves) orphaned and misplaced
+    /// allocations of the cell ([`super::PlacementAudit`]).
+    pub const PLACEMENT_AUDIT: &str = "placement_audit";
+    /// Creates missing allocations of the cell's settled instances
+    /// ([`super::HealAllocations`]).
+    pub const HEAL_ALLOCATIONS: &str = "heal_allocations";
     /// Records the start of an instance action event.
     pub const ACTION_EVENT_START: &str = "instance_action_event_start";
     /// Records the end of an instance action event.

@@ -189,6 +189,8 @@ pub struct CellParts {
     pub bus_url: String,
     bus: Arc<dyn fabric::bus::Transport>,
     conductor: Option<cell_conductor::Handle>,
+    /// How to start the conductor again (a restored stop-conductor).
+    conductor_options: Option<cell_conductor::ConductorOptions>,
     hosts: Vec<(String, Option<compute::HostHandle>)>,
 }
 

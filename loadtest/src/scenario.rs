@@ -400,7 +400,8 @@ pub struct Fault {
     #[serde(default)]
     pub after_boots: Option<u64>,
     /// How long the outage lasts before it is restored (stop-broker and
-    /// stop-database: required; restored at the end of the run at the
+    /// stop-database: required; stop-conductor: optional, the conductor is
+    /// started again after it; restored at the end of the run at the
     /// latest).
     #[serde(default)]
     pub duration_secs: Option<f64>,
@@ -638,10 +639,10 @@ impl Scenario {
             }
             let restorable = matches!(fault.kind, FaultKind::StopBroker | FaultKind::StopDatabase);
             match fault.duration_secs {
-                Some(_) if !restorable => {
+                Some(_) if fault.kind == FaultKind::StopHost => {
                     bail!(
-                        "fault[{i}].duration_secs only applies to stop-broker and stop-database \
-                         (a stopped host or conductor stays stopped)"
+                        "fault[{i}].duration_secs does not apply to stop-host \
+                         (a stopped host stays stopped)"
                     );
                 }
                 None if restorable => {

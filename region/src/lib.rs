@@ -165,6 +165,8 @@ pub struct CellRuntime {
     pub bus: Arc<dyn Transport>,
     /// Its conductor.
     pub conductor: cell_conductor::Handle,
+    /// How its conductor was started (to start it again).
+    pub conductor_options: cell_conductor::ConductorOptions,
     /// Its fake computes.
     pub hosts: Vec<compute::HostHandle>,
     /// The fake hypervisor (knobs for tests and loadtest).
@@ -488,7 +490,7 @@ impl Region {
                 &placement_url,
                 service_token.clone(),
             )?);
-            let conductor = cell_conductor::run_with(opts)
+            let conductor = cell_conductor::run_with(opts.clone())
                 .await
                 .with_context(|| format!("start {name}'s conductor"))?;
             let compute_placement: Arc<dyn compute::placement::Placement> =
@@ -540,6 +542,7 @@ impl Region {
                 bus_url,
                 bus,
                 conductor,
+                conductor_options: opts,
                 hosts,
                 hypervisor: fake.clone(),
             });

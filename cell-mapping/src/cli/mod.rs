@@ -4,7 +4,10 @@
 //! are accepted). This module is the only place errors become exit codes;
 //! every code is documented in `docs/OPERATIONS.md`.
 
+mod placement;
 mod table;
+
+pub use placement::PlacementCmd;
 
 use std::path::PathBuf;
 
@@ -80,6 +83,9 @@ pub enum Group {
     /// Schema of the API database only.
     #[command(name = "api_db", alias = "api-db", subcommand)]
     ApiDb(ApiDbCmd),
+    /// Placement reconciliation: orphaned and missing allocations.
+    #[command(subcommand)]
+    Placement(PlacementCmd),
 }
 
 /// `db` commands.
@@ -353,6 +359,31 @@ pub async fn run(cli: Cli) -> i32 {
             }
         }
         Group::ApiDb(ApiDbCmd::Version) => db_version(&ctx, false).await,
+        Group::Placement(PlacementCmd::Audit {
+            verbose,
+            delete,
+            resource_provider,
+            call,
+        }) => placement::audit(&ctx, verbose, delete, resource_provider, call.timeout).await,
+        Group::Placement(PlacementCmd::HealAllocations {
+            verbose,
+            dry_run,
+            instance,
+            cell,
+            max_count,
+            call,
+        }) => {
+            placement::heal(
+                &ctx,
+                verbose,
+                dry_run,
+                instance,
+                cell,
+                max_count,
+                call.timeout,
+            )
+            .await
+        }
     }
 }
 

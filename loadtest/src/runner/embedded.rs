@@ -175,6 +175,7 @@ pub(super) async fn start_embedded(
             bus_url: c.bus_url,
             bus: c.bus,
             conductor: Some(c.conductor),
+            conductor_options: Some(c.conductor_options),
             hosts: c
                 .hosts
                 .into_iter()

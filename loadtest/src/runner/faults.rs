@@ -160,12 +160,32 @@ pub(super) async fn apply_fault(
     }
 }
 
-/// Ends a stop-broker or stop-database outage: `restored` or why not.
+/// Ends an outage (a stopped broker or database, a stopped conductor
+/// started again): `restored` or why not.
 pub(super) async fn restore_fault(
     cells: &tokio::sync::Mutex<Vec<CellParts>>,
     admin_db: &str,
     f: &Fault,
 ) -> String {
+    if f.kind == FaultKind::StopConductor {
+        let mut cells = cells.lock().await;
+        let Some(cell) = cells.iter_mut().find(|c| c.name == f.cell) else {
+            return format!("no cell {}", f.cell);
+        };
+        if cell.conductor.is_some() {
+            return "restored (it was running)".to_owned();
+        }
+        let Some(opts) = cell.conductor_options.clone() else {
+            return "failed: this target cannot start the conductor again".to_owned();
+        };
+        return match cell_conductor::run_with(opts).await {
+            Ok(h) => {
+                cell.conductor = Some(h);
+                "restored".to_owned()
+            }
+            Err(e) => format!("failed: {e:#}"),
+        };
+    }
     let (bus_url, db_url) = {
         let cells = cells.lock().await;
         match cells.iter().find(|c| c.name == f.cell) {

@@ -232,3 +232,42 @@ pub(crate) fn check_stop_host(r: &runner::RunReport) {
     }
     assert!(r.broken().is_empty(), "{summary}");
 }
+
+/// A stop-conductor fault restored after 2 s: cell1's conductor stops as
+/// a burst starts and is started again. The agents repeat the steps it
+/// did not answer, so every server ends ACTIVE; nothing stays in BUILD and
+/// the invariants hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_conductor_leaves_no_server_in_build() {
+    let data = testkit::temp_dir("lt_conductor_restart_data");
+    let mut s = Scenario::parse(
+        "name = \"conductor-restart\"\n[fleet]\ncells = 2\nhosts_per_cell = 2\n\
+         spawn_latency = { kind = \"fixed\", ms = 200 }\n\
+         [target]\npoll_interval_ms = 50\n\
+         [[phase]]\nkind = \"burst\"\nservers = 12\nconcurrency = 12\ntimeout_secs = 40\n\
+         [[fault]]\nkind = \"stop-conductor\"\ncell = \"cell1\"\nat_secs = 0.0\nduration_secs = 2.0\n",
+    )
+    .unwrap();
+    s.target.data_dir = Some(data.clone());
+    let r = runner::run(&s, &RunOptions { quiet: true })
+        .await
+        .expect("run");
+    std::fs::remove_dir_all(&data).ok();
+    let summary = report::summary(&r);
+    eprintln!("{summary}");
+    let f = &r.faults[0];
+    assert_eq!(
+        (f.kind, f.target.as_str(), f.result.as_str()),
+        (FaultKind::StopConductor, "cell1-conductor", "applied"),
+        "{summary}"
+    );
+    assert_eq!(f.restore_result.as_deref(), Some("restored"), "{summary}");
+    let p = &r.phases[0];
+    assert_eq!((p.active, p.stuck_in_build), (12, 0), "{summary}");
+    assert!(
+        p.servers_per_cell.get("cell1").is_some_and(|n| *n > 0),
+        "some servers went to the stopped cell: {summary}"
+    );
+    assert!(r.broken().is_empty(), "{summary}");
+    assert!(r.invariants.iter().all(|i| i.holds), "{summary}");
+}

@@ -468,7 +468,7 @@ async fn broker_and_database_faults_are_refused_clearly() {
     let e = parse_err(&format!(
         "{HEAD}[[phase]]\nkind = \"burst\"\nservers = 1\n[[fault]]\nkind = \"stop-host\"\ncell = \"cell1\"\nat_secs = 0.0\nduration_secs = 2.0\n"
     ));
-    assert!(e.contains("fault[0].duration_secs only applies"), "{e}");
+    assert!(e.contains("fault[0].duration_secs does not apply"), "{e}");
 }
 
 /// A stop-host fault on the embedded default.

@@ -99,17 +99,7 @@ async fn dead_host(mut cfg: RegionConfig, dir: std::path::PathBuf) {
     cfg.region.fake_spawn_latency_ms = 20;
     crate::ephemeral_ports(&mut cfg);
     let mut region = Region::start(&cfg, None).await.expect("start the region");
-    let identity = format!("http://{}", region.identity.addr);
-    let admin = region::password_token(&identity, &region.admin)
-        .await
-        .expect("admin token")
-        .0;
-    let api = Api {
-        http: reqwest::Client::new(),
-        compute: format!("http://{}", region.compute.addr),
-        placement: format!("http://{}", region.placement.addr),
-        admin,
-    };
+    let api = Api::admin_of(&region).await;
     let (dead, live) = ("cell1-host01", "cell1-host02");
     // Both up, and long enough for the healing to trust silence.
     let deadline = Instant::now() + Duration::from_secs(20);

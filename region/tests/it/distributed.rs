@@ -13,7 +13,10 @@
 //! then the real `openstack` CLI uploads an image and boots, lists, shows
 //! and deletes a server, and placement holds nothing afterwards; then one
 //! compute process is killed with SIGKILL and a boot forced onto it ends
-//! in ERROR with a fault naming the host, the hosts shown down (issue 31).
+//! in ERROR with a fault naming the host, the hosts shown down; then one
+//! cell conductor is killed with SIGKILL during ten boots and started
+//! again, and every server ends ACTIVE or in ERROR with a fault; and
+//! `cell-manage placement audit` finds nothing orphaned (issue 31).
 //!
 //! The binaries of the other crates are found next to the `region` binary
 //! (the workspace build puts them there; `scripts/test.sh` builds them).
@@ -330,6 +333,7 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             ),
         ]
     };
+    let mut conductor_env = std::collections::HashMap::new();
     for cell in ["cell1", "cell2"] {
         let mut env: Vec<(String, String)> = service_user("CELL_CONDUCTOR");
         env.push((
@@ -344,6 +348,7 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             "CELL_CONDUCTOR__CONDUCTOR__HOST".into(),
             format!("{cell}-conductor"),
         ));
+        conductor_env.insert(cell, env.clone());
         let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
         procs.push(spawn(
             &dir,
@@ -546,6 +551,107 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
     );
     admin.ok(&["server", "delete", "--wait", &forced_id]);
     procs.push(dead);
+
+    // `kill -9` cell1's conductor, send ten boots to cell1 (cell2's hosts
+    // are down) and start the conductor again once they are seen in
+    // BUILD: the agents' calls wait in the conductor's queue (or are
+    // repeated), and every server ends ACTIVE, or ERROR with a fault; none
+    // stays in BUILD.
+    let i = procs
+        .iter()
+        .position(|p| p.name == "cell1-conductor")
+        .expect("cell1's conductor");
+    let mut conductor = procs.remove(i);
+    conductor.child.kill().expect("kill -9 the conductor");
+    conductor.child.wait().ok();
+    let killed = Instant::now();
+    let mut burst = Command::new(py.join("openstack"))
+        .args([
+            "server", "create", "--flavor", "m1.tiny", "--image", "tiny", "--nic", "none", "--min",
+            "10", "--max", "10", "burst",
+        ])
+        .envs(admin.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("openstack server create");
+    assert!(
+        burst.wait().expect("the create").success(),
+        "the burst's create failed"
+    );
+    // Nothing reports a build's end while the conductor is dead.
+    let building = admin
+        .json(&["server", "list", "--status", "BUILD"])
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(building > 0, "no build met the dead conductor");
+    let down_for = killed.elapsed();
+    let env: Vec<(&str, String)> = conductor_env["cell1"]
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    procs.push(spawn(
+        &dir,
+        "cell1-conductor-again",
+        "cell-conductor",
+        &[],
+        &env,
+    ));
+    procs.push(conductor);
+    let started = Instant::now();
+    let servers = loop {
+        let listed = admin.json(&["server", "list", "--long"]);
+        let servers = listed.as_array().unwrap().clone();
+        if servers.len() == 10 && servers.iter().all(|s| s["Status"] != "BUILD") {
+            break servers;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "servers still in BUILD 60 s after the conductor came back: {listed}\n{}",
+            procs.iter().map(Proc::tail).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut active = 0;
+    for s in &servers {
+        let id = s["ID"].as_str().unwrap();
+        if s["Status"] == "ACTIVE" {
+            active += 1;
+            continue;
+        }
+        let shown = admin.json(&["server", "show", id]);
+        assert_eq!(shown["status"], "ERROR", "{shown}");
+        assert!(
+            !shown["fault"].is_null(),
+            "an ERROR without a fault: {shown}"
+        );
+    }
+    eprintln!(
+        "kill -9 of cell1's conductor, 10 boots ({building} in BUILD while it was dead), \
+         the conductor started again {down_for:?} after the kill: {active} ACTIVE, the rest ERROR with a fault"
+    );
+    for s in &servers {
+        admin.ok(&["server", "delete", "--wait", s["ID"].as_str().unwrap()]);
+    }
+    // Nothing left in placement: the conductors audit their cells when
+    // asked (`cell-manage placement audit` over each cell's bus).
+    let audit = Command::new(bin("cell-manage"))
+        .args([
+            "--api-database-connection",
+            api_db,
+            "placement",
+            "audit",
+            "--verbose",
+        ])
+        .output()
+        .expect("cell-manage placement audit");
+    assert_eq!(
+        audit.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
+    );
 
     // Nobody logged a password.
     for p in procs.iter().chain(std::iter::once(&api)) {

@@ -33,6 +33,21 @@ pub(crate) struct Api {
 }
 
 impl Api {
+    /// The region's Compute and Placement APIs, as its administrator.
+    pub(crate) async fn admin_of(region: &Region) -> Api {
+        let identity = format!("http://{}", region.identity.addr);
+        let admin = region::password_token(&identity, &region.admin)
+            .await
+            .expect("admin token")
+            .0;
+        Api {
+            http: reqwest::Client::new(),
+            compute: format!("http://{}", region.compute.addr),
+            placement: format!("http://{}", region.placement.addr),
+            admin,
+        }
+    }
+
     pub(crate) async fn call(
         &self,
         method: &str,
@@ -221,17 +236,7 @@ async fn local_delete(mut cfg: RegionConfig, dir: std::path::PathBuf) {
     cfg.region.heartbeat_interval_secs = 1;
     crate::ephemeral_ports(&mut cfg);
     let mut region = Region::start(&cfg, None).await.expect("start the region");
-    let identity = format!("http://{}", region.identity.addr);
-    let admin = region::password_token(&identity, &region.admin)
-        .await
-        .expect("admin token")
-        .0;
-    let api = Api {
-        http: reqwest::Client::new(),
-        compute: format!("http://{}", region.compute.addr),
-        placement: format!("http://{}", region.placement.addr),
-        admin,
-    };
+    let api = Api::admin_of(&region).await;
     let (down_host, up_host) = ("cell1-host01", "cell1-host02");
     let (stranded, s) = api.boot("stranded", &format!("nova:{down_host}")).await;
     assert_eq!(s["status"], "ACTIVE", "{s}");

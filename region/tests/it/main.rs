@@ -10,6 +10,7 @@ mod local_delete;
 mod local_placement;
 mod operator_cli;
 mod osc_placement;
+mod placement_audit;
 mod policy_matrix;
 mod server_actions;
 mod server_actions_cli;
