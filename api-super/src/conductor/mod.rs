@@ -25,7 +25,7 @@ use cell_mapping::CellMapping;
 use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
 use prost::Message;
 
-use crate::cells::Cells;
+use crate::cells::{CellError, Cells};
 use crate::compute_api::db::{BuildInstance, BuildLanded, ComputeDb, RequestSpec};
 use crate::scheduler::{Request, ScheduleError, Scheduler, Selection};
 
@@ -127,7 +127,16 @@ impl SuperConductor {
         {
             Ok(selections) => {
                 for ((b, s), sel) in builds.iter().zip(selections) {
-                    if let Err(e) = self.land(b, s, &sel, started).await {
+                    let mut landed = self.land(b, s, &sel, started).await;
+                    if let Err(LandError::CellDown(why)) = &landed {
+                        // Nothing was written in the chosen cell: the build
+                        // goes to another one (once), as if that cell's
+                        // hosts had not been in the map.
+                        if let Some(again) = self.reselect(&req, b, s, &sel, why).await {
+                            landed = self.land(b, s, &again, started).await;
+                        }
+                    }
+                    if let Err(e) = landed {
                         // Taken over meanwhile (this process's heartbeat
                         // was late and a healer cleaned up after it):
                         // the claim under this uuid is the new owner's
@@ -147,7 +156,7 @@ impl SuperConductor {
                             b,
                             s,
                             "Build of instance failed before reaching a host.",
-                            &e,
+                            &e.to_string(),
                         )
                         .await;
                     }
@@ -178,13 +187,45 @@ impl SuperConductor {
 
     /// Creates the instance in the chosen cell, lands the mapping, casts
     /// the build.
+    /// Schedules `b` again after its chosen cell was found down before
+    /// anything was written there: its claim released, the host map read
+    /// again (a cell marked down contributes no host). `None` when no
+    /// other host can be had (the caller buries the build).
+    async fn reselect(
+        &self,
+        req: &Request,
+        b: &BuildInstance,
+        spec: &RequestSpec,
+        failed: &Selection,
+        why: &str,
+    ) -> Option<Selection> {
+        tracing::warn!(instance = %b.uuid, cell = %failed.host.cell.uuid, reason = %why,
+            "the chosen cell is down; scheduling the build again without it");
+        if let Err(e) = self.scheduler.placement().delete_allocations(&b.uuid).await {
+            tracing::error!(instance = %b.uuid, error = %e, "could not release the claim; not scheduling again");
+            return None;
+        }
+        self.scheduler.host_state().invalidate();
+        match self
+            .scheduler
+            .select(req, std::slice::from_ref(&b.uuid), &spec.project_id, &spec.user_id)
+            .await
+        {
+            Ok(mut v) => v.pop(),
+            Err(e) => {
+                tracing::info!(instance = %b.uuid, error = %e, "no other host for a build whose cell is down");
+                None
+            }
+        }
+    }
+
     async fn land(
         &self,
         b: &BuildInstance,
         spec: &RequestSpec,
         sel: &Selection,
         started: DateTime<Utc>,
-    ) -> Result<(), String> {
+    ) -> Result<(), LandError> {
         let cell = &sel.host.cell;
         // A process whose heartbeat has not been written for half the
         // healing grace may already count as dead to another healer: it
@@ -202,7 +243,11 @@ impl SuperConductor {
                 return Ok(());
             }
         }
-        let cdb = self.cells.db(cell).await.map_err(|e| chain(&e))?;
+        let cdb = match self.cells.db(cell).await {
+            Ok(db) => db,
+            Err(CellError::Down(d)) => return Err(LandError::CellDown(d.to_string())),
+            Err(e) => return Err(chain(&e).into()),
+        };
         let row = new_instance(
             b,
             spec,
@@ -241,12 +286,12 @@ impl SuperConductor {
                     .await
                     .map_err(|e| chain(&e))?
                 {
-                    return Err(chain(&e));
+                    return Err(chain(&e).into());
                 }
                 tracing::warn!(instance = %b.uuid, cell = %cell.uuid, "removed a row a previous owner of the build wrote after it lost the build; creating the instance again");
                 cdb.create_api_instance(&row).await.map_err(|e| chain(&e))?
             }
-            Err(e) => return Err(chain(&e)),
+            Err(e) => return Err(chain(&e).into()),
         };
         let landed = self
             .db
@@ -522,4 +567,28 @@ pub fn chain(e: &dyn std::error::Error) -> String {
         src = c.source();
     }
     s
+}
+
+/// Why a build could not be landed in its cell.
+#[derive(Debug)]
+enum LandError {
+    /// The cell is down and nothing was written in it: the build may go
+    /// to another cell.
+    CellDown(String),
+    /// Anything else (the cell may hold a row of it).
+    Other(String),
+}
+
+impl From<String> for LandError {
+    fn from(s: String) -> Self {
+        Self::Other(s)
+    }
+}
+
+impl std::fmt::Display for LandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::CellDown(s) | Self::Other(s) => f.write_str(s),
+        }
+    }
 }

@@ -78,20 +78,23 @@ impl Api {
         (status, v)
     }
 
-    /// Boots (admin, m1.tiny) onto `zone` and waits until ACTIVE or ERROR;
+    /// Boots (admin, m1.tiny) onto `zone` (empty: anywhere) and waits until ACTIVE or ERROR;
     /// returns the id and the server.
     pub(crate) async fn boot(&self, name: &str, zone: &str) -> (String, Value) {
+        let mut server = json!({
+            "name": name,
+            "flavorRef": "1",
+            "imageRef": "cirros-0.6.2-x86_64-disk",
+        });
+        if !zone.is_empty() {
+            server["availability_zone"] = json!(zone);
+        }
         let (status, v) = self
             .call(
                 "POST",
                 "/v2.1/servers",
                 "2.1",
-                Some(json!({"server": {
-                    "name": name,
-                    "flavorRef": "1",
-                    "imageRef": "cirros-0.6.2-x86_64-disk",
-                    "availability_zone": zone,
-                }})),
+                Some(json!({ "server": server })),
             )
             .await;
         assert_eq!(status, 202, "boot {name}: {v}");

@@ -4,6 +4,7 @@ mod cells_live;
 mod console_output;
 mod dead_host;
 mod distributed;
+mod down_cell;
 mod image_properties;
 mod libvirt_cli;
 mod local_delete;
