@@ -208,7 +208,12 @@ impl SuperConductor {
         self.scheduler.host_state().invalidate();
         match self
             .scheduler
-            .select(req, std::slice::from_ref(&b.uuid), &spec.project_id, &spec.user_id)
+            .select(
+                req,
+                std::slice::from_ref(&b.uuid),
+                &spec.project_id,
+                &spec.user_id,
+            )
             .await
         {
             Ok(mut v) => v.pop(),

@@ -1196,6 +1196,12 @@ async fn create_body_as_nova_schema_has_it() {
         ),
         (
             "2.1",
+            server(json!({"availability_zone": ""})),
+            "Invalid input for field/attribute availability_zone. Value: . '' is too short"
+                .to_owned(),
+        ),
+        (
+            "2.1",
             server(json!({"flavorRef": ""})),
             "Invalid input for field/attribute flavorRef. Value: . '' is too short".to_owned(),
         ),

@@ -445,6 +445,9 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let availability_zone = match o.get("availability_zone") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(v @ Value::String(_)) => {
+            return Err(invalid_field("availability_zone", v, "'' is too short"))
+        }
         Some(other) => {
             return Err(invalid_field(
                 "availability_zone",
