@@ -28,11 +28,16 @@
 //!    fault; its allocations are freed.
 //!
 //! Dead hosts are not acted on while this conductor itself could not have
-//! seen them alive: during its first `service_down_time` (plus 2 s) after
-//! start, and while it has consumed no heartbeat at all for that long, not
-//! even the canary every conductor casts to the liveness queue each
-//! flush interval (then the liveness path, not every host, is broken; a
-//! cell whose hosts all died still shows the canary, and is healed).
+//! seen them alive: until heartbeats have been flowing for
+//! `service_down_time` (plus 2 s) without a gap, after its start and again
+//! after every break of the liveness path. The canary every conductor
+//! casts to the liveness queue each flush interval keeps them flowing in a
+//! cell whose hosts all died (that cell is healed); a gap of several flush
+//! intervals (at least 2 s) means the path itself was broken (the broker
+//! restarted, this consumer was away), and every host's `last_seen_up` is
+//! stale until it has beaten again and the beat is written. A host whose
+//! beats this conductor holds unwritten (its database was away) is never
+//! taken for down.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,13 +125,13 @@ pub(crate) async fn run(
             _ = tick.tick() => {}
             _ = crate::stopped(&mut shutdown) => break,
         }
-        // Long enough for every live host to have been seen and flushed.
+        // Beats flowing long enough for every live host to have been seen
+        // and written since this conductor started, or since the liveness
+        // path came back after a break (the broker, this consumer).
         let settle = o.service_down_time + Duration::from_secs(2);
-        let trust_silence = started.elapsed() >= settle
-            && liveness
-                .silent_for()
-                .is_some_and(|s| s < o.service_down_time);
-        match conductor.heal_once(&o, trust_silence).await {
+        let trust_silence =
+            started.elapsed() >= settle && liveness.flowing_for().is_some_and(|f| f >= settle);
+        match conductor.heal_once(&o, trust_silence, &liveness).await {
             Ok(r) if r.rescheduled + r.failed + r.timed_out + r.deleted + r.released > 0 => {
                 info!(rescheduled = r.rescheduled, failed = r.failed, timed_out = r.timed_out,
                     deleted = r.deleted, released = r.released,
@@ -162,6 +167,7 @@ impl Conductor {
         &self,
         o: &HealOptions,
         trust_silence: bool,
+        liveness: &Liveness,
     ) -> Result<HealReport> {
         let mut report = HealReport {
             forgotten: self.db.forget_finished_builds().await?,
@@ -169,10 +175,18 @@ impl Conductor {
         };
         let now = chrono::Utc::now();
         let down_cutoff = now - chrono_secs(o.service_down_time);
-        let down = self
+        // A host whose beats this conductor holds unwritten (its database
+        // was away, a flush is due) is not down, whatever the row says.
+        let down: Vec<_> = self
             .db
             .down_services(rpc::COMPUTE_BINARY, down_cutoff)
-            .await?;
+            .await?
+            .into_iter()
+            .filter(|d| {
+                d.forced_down
+                    || !liveness.unwritten_since(&d.host, rpc::COMPUTE_BINARY, down_cutoff)
+            })
+            .collect();
         let down_hosts: Vec<String> = down.iter().map(|d| d.host.clone()).collect();
         report.down_hosts = down_hosts.clone();
         if trust_silence {

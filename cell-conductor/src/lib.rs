@@ -138,8 +138,11 @@ pub async fn run_with(o: ConductorOptions) -> Result<Handle> {
         placement: o.placement.clone(),
     });
     let (tx, rx) = watch::channel(false);
-    let seen = Arc::new(liveness::Liveness::default());
     let every = o.liveness_flush.max(Duration::from_millis(100));
+    // The canary beats every `every`: a gap of several is a broken path.
+    let seen = Arc::new(liveness::Liveness::with_gap(
+        (every * 3).max(Duration::from_secs(2)),
+    ));
     let mut background = vec![
         tokio::spawn(liveness::consume(seen.clone(), beats, rx.clone())),
         tokio::spawn(liveness::canary(

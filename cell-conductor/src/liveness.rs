@@ -47,10 +47,42 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 pub struct Liveness {
     seen: Mutex<HashMap<(String, String), DateTime<Utc>>>,
-    last_beat: Mutex<Option<Instant>>,
+    /// The last beat consumed, and since when beats have come without a
+    /// gap longer than `gap`.
+    flow: Mutex<Flow>,
+    gap: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Flow {
+    last_beat: Option<Instant>,
+    since: Option<Instant>,
 }
 
 impl Liveness {
+    /// A gap of more than `gap` between two consumed beats (the canary
+    /// comes every flush interval, so `gap` is a few of those) means the
+    /// liveness path itself was broken: see [`Liveness::flowing_for`].
+    pub fn with_gap(gap: Duration) -> Self {
+        Self {
+            gap,
+            ..Self::default()
+        }
+    }
+
+    /// How long beats have been consumed without a gap longer than the
+    /// configured one (`None`: not flowing now). After the broker or this
+    /// conductor's consumer was away, the database's `last_seen_up` of
+    /// every host is stale until each host has beaten again and the beat
+    /// is written; until then, silence proves nothing.
+    pub fn flowing_for(&self) -> Option<Duration> {
+        let f = self.flow.lock().unwrap_or_else(|p| p.into_inner());
+        match (f.last_beat, f.since) {
+            (Some(last), Some(since)) if last.elapsed() <= self.gap => Some(since.elapsed()),
+            _ => None,
+        }
+    }
+
     /// Notes a heartbeat of `(host, binary)` seen now. False when the map
     /// is full (the beat is dropped).
     pub fn saw(&self, host: &str, binary: &str) -> bool {
@@ -61,7 +93,12 @@ impl Liveness {
         }
         m.insert(key, Utc::now());
         drop(m);
-        *self.last_beat.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let now = Instant::now();
+        let mut f = self.flow.lock().unwrap_or_else(|p| p.into_inner());
+        if f.last_beat.is_none_or(|t| now.duration_since(t) > self.gap) {
+            f.since = Some(now);
+        }
+        f.last_beat = Some(now);
         true
     }
 
@@ -69,10 +106,21 @@ impl Liveness {
     /// never). Silence from every host at once says more about the
     /// liveness path (the broker) than about the hosts.
     pub fn silent_for(&self) -> Option<Duration> {
-        self.last_beat
+        self.flow
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .last_beat
             .map(|t| t.elapsed())
+    }
+
+    /// Whether a heartbeat of `(host, binary)` newer than `since` is held
+    /// here, not yet written (a flush failed, or is due): the database's
+    /// `last_seen_up` may say the host is down while this conductor knows
+    /// it is not.
+    pub fn unwritten_since(&self, host: &str, binary: &str, since: DateTime<Utc>) -> bool {
+        let m = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&(host.to_owned(), binary.to_owned()))
+            .is_some_and(|t| *t > since)
     }
 
     /// Takes what was seen since the last call.
@@ -216,5 +264,40 @@ mod tests {
         got.sort();
         assert_eq!(got, ["h1", "h2"]);
         assert!(l.take().is_empty(), "taken beats are gone");
+    }
+
+    #[test]
+    fn an_unwritten_beat_says_the_host_is_alive_until_it_is_taken() {
+        let l = Liveness::default();
+        let before = Utc::now() - chrono::Duration::seconds(5);
+        assert!(!l.unwritten_since("h1", "nova-compute", before));
+        assert!(l.saw("h1", "nova-compute"));
+        assert!(l.unwritten_since("h1", "nova-compute", before));
+        assert!(!l.unwritten_since(
+            "h1",
+            "nova-compute",
+            Utc::now() + chrono::Duration::seconds(1)
+        ));
+        assert!(!l.unwritten_since("h2", "nova-compute", before));
+        l.take();
+        assert!(
+            !l.unwritten_since("h1", "nova-compute", before),
+            "written: the row says"
+        );
+    }
+
+    #[test]
+    fn beats_flow_from_the_first_after_a_gap() {
+        let l = Liveness::with_gap(Duration::from_millis(100));
+        assert_eq!(l.flowing_for(), None);
+        l.saw("h1", "nova-compute");
+        std::thread::sleep(Duration::from_millis(50));
+        l.saw("h1", "nova-compute");
+        let flowing = l.flowing_for().expect("flowing");
+        assert!(flowing >= Duration::from_millis(50), "{flowing:?}");
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(l.flowing_for(), None, "a gap: not flowing");
+        l.saw("h1", "nova-compute");
+        assert!(l.flowing_for().expect("flowing again") < Duration::from_millis(50));
     }
 }

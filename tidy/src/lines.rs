@@ -15,7 +15,7 @@ pub const LIMIT: usize = 1000;
 
 /// The ratchet: files over [`LIMIT`] and the most lines each may have.
 pub const LONG_FILES: &[(&str, usize)] = &[
-    ("api-super/tests/it/compute.rs", 1651),
+    ("api-super/tests/it/compute.rs", 1644),
     ("api-super/tests/it/image.rs", 1732),
     ("api-super/tests/it/operator.rs", 1739),
     ("api-super/tests/it/server_list.rs", 1181),

@@ -185,8 +185,6 @@ impl SuperConductor {
         }
     }
 
-    /// Creates the instance in the chosen cell, lands the mapping, casts
-    /// the build.
     /// Schedules `b` again after its chosen cell was found down before
     /// anything was written there: its claim released, the host map read
     /// again (a cell marked down contributes no host). `None` when no
@@ -224,6 +222,8 @@ impl SuperConductor {
         }
     }
 
+    /// Creates the instance in the chosen cell, lands the mapping, casts
+    /// the build.
     async fn land(
         &self,
         b: &BuildInstance,
