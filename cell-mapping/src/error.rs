@@ -103,6 +103,18 @@ impl Error {
         }
     }
 
+    /// Whether no connection to the database could be had, so nothing
+    /// was sent (a subset of [`Error::is_unreachable`]: a connection cut
+    /// under a statement is unreachable, but its statement may have been
+    /// applied).
+    pub fn is_refused(&self) -> bool {
+        match self {
+            Error::Connect { .. } => true,
+            Error::Db { source, .. } => migrations::failure::refused(source),
+            _ => false,
+        }
+    }
+
     /// Whether a statement failed on a unique constraint (a row with that
     /// key exists already).
     pub fn is_duplicate(&self) -> bool {

@@ -1,6 +1,7 @@
 //! What kind of database failure a `sqlx::Error` is, on both backends: the
-//! database cannot be reached ([`unreachable`]), or a statement lost a race
-//! for a lock ([`contended`]). Callers decide from these whether the work
+//! database cannot be reached ([`unreachable`]; [`refused`] when not even a
+//! connection was had, so nothing was sent), or a statement lost a race for
+//! a lock ([`contended`]). Callers decide from these whether the work
 //! may be tried again (the cell conductor answers such failures as
 //! `Unavailable`, which the compute agent repeats; the API shows a cell
 //! that cannot be reached as down).
@@ -42,6 +43,27 @@ pub fn unreachable(e: &sqlx::Error) -> bool {
     }
 }
 
+/// No connection could be had, so no statement was sent: nothing the
+/// caller asked for was applied (a connection cut under a statement is
+/// [`unreachable`] but not this: its statement may have been applied).
+pub fn refused(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+        sqlx::Error::Database(d)
+            if d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some() =>
+        {
+            // Raised while connecting: the database does not accept
+            // connections (55000), cannot now (57P03), is gone (3D000),
+            // too many connections (53300), authentication (28…).
+            let code = d.code().unwrap_or_default();
+            matches!(code.as_ref(), "55000" | "57P03" | "3D000" | "53300") || code.starts_with("28")
+        }
+        _ => false,
+    }
+}
+
 /// The statement lost a race and was rolled back: a serialization failure
 /// or deadlock (40001, 40P01), a lock not granted within `lock_timeout`
 /// (55P03), SQLite's BUSY or LOCKED. The same work may succeed when tried
@@ -57,5 +79,20 @@ pub fn contended(e: &sqlx::Error) -> bool {
         matches!(code.as_ref(), "40001" | "40P01" | "55P03")
     } else {
         code.parse::<i64>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_sent_nothing_a_reset_one_may_have() {
+        let refused_io = sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into());
+        let reset = sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into());
+        assert!(refused(&refused_io) && unreachable(&refused_io));
+        assert!(!refused(&reset) && unreachable(&reset));
+        assert!(refused(&sqlx::Error::PoolTimedOut));
+        assert!(!refused(&sqlx::Error::RowNotFound) && !unreachable(&sqlx::Error::RowNotFound));
     }
 }

@@ -296,6 +296,8 @@ impl SuperConductor {
                 tracing::warn!(instance = %b.uuid, cell = %cell.uuid, "removed a row a previous owner of the build wrote after it lost the build; creating the instance again");
                 cdb.create_api_instance(&row).await.map_err(|e| chain(&e))?
             }
+            // No connection could be had: nothing was written there.
+            Err(e) if e.is_refused() => return Err(LandError::CellDown(chain(&e))),
             Err(e) => return Err(chain(&e).into()),
         };
         let landed = self
