@@ -109,6 +109,28 @@ fn finding(consumer: &str, on: &Node, kind: &str) -> rpc::AllocationFinding {
     }
 }
 
+/// Records on `f` what an operator's action came to: `done` (logged and
+/// counted under `metric`), or failed with the reason.
+fn record(
+    f: &mut rpc::AllocationFinding,
+    result: std::result::Result<(), String>,
+    done: &str,
+    metric: &'static str,
+) {
+    match result {
+        Ok(()) => {
+            info!(consumer = %f.consumer, provider = %f.provider, action = done,
+                "allocation reconciled (operator's request)");
+            metrics::healed(metric);
+            f.action = done.to_owned();
+        }
+        Err(e) => {
+            f.action = finding::FAILED.to_owned();
+            f.detail = e;
+        }
+    }
+}
+
 impl Conductor {
     /// The cell's compute nodes with a provider uuid, keyed by host and node.
     async fn nodes(&self) -> Result<HashMap<(String, String), Node>> {
@@ -311,17 +333,12 @@ impl Conductor {
             let mut f = finding(c, n, finding::ORPHANED);
             // One delete removes the consumer's allocations everywhere.
             if r.delete && removed.insert(c.clone()) {
-                match self.remove(c).await {
-                    Ok(()) => {
-                        info!(consumer = %c, "orphaned allocations removed (operator's audit)");
-                        metrics::healed("orphan_removed");
-                        f.action = finding::DELETED.to_owned();
-                    }
-                    Err(e) => {
-                        f.action = finding::FAILED.to_owned();
-                        f.detail = e;
-                    }
-                }
+                record(
+                    &mut f,
+                    self.remove(c).await,
+                    finding::DELETED,
+                    "orphan_removed",
+                );
             } else if r.delete {
                 f.action = finding::DELETED.to_owned();
             }
@@ -343,16 +360,8 @@ impl Conductor {
                 if !settled(row) {
                     f.detail = format!("{} (a task is under way; left alone)", to.provider);
                 } else {
-                    match self.put_claim(row, to).await {
-                        Ok(()) => {
-                            metrics::healed("allocation_moved");
-                            f.action = finding::MOVED.to_owned();
-                        }
-                        Err(e) => {
-                            f.action = finding::FAILED.to_owned();
-                            f.detail = e;
-                        }
-                    }
+                    let done = self.put_claim(row, to).await;
+                    record(&mut f, done, finding::MOVED, "allocation_moved");
                 }
             }
             out.findings.push(f);
@@ -411,17 +420,8 @@ impl Conductor {
         for (row, n) in wanted.into_iter().take(limit) {
             let mut f = finding(&row.uuid, n, finding::MISSING);
             if !r.dry_run {
-                match self.put_claim(row, n).await {
-                    Ok(()) => {
-                        info!(instance = %row.uuid, provider = %n.provider, "missing allocation created (operator's heal)");
-                        metrics::healed("allocation_healed");
-                        f.action = finding::CREATED.to_owned();
-                    }
-                    Err(e) => {
-                        f.action = finding::FAILED.to_owned();
-                        f.detail = e;
-                    }
-                }
+                let done = self.put_claim(row, n).await;
+                record(&mut f, done, finding::CREATED, "allocation_healed");
             }
             out.findings.push(f);
         }

@@ -222,7 +222,11 @@ pub(super) async fn audit(
         eprintln!("error: {provider:?} is not a resource provider uuid");
         return 127;
     }
-    let cells = match cells(ctx, None).await {
+    let cells = match ctx.api().await {
+        Ok(api) => cells(&api, None).await,
+        Err(e) => Err(e),
+    };
+    let cells = match cells {
         Ok(c) => c,
         Err(e) => return fail(&e, 1),
     };
@@ -285,9 +289,8 @@ pub(super) async fn audit(
     }
 }
 
-/// The cells to ask: all, or the one given (127 when it is not a cell).
-async fn cells(ctx: &Ctx, only: Option<&str>) -> Result<Vec<CellMapping>, Error> {
-    let api: ApiDb = ctx.api().await?;
+/// The cells to ask: all, or the one given (none when it is not a cell).
+async fn cells(api: &ApiDb, only: Option<&str>) -> Result<Vec<CellMapping>, Error> {
     let all = api.cells().await?;
     Ok(match only {
         None => all,
@@ -317,7 +320,11 @@ pub(super) async fn heal(
         eprintln!("error: {instance:?} is not an instance uuid");
         return 127;
     }
-    let mut cells = match cells(ctx, cell.as_deref()).await {
+    let api = match ctx.api().await {
+        Ok(api) => api,
+        Err(e) => return fail(&e, EXIT_UNEXPECTED),
+    };
+    let mut cells = match cells(&api, cell.as_deref()).await {
         Ok(c) => c,
         Err(e) => return fail(&e, EXIT_UNEXPECTED),
     };
@@ -328,11 +335,7 @@ pub(super) async fn heal(
         }
     }
     if !instance.is_empty() {
-        let mapped = match ctx.api().await {
-            Ok(api) => api.instance_mapping(&instance).await,
-            Err(e) => Err(e),
-        };
-        match mapped {
+        match api.instance_mapping(&instance).await {
             Ok(InstanceMappingState::Cell(c)) => cells.retain(|x| x.uuid == c.uuid),
             Ok(_) => {
                 eprintln!("error: instance {instance} is not mapped to a cell");

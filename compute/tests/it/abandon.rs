@@ -74,24 +74,30 @@ async fn failing_conductor(bus: Arc<dyn Transport>, code: &'static str) -> Arc<M
     seen
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreportable_build_ends_in_error_with_a_fault() {
-    let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
-    let seen = failing_conductor(bus.clone(), code::INTERNAL).await;
+/// Starts host `name` on `bus` (fake hypervisor) and casts it the build of
+/// a fresh m1.tiny instance; the host, its hypervisor and the instance.
+async fn host_with_a_build(
+    bus: &Arc<dyn Transport>,
+    name: &str,
+) -> (
+    compute::HostHandle,
+    FakeHypervisor,
+    fabric::ids::InstanceUuid,
+) {
     let hv = FakeHypervisor::automatic(Duration::ZERO);
     let host = compute::start_host(
-        HostConfig::new("abandon-host"),
+        HostConfig::new(name),
         bus.clone(),
-        hv.driver("abandon-host"),
+        hv.driver(name),
         Arc::new(InMemoryPlacement::new()),
     );
     tokio::time::timeout(Duration::from_secs(10), host.ready())
         .await
         .unwrap()
         .unwrap();
-    let instance = fabric::ids::InstanceUuid::new_random().to_string();
+    let instance = fabric::ids::InstanceUuid::new_random();
     let build = rpc::BuildAndRunInstance {
-        instance_uuid: instance.clone(),
+        instance_uuid: instance.to_string(),
         request_id: "req-00000000-0000-4000-8000-000000000001".into(),
         global_request_id: "req-00000000-0000-4000-8000-000000000002".into(),
         flavor: Some(rpc::FlavorResources {
@@ -109,7 +115,7 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
     };
     rpc::cast(
         bus.as_ref(),
-        &rpc::compute_queue("abandon-host"),
+        &rpc::compute_queue(name),
         method::BUILD_AND_RUN_INSTANCE,
         &build,
         &ids,
@@ -117,6 +123,15 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
     )
     .await
     .unwrap();
+    (host, hv, instance)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreportable_build_ends_in_error_with_a_fault() {
+    let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
+    let seen = failing_conductor(bus.clone(), code::INTERNAL).await;
+    let (host, _hv, instance) = host_with_a_build(&bus, "abandon-host").await;
+    let instance = instance.to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         {
@@ -155,39 +170,7 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
 async fn an_update_answered_unavailable_is_repeated_and_the_build_goes_on() {
     let bus: Arc<dyn Transport> = Arc::new(InprocTransport::new());
     let seen = failing_conductor(bus.clone(), code::UNAVAILABLE).await;
-    let hv = FakeHypervisor::automatic(Duration::ZERO);
-    let host = compute::start_host(
-        HostConfig::new("unavailable-host"),
-        bus.clone(),
-        hv.driver("unavailable-host"),
-        Arc::new(InMemoryPlacement::new()),
-    );
-    tokio::time::timeout(Duration::from_secs(10), host.ready())
-        .await
-        .unwrap()
-        .unwrap();
-    let instance = fabric::ids::InstanceUuid::new_random();
-    let build = rpc::BuildAndRunInstance {
-        instance_uuid: instance.to_string(),
-        flavor: Some(rpc::FlavorResources {
-            vcpus: 1,
-            memory_mb: 512,
-            root_gb: 1,
-            ..Default::default()
-        }),
-        image_ref: "cirros".into(),
-        ..Default::default()
-    };
-    rpc::cast(
-        bus.as_ref(),
-        &rpc::compute_queue("unavailable-host"),
-        method::BUILD_AND_RUN_INSTANCE,
-        &build,
-        &RequestIds::default(),
-        rpc::BUILD_CAST_TTL,
-    )
-    .await
-    .unwrap();
+    let (host, hv, instance) = host_with_a_build(&bus, "unavailable-host").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while seen.lock().unwrap().updates.len() < 2 {
         assert!(

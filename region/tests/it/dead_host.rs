@@ -36,28 +36,6 @@ async fn a_dead_host_is_noticed_and_its_builds_recover_on_postgresql_and_rabbitm
     dead_host(cfg, testkit::temp_dir("dead_host_pg")).await;
 }
 
-/// Posts a create (admin, m1.tiny) into `zone` (empty: anywhere); the id.
-async fn create(api: &Api, name: &str, zone: &str) -> String {
-    let mut server = json!({
-        "name": name,
-        "flavorRef": "1",
-        "imageRef": "cirros-0.6.2-x86_64-disk",
-    });
-    if !zone.is_empty() {
-        server["availability_zone"] = json!(zone);
-    }
-    let (status, v) = api
-        .call(
-            "POST",
-            "/v2.1/servers",
-            "2.1",
-            Some(json!({ "server": server })),
-        )
-        .await;
-    assert_eq!(status, 202, "boot {name}: {v}");
-    v["server"]["id"].as_str().expect("id").to_owned()
-}
-
 /// Polls until the server leaves BUILD or `within` passes; the server.
 async fn settle(api: &Api, id: &str, within: Duration) -> Value {
     let deadline = Instant::now() + within;
@@ -123,12 +101,12 @@ async fn dead_host(mut cfg: RegionConfig, dir: std::path::PathBuf) {
     region.cells[0].hosts.remove(i).shutdown().await;
     let killed = Instant::now();
     // A boot forced onto it right away: its cast waits in a dead queue.
-    let forced = create(&api, "forced", &format!("nova:{dead}")).await;
+    let forced = api.create("forced", &format!("nova:{dead}")).await;
     // Ordinary boots before it is seen dead: the scheduler may still pick
     // it (with the other host as the alternate).
     let mut early = Vec::new();
     for n in 0..4 {
-        early.push(create(&api, &format!("early-{n}"), "").await);
+        early.push(api.create(&format!("early-{n}"), "").await);
     }
 
     // Noticed.
@@ -167,7 +145,7 @@ async fn dead_host(mut cfg: RegionConfig, dir: std::path::PathBuf) {
 
     // New boots never go to the dead host.
     for n in 0..3 {
-        let id = create(&api, &format!("after-{n}"), "").await;
+        let id = api.create(&format!("after-{n}"), "").await;
         let s = settle(&api, &id, RECOVER_WITHIN).await;
         assert_eq!(s["status"], "ACTIVE", "{s}");
         assert_eq!(s["OS-EXT-SRV-ATTR:host"], live, "{s}");

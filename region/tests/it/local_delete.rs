@@ -78,9 +78,9 @@ impl Api {
         (status, v)
     }
 
-    /// Boots (admin, m1.tiny) onto `zone` (empty: anywhere) and waits until ACTIVE or ERROR;
-    /// returns the id and the server.
-    pub(crate) async fn boot(&self, name: &str, zone: &str) -> (String, Value) {
+    /// Posts a create (admin, m1.tiny) into `zone` (empty: anywhere); the
+    /// id.
+    pub(crate) async fn create(&self, name: &str, zone: &str) -> String {
         let mut server = json!({
             "name": name,
             "flavorRef": "1",
@@ -98,7 +98,13 @@ impl Api {
             )
             .await;
         assert_eq!(status, 202, "boot {name}: {v}");
-        let id = v["server"]["id"].as_str().expect("id").to_owned();
+        v["server"]["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Boots (admin, m1.tiny) onto `zone` (empty: anywhere) and waits
+    /// until ACTIVE or ERROR; returns the id and the server.
+    pub(crate) async fn boot(&self, name: &str, zone: &str) -> (String, Value) {
+        let id = self.create(name, zone).await;
         let deadline = Instant::now() + WITHIN;
         loop {
             let (status, v) = self.show(&id).await;
