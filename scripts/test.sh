@@ -10,7 +10,9 @@ scripts/install-libvirt.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Every binary: the distributed-deployment test runs them as separate processes.
-cargo build --workspace --bins --locked
+# Bins and tests in one build: the same features as the test run below
+# (the tests turn on fabric's failpoints), so nothing is built twice.
+cargo build --workspace --bins --tests --locked
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

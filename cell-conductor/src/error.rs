@@ -85,6 +85,9 @@ pub enum ConductorError {
     /// The bus failed.
     #[error("message bus error")]
     Bus(#[source] fabric::bus::BusError),
+    /// A test failed this step ([`fabric::failpoint`]).
+    #[error(transparent)]
+    Injected(#[from] fabric::failpoint::Injected),
 }
 
 /// Result type of the conductor.
@@ -108,9 +111,11 @@ impl ConductorError {
             {
                 code::UNAVAILABLE
             }
-            Self::Database { .. } | Self::Open(_) | Self::Placement(_) | Self::Bus(_) => {
-                code::INTERNAL
-            }
+            Self::Database { .. }
+            | Self::Open(_)
+            | Self::Placement(_)
+            | Self::Bus(_)
+            | Self::Injected(_) => code::INTERNAL,
         }
     }
 

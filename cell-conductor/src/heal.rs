@@ -16,7 +16,9 @@
 //!    finds the cast expired or the instance on another host (the first
 //!    build step is fenced on the host) and never replays it.
 //! 3. A build whose cast expired unread (a lost cast, a host not consuming)
-//!    is re-driven the same way.
+//!    is re-driven the same way, once `cast_grace` has passed; one whose
+//!    cast could not be sent at all (recorded with `expires_at` ≤
+//!    `cast_at` by the sender) at the next pass.
 //! 4. A task held by a host seen dead is let go: a delete (`deleting`) is
 //!    finished here, as the API's local delete would have (the instance
 //!    marked deleted, its allocations removed; the host destroys the guest
@@ -219,7 +221,7 @@ impl Conductor {
             .await?
         {
             let why = format!(
-                "host {} did not take the build within {} s (its cast expired unread)",
+                "host {} did not take the build: its cast could not be sent, or expired unread ({} s)",
                 cast.host,
                 rpc::BUILD_CAST_TTL.as_secs()
             );

@@ -220,6 +220,23 @@ impl InstanceChange {
     pub fn transition_to(&self) -> Option<&Option<String>> {
         self.first_task_state.as_ref().or(self.task_state.as_ref())
     }
+
+    /// Whether the change may move the task state from `from`: as
+    /// [`transition_allowed`], and also, from `deleting`, the end of a
+    /// delete that failed on its host (vm_state ERROR, no task, asked only
+    /// from `deleting`), so the server is not held in `deleting`.
+    pub fn allowed_from(&self, from: Option<&str>) -> bool {
+        match self.transition_to() {
+            None => true,
+            Some(to) => {
+                transition_allowed(from, to.as_deref())
+                    || (from == Some(ts::DELETING)
+                        && to.is_none()
+                        && self.vm_state.as_deref() == Some(vs::ERROR)
+                        && self.expected == [Some(ts::DELETING.to_owned())])
+            }
+        }
+    }
 }
 
 /// Steps of one instance (a batch from its compute, in order) as one change
@@ -432,6 +449,27 @@ mod tests {
         assert!(!transition_allowed(Some(ts::DELETING), None));
         assert!(transition_allowed(Some(ts::SPAWNING), Some(ts::SCHEDULING)));
         assert!(transition_allowed(Some(ts::SPAWNING), Some(ts::DELETING)));
+    }
+
+    #[test]
+    fn only_a_failed_delete_leaves_deleting() {
+        let failed = InstanceChange {
+            vm_state: Some(vs::ERROR.to_owned()),
+            task_state: Some(None),
+            expected: vec![Some(ts::DELETING.to_owned())],
+            ..Default::default()
+        };
+        assert!(failed.allowed_from(Some(ts::DELETING)));
+        // Not without ERROR, nor when other task states are expected too.
+        let mut quiet = failed.clone();
+        quiet.vm_state = Some(vs::ACTIVE.to_owned());
+        assert!(!quiet.allowed_from(Some(ts::DELETING)));
+        let mut loose = failed.clone();
+        loose.expected.push(None);
+        assert!(!loose.allowed_from(Some(ts::DELETING)));
+        let mut onward = failed;
+        onward.task_state = Some(Some(ts::SPAWNING.to_owned()));
+        assert!(!onward.allowed_from(Some(ts::DELETING)));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use fabric::bus::{Delivery, Transport};
+use fabric::failpoint;
 use fabric::ids::{InstanceUuid, ProviderUuid};
 use fabric::rpc::{
     self, action, method, task_state as ts, RequestIds, RescheduleOutcome, RescheduleResult,
@@ -335,6 +336,7 @@ impl Conductor {
     #[instrument(skip_all, fields(instance = %r.instance_uuid, host = %r.host))]
     async fn instance_destroyed(&self, r: rpc::InstanceDestroyed) -> Result<rpc::InstanceRecord> {
         let uuid = instance_uuid(&r.instance_uuid)?;
+        failpoint::hit(failpoint::DELETE_ALLOCATIONS)?;
         match self.placement.delete_allocations(uuid).await {
             Ok(()) | Err(PlacementError::NotConfigured) => {}
             Err(e) => return Err(ConductorError::Placement(e)),
@@ -372,6 +374,7 @@ impl Conductor {
                 at: chrono::Utc::now(),
             });
         }
+        failpoint::hit(failpoint::DELETE_RECORD)?;
         let row = self.db.mark_deleted(uuid, &events).await?;
         info!("instance deleted");
         Ok(row.to_record())
@@ -494,11 +497,15 @@ impl Conductor {
                 ));
                 continue;
             };
-            match self
-                .placement
-                .move_claim(instance, provider, resources, &row.project_id, &row.user_id)
-                .await
-            {
+            let moved = match failpoint::hit(failpoint::RESCHEDULE_CLAIM) {
+                Ok(()) => self
+                    .placement
+                    .move_claim(instance, provider, resources, &row.project_id, &row.user_id)
+                    .await
+                    .map_err(|e| chain(&e)),
+                Err(e) => Err(e.to_string()),
+            };
+            match moved {
                 Ok(true) => {
                     let change = InstanceChange {
                         task_state: Some(Some(ts::SCHEDULING.to_owned())),
@@ -516,17 +523,22 @@ impl Conductor {
                     // Recorded before the cast: a conductor that dies in
                     // between leaves a cast that the healing re-drives once
                     // it expires unread.
-                    self.record_cast(&alt.host, &next, &ids).await;
-                    rpc::cast(
+                    self.record_cast(&alt.host, &next, &ids, false).await;
+                    if let Err(e) = rpc::cast_build(
                         self.bus.as_ref(),
-                        &rpc::compute_queue(&alt.host),
-                        method::BUILD_AND_RUN_INSTANCE,
+                        &alt.host,
                         &next,
                         &ids,
-                        rpc::BUILD_CAST_TTL,
+                        failpoint::RESCHEDULE_CAST,
                     )
                     .await
-                    .map_err(ConductorError::Bus)?;
+                    {
+                        // The build is the alternate's now (its claim and
+                        // the instance's host): the healing re-drives the
+                        // unsent cast at its next pass.
+                        warn!(to = %alt.host, error = %e, "could not cast the rescheduled build; leaving it to the healing");
+                        self.record_cast(&alt.host, &next, &ids, true).await;
+                    }
                     metrics::reschedule("rescheduled");
                     info!(to = %alt.host, attempt = next.attempt, "build rescheduled");
                     return Ok(RescheduleResult {
@@ -536,8 +548,8 @@ impl Conductor {
                 }
                 Ok(false) => tried.push(format!("{}: no capacity", alt.host)),
                 Err(e) => {
-                    warn!(alternate = %alt.host, error = %chain(&e), "could not move the claim");
-                    tried.push(format!("{}: {}", alt.host, chain(&e)));
+                    warn!(alternate = %alt.host, error = %e, "could not move the claim");
+                    tried.push(format!("{}: {e}", alt.host));
                 }
             }
         }
@@ -596,16 +608,22 @@ impl Conductor {
 }
 
 impl Conductor {
-    /// Records the build cast to `host` (what the healing re-drives); a
-    /// failure is logged: the build timeout still ends such a build.
+    /// Records the build cast to `host` (what the healing re-drives),
+    /// `unsent`: as expired now, for the next pass to re-drive; a failure
+    /// is logged: the build timeout still ends such a build.
     pub(crate) async fn record_cast(
         &self,
         host: &str,
         build: &rpc::BuildAndRunInstance,
         ids: &RequestIds,
+        unsent: bool,
     ) {
-        let expires = chrono::Utc::now()
-            + chrono::Duration::from_std(rpc::BUILD_CAST_TTL).unwrap_or(chrono::Duration::MAX);
+        let expires = if unsent {
+            chrono::Utc::now()
+        } else {
+            chrono::Utc::now()
+                + chrono::Duration::from_std(rpc::BUILD_CAST_TTL).unwrap_or(chrono::Duration::MAX)
+        };
         if let Err(e) = self
             .db
             .record_build_cast(

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fabric::bus::{Delivery, Subscription, Transport};
+use fabric::failpoint;
 use fabric::ids::{InstanceUuid, ProviderUuid};
 use fabric::rpc::{
     self, action, code, method, task_state as ts, vm_state as vs, ActionEvent, EventPhase,
@@ -55,11 +56,11 @@ use fabric::rpc::{
 use fabric::wire::now_unix_ms;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
-use tracing::{debug, error, info, instrument, warn, Instrument};
+use tracing::{error, info, instrument, warn, Instrument};
 
 use crate::actions::ActionPlan;
 use crate::conductor::{CallRetry, ConductorClient};
-use crate::driver::{Driver, SpawnSpec};
+use crate::driver::{Driver, DriverError, SpawnSpec};
 use crate::error::{chain, ComputeError};
 use crate::init_host;
 use crate::metrics;
@@ -679,7 +680,11 @@ impl Host {
             flavor: b.flavor.clone().unwrap_or_default(),
             image_ref: b.image_ref.clone(),
         };
-        if let Err(e) = self.driver.spawn(&spec).await {
+        let spawned = match failpoint::hit(failpoint::BOOT_SPAWN) {
+            Ok(()) => self.driver.spawn(&spec).await,
+            Err(e) => Err(DriverError::SpawnFailed(e.to_string())),
+        };
+        if let Err(e) = spawned {
             metrics::phase("spawning", t.elapsed());
             return self.spawn_failed(&b, &ids, instance, &e.into()).await;
         }
@@ -861,68 +866,6 @@ impl Host {
                         metrics::build("failed");
                     }
                 }
-            }
-        }
-    }
-
-    #[instrument(skip_all, fields(instance = %t.instance_uuid, request_id = %t.request_id,
-        global_request_id = %t.global_request_id))]
-    async fn terminate(&self, t: rpc::TerminateInstance) {
-        let ids = RequestIds {
-            request_id: t.request_id.clone(),
-            global_request_id: t.global_request_id.clone(),
-        };
-        let Ok(instance) = t.instance_uuid.parse::<InstanceUuid>() else {
-            error!("terminate for an invalid instance uuid dropped");
-            return;
-        };
-        let mut u = InstanceUpdate {
-            instance_uuid: t.instance_uuid.clone(),
-            task_state: NullableString::set(ts::DELETING),
-            ..Default::default()
-        };
-        if !t.request_id.is_empty() {
-            u.events.push(event(
-                &t.instance_uuid,
-                action::DELETE,
-                action::EV_TERMINATE,
-                &self.cfg.host,
-                &ids,
-                EventPhase::Start,
-                None,
-            ));
-        }
-        match self.conductor.update_instance(&u, &ids).await {
-            Ok(_) => {}
-            Err(e) if e.remote_code() == Some(code::NOT_FOUND) => {
-                debug!("already deleted");
-                let _ = self.driver.destroy(instance).await;
-                return;
-            }
-            Err(e) => {
-                error!(error = %chain(&e), "could not set deleting");
-                metrics::terminate("failed");
-                return;
-            }
-        }
-        if let Err(e) = self.driver.destroy(instance).await {
-            error!(error = %chain(&e), "destroy failed");
-            metrics::terminate("failed");
-            return;
-        }
-        let d = rpc::InstanceDestroyed {
-            instance_uuid: t.instance_uuid.clone(),
-            host: self.cfg.host.clone(),
-            request_id: t.request_id.clone(),
-        };
-        match self.conductor.destroyed(&d, &ids).await {
-            Ok(_) => {
-                metrics::terminate("deleted");
-                info!("instance deleted");
-            }
-            Err(e) => {
-                error!(error = %chain(&e), "could not report the destroy");
-                metrics::terminate("failed");
             }
         }
     }

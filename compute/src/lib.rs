@@ -32,6 +32,7 @@ pub mod init_host;
 pub mod metrics;
 pub mod placement;
 pub mod power_sync;
+mod terminate;
 
 pub use agent::{start_host, HostConfig, HostHandle, HostResources, HostState};
 pub use error::ComputeError;

@@ -16,6 +16,7 @@
 
 pub mod bus;
 pub mod config;
+pub mod failpoint;
 pub mod ids;
 pub mod login;
 pub mod rpc;

@@ -46,8 +46,10 @@ use prost::Message;
 
 use crate::bus::{BusError, Transport};
 
+mod build_cast;
 mod placement_audit;
 use crate::wire::Envelope;
+pub use build_cast::cast_build;
 pub use placement_audit::{
     finding, AllocationFinding, AllocationReport, HealAllocations, PlacementAudit,
 };

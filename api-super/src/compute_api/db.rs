@@ -829,6 +829,15 @@ impl ComputeDb {
         Ok(())
     }
 
+    /// Undoes [`ComputeDb::queue_for_delete`] (a delete that could not be
+    /// sent): the server counts in its project's quota again.
+    pub async fn queue_for_delete_undo(&self, uuid: &str) -> Result<(), ApiError> {
+        on_pool!(self.pool(), p => sqlx::query(
+            "UPDATE instance_mappings SET queued_for_delete = FALSE, updated_at = $1 WHERE instance_uuid = $2")
+            .bind(Utc::now()).bind(uuid).execute(p).await.map_err(db("instance_mapping_unqueue_delete"))?.rows_affected());
+        Ok(())
+    }
+
     /// `(host, zone)` of every host in an aggregate with an
     /// `availability_zone` key.
     pub async fn host_zones(&self) -> Result<Vec<(String, String)>, ApiError> {

@@ -64,6 +64,10 @@ pub enum ApiError {
     /// Anything else that is our fault (500).
     #[error("internal error: {0}")]
     Internal(String),
+    /// A service the request needs could not be reached and nothing was
+    /// changed: try again later (503, the message shown).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -99,6 +103,7 @@ impl ApiError {
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Db { .. }
             | ApiError::Cell(_)
             | ApiError::CellDown { .. }
@@ -171,6 +176,9 @@ impl IntoResponse for ApiError {
         if let ApiError::CellDown { message, source } = &self {
             tracing::warn!(cell = %source.cell, cell_name = %source.name, reason = %source.reason,
                 "compute API request failed: it needs a cell that is down");
+            return fault_response(status, message);
+        }
+        if let ApiError::Unavailable(message) = &self {
             return fault_response(status, message);
         }
         if status.is_server_error() {

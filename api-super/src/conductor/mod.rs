@@ -22,7 +22,8 @@ use chrono::{DateTime, Utc};
 
 use cell_mapping::db::{NewCellInstance, NewFault};
 use cell_mapping::CellMapping;
-use fabric::rpc::{self, method, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
+use fabric::failpoint;
+use fabric::rpc::{self, Alternate, BuildAndRunInstance, FlavorResources, RequestIds};
 use prost::Message;
 
 use crate::cells::{CellError, Cells};
@@ -265,7 +266,11 @@ impl SuperConductor {
             None,
             started,
         );
-        let row_id = match cdb.create_api_instance(&row).await {
+        let created = match failpoint::hit(failpoint::BOOT_CELL_ROW) {
+            Ok(()) => cdb.create_api_instance(&row).await,
+            Err(e) => return Err(LandError::Step(BootStep::CellRow, e.to_string())),
+        };
+        let row_id = match created {
             Ok(id) => id,
             Err(e) if e.is_duplicate() => {
                 // A row of this uuid is in the cell already. Either another
@@ -298,13 +303,33 @@ impl SuperConductor {
             }
             // No connection could be had: nothing was written there.
             Err(e) if e.is_refused() => return Err(LandError::CellDown(chain(&e))),
-            Err(e) => return Err(chain(&e).into()),
+            Err(e) => return Err(LandError::Step(BootStep::CellRow, chain(&e))),
         };
-        let landed = self
-            .db
-            .finish_build(&b.uuid, cell.id)
-            .await
-            .map_err(|e| chain(&e))?;
+        let landed = match failpoint::hit(failpoint::BOOT_LAND) {
+            Ok(()) => self
+                .db
+                .finish_build(&b.uuid, cell.id)
+                .await
+                .map_err(|e| chain(&e)),
+            Err(e) => Err(e.to_string()),
+        };
+        let landed = match landed {
+            Ok(l) => l,
+            Err(e) => {
+                // Undo the cell row: the build was not landed, so it never
+                // can be from this row (the caller releases the claim and
+                // buries the build in cell0). A row left here would be an
+                // instance without a mapping.
+                match cdb.api_remove_unlanded_row(&b.uuid, row_id).await {
+                    Ok(_) => {}
+                    Err(u) => {
+                        tracing::error!(instance = %b.uuid, cell = %cell.uuid, error = %chain(&u),
+                            "could not remove the row of a build that did not land: the cell holds an instance without a mapping");
+                    }
+                }
+                return Err(LandError::Step(BootStep::Land, e));
+            }
+        };
         let Some(landed) = landed else {
             if self.db.build_taken_over(&b.uuid).await.unwrap_or(false) {
                 // Another process found this one's heartbeat stale and
@@ -379,7 +404,7 @@ impl SuperConductor {
         // unread (a failure here leaves only the build timeout to end it).
         let expires = Utc::now()
             + chrono::Duration::from_std(rpc::BUILD_CAST_TTL).unwrap_or(chrono::Duration::MAX);
-        if let Err(e) = cdb
+        let recorded = match cdb
             .api_record_build_cast(
                 &b.uuid,
                 &sel.host.host,
@@ -390,21 +415,45 @@ impl SuperConductor {
             )
             .await
         {
-            tracing::error!(instance = %b.uuid, host = %sel.host.host, error = %chain(&e), "could not record the build cast");
-        }
-        // The instance is in its cell now: a failed cast leaves it in
-        // building/scheduling for the cell's healing to find; report it.
-        if let Err(e) = rpc::cast(
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(instance = %b.uuid, host = %sel.host.host, error = %chain(&e), "could not record the build cast");
+                false
+            }
+        };
+        // The instance is in its cell now, landed: from here the cell
+        // owns it. A cast that cannot be sent (tried three times) is
+        // recorded as expired, so the cell conductor's healing re-drives
+        // the build at its next pass instead of waiting out the cast's
+        // lifetime.
+        if let Err(e) = rpc::cast_build(
             bus.as_ref(),
-            &rpc::compute_queue(&sel.host.host),
-            method::BUILD_AND_RUN_INSTANCE,
+            &sel.host.host,
             &build,
             &ids,
-            rpc::BUILD_CAST_TTL,
+            failpoint::BOOT_CAST,
         )
         .await
         {
-            tracing::error!(instance = %b.uuid, host = %sel.host.host, error = %chain(&e), "could not cast the build");
+            tracing::error!(instance = %b.uuid, host = %sel.host.host, error = %e, "could not cast the build; leaving it to the cell's healing");
+            let expired = if recorded {
+                cdb.api_record_build_cast(
+                    &b.uuid,
+                    &sel.host.host,
+                    &build.encode_to_vec(),
+                    &ids.request_id,
+                    &ids.global_request_id,
+                    Utc::now(),
+                )
+                .await
+                .map_err(|e| chain(&e))
+            } else {
+                Err("the cast was not recorded".to_owned())
+            };
+            if let Err(why) = expired {
+                tracing::error!(instance = %b.uuid, error = %why, "the unsent build cast is not marked expired: the build timeout ends it");
+            }
+            return Ok(());
         }
         tracing::info!(instance = %b.uuid, host = %sel.host.host, cell = %cell.uuid, alternates = sel.alternates.len(), "build cast");
         Ok(())
@@ -576,12 +625,32 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The super-conductor's steps of a boot (the compute's spawn follows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootStep {
+    /// The instance row in the chosen cell's database.
+    CellRow,
+    /// The instance mapping pointed at the cell, the build request gone.
+    Land,
+}
+
+impl std::fmt::Display for BootStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::CellRow => "the instance row in its cell (super-conductor)",
+            Self::Land => "the landing in the API database (super-conductor)",
+        })
+    }
+}
+
 /// Why a build could not be landed in its cell.
 #[derive(Debug)]
 enum LandError {
     /// The cell is down and nothing was written in it: the build may go
     /// to another cell.
     CellDown(String),
+    /// A step failed; what it wrote is undone.
+    Step(BootStep, String),
     /// Anything else (the cell may hold a row of it).
     Other(String),
 }
@@ -596,6 +665,7 @@ impl std::fmt::Display for LandError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::CellDown(s) | Self::Other(s) => f.write_str(s),
+            Self::Step(step, s) => write!(f, "{step} failed: {s}"),
         }
     }
 }

@@ -275,6 +275,9 @@ pub enum ScheduleError {
     /// Reading host state failed.
     #[error("cannot read host state")]
     HostState(#[source] source::HostStateError),
+    /// A test failed the claim ([`fabric::failpoint::BOOT_CLAIM`]).
+    #[error("placement claim failed")]
+    Injected(#[source] fabric::failpoint::Injected),
 }
 
 /// The scheduler.
@@ -477,6 +480,10 @@ impl Scheduler {
             report.removed = removed;
             let mut chosen = None;
             for (i, c) in ordered.iter().enumerate() {
+                if let Err(e) = fabric::failpoint::hit(fabric::failpoint::BOOT_CLAIM) {
+                    self.release(&selections).await;
+                    return Err(ScheduleError::Injected(e));
+                }
                 match self
                     .placement
                     .claim(uuid, &c.allocation, project_id, user_id)

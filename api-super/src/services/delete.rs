@@ -6,6 +6,7 @@
 //! down, is deleted here ("local delete"), its allocations removed with
 //! retries in the background.
 
+use fabric::failpoint;
 use fabric::rpc::{self, method, RequestIds};
 
 use crate::compute_api::error::{ApiError, ApiResult};
@@ -39,37 +40,73 @@ pub async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiRes
                         return local_delete(app, ctx, &db, &s, other, global).await;
                     }
                 };
+                failpoint::hit(failpoint::DELETE_TASK_STATE).map_err(ApiError::internal)?;
                 if !db
                     .api_set_deleting(&id, &ctx.request_id, &global, ctx.user_id(), &s.project_id)
                     .await?
                 {
                     return Err(ApiError::server_not_found(&id));
                 }
-                app.db.queue_for_delete(&id).await?;
-                let bus = app.cells.bus(&cell).await?;
                 let ids = RequestIds {
                     request_id: ctx.request_id.clone(),
                     global_request_id: global,
                 };
-                rpc::cast(
-                    bus.as_ref(),
-                    &rpc::compute_queue(host),
-                    method::TERMINATE_INSTANCE,
-                    &rpc::TerminateInstance {
-                        instance_uuid: id.clone(),
-                        request_id: ids.request_id.clone(),
-                        global_request_id: ids.global_request_id.clone(),
-                    },
-                    &ids,
-                    rpc::ACTION_CAST_TTL,
-                )
-                .await
-                .map_err(ApiError::internal)?;
+                if let Err(e) = queue_and_cast(app, &cell, host, &id, &ids).await {
+                    // Undo: the server goes back to no task (the `delete`
+                    // action stays, as upstream's failed actions do) and
+                    // counts in the quota again; a DELETE repeated later
+                    // does it all again.
+                    if let Err(u) = db
+                        .api_revert_task_state(&id, rpc::task_state::DELETING)
+                        .await
+                    {
+                        tracing::error!(instance = %id, error = %u, "could not put back the task state of a delete that was not sent: the server stays in `deleting` until deleted again");
+                    }
+                    if let Err(u) = app.db.queue_for_delete_undo(&id).await {
+                        tracing::error!(instance = %id, error = %u, "could not count the server in its quota again");
+                    }
+                    return Err(e);
+                }
                 return Ok(());
             }
         }
     }
     Err(ApiError::server_not_found(&id))
+}
+
+/// Queues the mapping for delete (the quota stops counting the server)
+/// and casts `terminate_instance` to `host`.
+async fn queue_and_cast(
+    app: &App,
+    cell: &cell_mapping::CellMapping,
+    host: &str,
+    id: &str,
+    ids: &RequestIds,
+) -> ApiResult<()> {
+    app.db.queue_for_delete(id).await?;
+    let bus = app.cells.bus(cell).await?;
+    let unsent = |e: String| {
+        // The host is named in the log only: users do not see host names.
+        tracing::error!(instance = %id, %host, error = %e, "could not send the delete to the compute host");
+        ApiError::Unavailable(
+            "The delete could not be sent to the server's compute host; the server is unchanged. Try again later.".into(),
+        )
+    };
+    failpoint::hit(failpoint::DELETE_CAST).map_err(|e| unsent(e.to_string()))?;
+    rpc::cast(
+        bus.as_ref(),
+        &rpc::compute_queue(host),
+        method::TERMINATE_INSTANCE,
+        &rpc::TerminateInstance {
+            instance_uuid: id.to_owned(),
+            request_id: ids.request_id.clone(),
+            global_request_id: ids.global_request_id.clone(),
+        },
+        ids,
+        rpc::ACTION_CAST_TTL,
+    )
+    .await
+    .map_err(|e| unsent(e.to_string()))
 }
 
 /// Whether the compute service of `host` can take a delete: it exists, is

@@ -128,7 +128,8 @@ impl CellDb {
     }
 
     /// Builds whose cast expired before `cutoff` while the instance still
-    /// waits in `task_state` (no compute ever took it).
+    /// waits in `task_state` (no compute ever took it), and those whose
+    /// cast was recorded unsent (`expires_at` ≤ `cast_at`) whenever.
     pub async fn expired_build_casts(
         &self,
         cutoff: DateTime<Utc>,
@@ -137,7 +138,7 @@ impl CellDb {
     ) -> Result<Vec<BuildCast>> {
         let sql = format!(
             "SELECT {CAST_COLUMNS} FROM build_casts b JOIN instances i ON i.uuid = b.instance_uuid \
-             WHERE b.expires_at < $1 AND NOT i.deleted AND i.vm_state = $2 AND i.task_state = $3 \
+             WHERE (b.expires_at < $1 OR b.expires_at <= b.cast_at) AND NOT i.deleted AND i.vm_state = $2 AND i.task_state = $3 \
              AND i.host = b.host ORDER BY b.expires_at LIMIT $4"
         );
         Ok(

@@ -11,7 +11,7 @@ use super::actions::{insert_fault, record_event};
 use super::{now, on_db, CellDb};
 use crate::error::{db, ConductorError, Result};
 use crate::metrics::measured;
-use crate::model::{transition_allowed, Event, Fault, InstanceChange, Phase};
+use crate::model::{Event, Fault, InstanceChange, Phase};
 
 /// An instance row (the columns the boot flow touches).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -462,10 +462,7 @@ impl<'a> SinglePlan<'a> {
         let from: Vec<String> = c
             .expected
             .iter()
-            .filter(|e| match c.transition_to() {
-                Some(to) => transition_allowed(e.as_deref(), to.as_deref()),
-                None => true,
-            })
+            .filter(|e| c.allowed_from(e.as_deref()))
             .map(|e| e.clone().unwrap_or_default())
             .collect();
         if from.is_empty() {
@@ -627,7 +624,7 @@ fn check(key: &str, cur: &InstanceRow, c: &InstanceChange) -> Result<()> {
         }
     }
     if let Some(to) = c.transition_to() {
-        if !transition_allowed(from, to.as_deref()) {
+        if !c.allowed_from(from) {
             if from == Some(ts::DELETING) {
                 return Err(ConductorError::UnexpectedTaskState {
                     instance: key.to_owned(),

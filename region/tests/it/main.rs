@@ -16,6 +16,7 @@ mod policy_matrix;
 mod server_actions;
 mod server_actions_cli;
 mod servers_cli;
+mod steps;
 mod user_apis_cli;
 
 use std::io::{BufRead, BufReader};
