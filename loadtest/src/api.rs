@@ -362,6 +362,14 @@ pub async fn image_id_by_name(
         .with_context(|| format!("no image named {name} at {image_url}"))
 }
 
+/// Identity's base URL as the clients here want it (they add `/v3/…`):
+/// `url` without a trailing `/` or `/v3`, so an `OS_AUTH_URL` as the
+/// openstack CLI takes it (`http://host:5000/v3`) works too.
+pub fn identity_base(url: &str) -> String {
+    let url = url.trim_end_matches('/');
+    url.strip_suffix("/v3").unwrap_or(url).to_owned()
+}
+
 /// The public URL of `service_type` in the caller's catalog
 /// (`GET /v3/auth/catalog`).
 pub async fn catalog_url(
@@ -824,5 +832,24 @@ impl Placement {
             .buffer_unordered(16)
             .try_collect()
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn identity_base_takes_an_auth_url_with_or_without_v3() {
+        for url in [
+            "http://127.0.0.1:5000",
+            "http://127.0.0.1:5000/",
+            "http://127.0.0.1:5000/v3",
+            "http://127.0.0.1:5000/v3/",
+        ] {
+            assert_eq!(super::identity_base(url), "http://127.0.0.1:5000", "{url}");
+        }
+        assert_eq!(
+            super::identity_base("https://cloud.example/identity/v3"),
+            "https://cloud.example/identity"
+        );
     }
 }

@@ -270,7 +270,8 @@ async fn boot(args: BootArgs) -> Result<()> {
             (compute, Some(placement), Some((image_url, token)))
         }
         Some(url) => {
-            let identity_url = args.identity_url.clone().unwrap_or_default();
+            let identity_url =
+                loadtest::api::identity_base(args.identity_url.as_deref().unwrap_or_default());
             for (what, u) in [
                 ("--compute-url", Some(url)),
                 ("--identity-url", Some(&identity_url)),

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::runner::RunReport;
-use crate::scenario::FaultKind;
 use crate::stats::Summary;
 use crate::svg;
 
@@ -333,7 +332,7 @@ pub fn summary(r: &RunReport) -> String {
             "fault {:?} {} at {:.1}s (after {} ACTIVE): {}",
             f.kind, f.target, f.at_secs, f.active_before, f.result
         );
-        if f.kind == FaultKind::StopHost && f.result == "applied" {
+        if f.kind.is_host() && f.result == "applied" {
             let secs = |v: Option<f64>| v.map_or("never".to_owned(), |d| format!("{d:.1}s"));
             let _ = writeln!(
                 s,
@@ -376,6 +375,13 @@ pub fn summary(r: &RunReport) -> String {
                 format!(" ({})", l.false_down_hosts.join(", "))
             }
         );
+        if !l.down_at_start.is_empty() {
+            let _ = writeln!(
+                s,
+                "  down before the run (not counted): {}",
+                l.down_at_start.join(", ")
+            );
+        }
     }
     let broken = r.broken();
     let _ = match (&r.invariants_not_checked, broken.is_empty()) {

@@ -475,8 +475,9 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let max_tenants = s.phases.iter().map(|p| p.tenants).max().unwrap_or(1);
     let wants_hosts = s.phases.iter().any(|p| p.requested_hosts > 0.0);
 
-    // The administrator's client of an embedded region (the faults'
-    // watchers read os-services and every tenant's servers with it).
+    // The administrator's client of an embedded region, or a URL target's
+    // client when it has faults (the faults' watchers read os-services
+    // and every tenant's servers with it).
     let mut admin_api: Option<Compute> = None;
     let (embedded, target, mut memory, mut tenants, image, url_checks) = match s.target.kind {
         TargetKind::Embedded => {
@@ -538,7 +539,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
         TargetKind::Url => {
             let t = &s.target;
             let tls = Tls::for_target(t)?;
-            let identity_url = t.identity_url.clone().unwrap_or_default();
+            let identity_url = api::identity_base(t.identity_url.as_deref().unwrap_or_default());
             let env = |k: &str| std::env::var(k).ok();
             let creds = region::Credentials {
                 username: t
@@ -607,6 +608,12 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
             };
             let compute = compute_client(s, &compute_url, &token, &tls)?;
             api::lift_quotas_for(&tls, &compute, &identity_url, &token).await?;
+            // A kill-host fault's watcher reads os-services and every
+            // project's servers: with these credentials (an
+            // administrator's, or its times stay unknown).
+            if !s.faults.is_empty() {
+                admin_api = Some(compute.clone());
+            }
             // The invariants through the APIs, with these credentials
             // (an administrator's, or they are skipped with the reason).
             let placement_url = match &t.placement_url {
@@ -684,14 +691,14 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
     let liveness_task = admin_api
         .clone()
         .map(|api| tokio::spawn(watch_liveness(api, fault_log.clone(), faults_done.clone())));
-    let fault_task = embedded.as_ref().map(|e| {
-        let (cells, log, ctx, done) = (
-            e.cells.clone(),
-            fault_log.clone(),
-            ctx.clone(),
-            faults_done.clone(),
-        );
-        let admin_db = e.region.api_db_url.clone();
+    // A URL target takes kill-host faults only (their commands act on
+    // the deployment): no cell of it is in this process.
+    let fault_task = (embedded.is_some() || !s.faults.is_empty()).then(|| {
+        let (cells, admin_db) = match embedded.as_ref() {
+            Some(e) => (e.cells.clone(), e.region.api_db_url.clone()),
+            None => (Arc::default(), String::new()),
+        };
+        let (log, ctx, done) = (fault_log.clone(), ctx.clone(), faults_done.clone());
         let admin_api = admin_api.clone();
         let pending: Vec<Fault> = s.faults.clone();
         tokio::spawn(drive_faults(

@@ -57,13 +57,24 @@
 //! cell = "cell1"
 //! at_secs = 2.0
 //! duration_secs = 3.0          # then restored
+//!
+//! [[fault]]                    # any target, a URL's too
+//! kind = "kill-host"           # a hook: the command kills the host's
+//! cell = "cell1"               # compute process (no shell; 30 s at most)
+//! host = "cell1-spare-0001"
+//! command = ["kill", "-9", "4242"]
+//! after_boots = 5
 //! ```
 //!
 //! `stop-broker` closes the connections of the cell's RabbitMQ vhost and
 //! refuses new ones; `stop-database` refuses connections to the cell's
 //! PostgreSQL database and ends its sessions (see [`crate::outage`]). On
 //! the embedded default (in-process buses, SQLite files) both are refused
-//! before anything starts.
+//! before anything starts. `kill-host` runs its command (a fault hook: the
+//! operator says how a compute process of the deployment is killed, e.g.
+//! `kill -9` of its pid, or over ssh) and then, as after `stop-host`,
+//! times how long the region takes to show the host down and to leave no
+//! build on it. It is the only fault a URL target takes.
 //!
 //! Every table refuses unknown keys, so a misspelt knob is an error naming
 //! it rather than a silently ignored setting.
@@ -390,9 +401,14 @@ pub struct Fault {
     pub kind: FaultKind,
     /// The cell (`cell1`, …).
     pub cell: String,
-    /// The host (stop-host; default: the cell's first running host).
+    /// The host (stop-host: default the cell's first running host;
+    /// kill-host: required).
     #[serde(default)]
     pub host: Option<String>,
+    /// kill-host: the command that kills the host's compute process
+    /// (program and arguments, run without a shell).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
     /// Seconds after the first phase starts.
     #[serde(default)]
     pub at_secs: Option<f64>,
@@ -413,12 +429,21 @@ pub struct Fault {
 pub enum FaultKind {
     /// A compute agent.
     StopHost,
+    /// A compute process, killed by the fault's command (a hook).
+    KillHost,
     /// A cell's conductor.
     StopConductor,
     /// A cell's RabbitMQ vhost (cells on RabbitMQ only).
     StopBroker,
     /// A cell's PostgreSQL database (cells on PostgreSQL only).
     StopDatabase,
+}
+
+impl FaultKind {
+    /// Whether it takes one host away (its servers only are the fault's).
+    pub fn is_host(self) -> bool {
+        matches!(self, Self::StopHost | Self::KillHost)
+    }
 }
 
 impl Scenario {
@@ -544,8 +569,15 @@ impl Scenario {
                      need target.kind = \"embedded\""
                 );
             }
-            if !self.faults.is_empty() {
-                bail!("fault: fault hooks need target.kind = \"embedded\"");
+            if let Some(i) = self
+                .faults
+                .iter()
+                .position(|f| f.kind != FaultKind::KillHost)
+            {
+                bail!(
+                    "fault[{i}]: only kill-host faults apply to target.kind = \"url\" \
+                     (the others reach into the embedded region)"
+                );
             }
             if !self.region.is_empty() || self.region_file.is_some() {
                 bail!("region / region_file need target.kind = \"embedded\"");
@@ -634,14 +666,25 @@ impl Scenario {
             if fault.at_secs.is_none() == fault.after_boots.is_none() {
                 bail!("fault[{i}]: give exactly one of at_secs and after_boots");
             }
-            if fault.host.is_some() && fault.kind != FaultKind::StopHost {
-                bail!("fault[{i}].host only applies to kind = \"stop-host\"");
+            if fault.host.is_some() && !fault.kind.is_host() {
+                bail!("fault[{i}].host only applies to kind = \"stop-host\" or \"kill-host\"");
+            }
+            match (&fault.command, fault.kind) {
+                (Some(c), FaultKind::KillHost) if c.first().is_some_and(|p| !p.is_empty()) => {}
+                (_, FaultKind::KillHost) => {
+                    bail!("fault[{i}].command (a non-empty program and its arguments) is required for kill-host");
+                }
+                (Some(_), _) => bail!("fault[{i}].command only applies to kind = \"kill-host\""),
+                (None, _) => {}
+            }
+            if fault.kind == FaultKind::KillHost && fault.host.is_none() {
+                bail!("fault[{i}].host is required for kill-host (the host its command kills)");
             }
             let restorable = matches!(fault.kind, FaultKind::StopBroker | FaultKind::StopDatabase);
             match fault.duration_secs {
-                Some(_) if fault.kind == FaultKind::StopHost => {
+                Some(_) if fault.kind.is_host() => {
                     bail!(
-                        "fault[{i}].duration_secs does not apply to stop-host \
+                        "fault[{i}].duration_secs does not apply to stop-host or kill-host \
                          (a stopped host stays stopped)"
                     );
                 }
@@ -654,7 +697,10 @@ impl Scenario {
                 _ => {}
             }
             let n: Option<u32> = fault.cell.strip_prefix("cell").and_then(|n| n.parse().ok());
-            if !n.is_some_and(|n| n >= 1 && n <= f.cells) {
+            // A URL target's cells are the deployment's: the name is a label.
+            if self.target.kind == TargetKind::Embedded
+                && !n.is_some_and(|n| n >= 1 && n <= f.cells)
+            {
                 bail!(
                     "fault[{i}].cell: {:?} is not a cell of the fleet (cell1 … cell{})",
                     fault.cell,

@@ -27,10 +27,10 @@ pub struct FaultRecord {
     /// was sent after it reached ACTIVE; `None` when none did (not
     /// recovered, or nothing sent to the cell after the restore).
     pub recovered_after_secs: Option<f64>,
-    /// stop-host: seconds from the stop until `os-services` showed the
-    /// host down (`None`: not within [`DEAD_HOST_WATCH`]).
+    /// stop-host, kill-host: seconds from the stop until `os-services`
+    /// showed the host down (`None`: not within [`DEAD_HOST_WATCH`]).
     pub noticed_after_secs: Option<f64>,
-    /// stop-host: seconds from the stop until no server was left in BUILD
+    /// stop-host, kill-host: seconds from the stop until no server was left in BUILD
     /// on the host (re-driven to another host, or in ERROR).
     pub builds_recovered_after_secs: Option<f64>,
 }
@@ -107,11 +107,20 @@ pub(super) async fn apply_fault(
     admin_db: &str,
     f: &Fault,
 ) -> (String, String) {
+    if f.kind == FaultKind::KillHost {
+        let host = f.host.clone().unwrap_or_default();
+        return (
+            host,
+            run_hook(f.command.as_deref().unwrap_or_default()).await,
+        );
+    }
     let mut cells = cells.lock().await;
     let Some(cell) = cells.iter_mut().find(|c| c.name == f.cell) else {
         return (f.cell.clone(), format!("no cell {}", f.cell));
     };
     match f.kind {
+        // Above: it needs no cell of an embedded region.
+        FaultKind::KillHost => unreachable!("kill-host is applied by its command"),
         FaultKind::StopHost => {
             let slot = cell
                 .hosts
@@ -156,6 +165,41 @@ pub(super) async fn apply_fault(
                 Ok(_) => (name, "applied".to_owned()),
                 Err(e) => (name, format!("failed: {e:#}")),
             }
+        }
+    }
+}
+
+/// How long a kill-host fault's command may run.
+pub(super) const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs a fault's command (no shell, no input, killed after
+/// [`HOOK_TIMEOUT`]): `applied` when it exits 0, else why not (its last
+/// line of stderr).
+pub(super) async fn run_hook(argv: &[String]) -> String {
+    let Some((program, args)) = argv.split_first() else {
+        return "failed: no command".to_owned();
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    match tokio::time::timeout(HOOK_TIMEOUT, cmd.output()).await {
+        Err(_) => format!(
+            "failed: {program} did not finish within {} s",
+            HOOK_TIMEOUT.as_secs()
+        ),
+        Ok(Err(e)) => format!("failed: cannot run {program}: {e}"),
+        Ok(Ok(o)) if o.status.success() => "applied".to_owned(),
+        Ok(Ok(o)) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            format!("failed: {program} exited with {}: {last}", o.status)
         }
     }
 }
@@ -229,8 +273,7 @@ pub(super) fn could_touch(f: &FaultRecord, r: &ServerRec) -> bool {
         .cell
         .as_deref()
         .is_some_and(|c| c != "cell0" && c != f.cell);
-    let other_host =
-        f.kind == FaultKind::StopHost && r.node.as_deref().is_some_and(|n| n != f.target);
+    let other_host = f.kind.is_host() && r.node.as_deref().is_some_and(|n| n != f.target);
     !other_cell && !other_host
 }
 
@@ -294,10 +337,11 @@ pub(super) fn errors_by_fault(
 }
 
 /// Samples `os-services` once a second until `done`: counts the live hosts
-/// it shows down. Excused: a host a stop-host fault stopped, and every
+/// it shows down. Excused: a host a stop-host or kill-host fault stopped, and every
 /// host of a cell whose conductor, broker or database a fault stopped
 /// (their heartbeats cannot be written then). Host names start with their
-/// cell's (`cell1-host01`).
+/// cell's (`cell1-host01`). Hosts down in the first sample, taken before
+/// any fault fired, were dead before the run and are not live hosts.
 pub(super) async fn watch_liveness(
     api: Compute,
     log: Arc<Mutex<Vec<FaultRecord>>>,
@@ -309,22 +353,30 @@ pub(super) async fn watch_liveness(
         if let Ok(states) = api.compute_service_states().await {
             let (stopped, cells): (Vec<String>, Vec<String>) = {
                 let log = log.lock().expect("faults");
+                if out.samples == 0 && log.is_empty() {
+                    out.down_at_start = states
+                        .iter()
+                        .filter(|(_, s)| s == "down")
+                        .map(|(h, _)| h.clone())
+                        .collect();
+                }
                 let applied = log.iter().filter(|f| f.applied());
                 let stopped = applied
                     .clone()
-                    .filter(|f| f.kind == FaultKind::StopHost)
+                    .filter(|f| f.kind.is_host())
                     .map(|f| f.target.clone())
                     .collect();
                 let cells = applied
-                    .filter(|f| f.kind != FaultKind::StopHost)
+                    .filter(|f| !f.kind.is_host())
                     .map(|f| format!("{}-", f.cell))
                     .collect();
                 (stopped, cells)
             };
             out.samples += 1;
             for (host, state) in states {
-                let excused =
-                    stopped.contains(&host) || cells.iter().any(|c| host.starts_with(c.as_str()));
+                let excused = stopped.contains(&host)
+                    || out.down_at_start.contains(&host)
+                    || cells.iter().any(|c| host.starts_with(c.as_str()));
                 if state == "down" && !excused {
                     out.false_down += 1;
                     hosts.insert(host);
@@ -380,9 +432,7 @@ pub(super) async fn drive_faults(
             let at = ctx.now();
             let fired = Instant::now();
             let (target, result) = apply_fault(&cells, &admin_db, &f).await;
-            if let (FaultKind::StopHost, "applied", Some(api)) =
-                (f.kind, result.as_str(), &admin_api)
-            {
+            if let (true, "applied", Some(api)) = (f.kind.is_host(), result.as_str(), &admin_api) {
                 let idx = log.lock().expect("faults").len();
                 watchers.push(tokio::spawn(watch_dead_host(
                     api.clone(),

@@ -246,6 +246,9 @@ pub struct LivenessSamples {
     pub false_down: u64,
     /// Those hosts.
     pub false_down_hosts: Vec<String>,
+    /// Hosts already down in the first sample, before any fault: dead
+    /// before the run (a URL target's), not counted.
+    pub down_at_start: Vec<String>,
 }
 
 impl RunReport {

@@ -177,13 +177,19 @@ fn a_stuck_build_or_a_live_host_shown_down_fails_the_run() {
         samples: 10,
         false_down: 0,
         false_down_hosts: Vec::new(),
+        down_at_start: vec!["cell2-host01".into()],
     });
     assert!(r.broken().is_empty());
     assert!(report_summary_says(&r, "live hosts shown down: 0"));
+    assert!(report_summary_says(
+        &r,
+        "down before the run (not counted): cell2-host01"
+    ));
     r.liveness = Some(LivenessSamples {
         samples: 10,
         false_down: 2,
         false_down_hosts: vec!["cell1-host03".into()],
+        down_at_start: Vec::new(),
     });
     assert_eq!(r.broken(), [NO_LIVE_HOST_SHOWN_DOWN]);
     assert!(report_summary_says(

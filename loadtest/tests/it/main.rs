@@ -3,6 +3,7 @@
 mod boot;
 mod faults;
 mod fleet;
+mod kill_host;
 mod scenario;
 mod tls;
 

@@ -7,7 +7,7 @@ use loadtest::report;
 use loadtest::runner::{self, RunOptions};
 use loadtest::scenario::{FaultKind, Scenario};
 
-fn quiet() -> RunOptions {
+pub(crate) fn quiet() -> RunOptions {
     RunOptions { quiet: true }
 }
 
@@ -183,11 +183,11 @@ async fn tiny_scenario_reports_and_keeps_the_invariants() {
     std::fs::remove_dir_all(&out).ok();
 }
 
-fn parse_err(text: &str) -> String {
+pub(crate) fn parse_err(text: &str) -> String {
     format!("{:#}", Scenario::parse(text).expect_err("should not parse"))
 }
 
-const HEAD: &str = "name = \"t\"\n[fleet]\ncells = 1\nhosts_per_cell = 2\n";
+pub(crate) const HEAD: &str = "name = \"t\"\n[fleet]\ncells = 1\nhosts_per_cell = 2\n";
 
 /// Bad scenario files are refused with an error naming the field.
 #[test]
