@@ -28,6 +28,10 @@ pub struct ConductorSection {
     /// Seconds between placement audits of the cell (missing allocations
     /// healed, misplaced ones moved, orphaned ones removed; 0: none).
     pub placement_audit_interval_secs: u64,
+    /// A delete on a live host that nothing has touched for this long
+    /// (its terminate cast lost) is sent to the host again; keep it
+    /// longer than a cast lives (60 s); 0: never.
+    pub delete_resend_secs: u64,
 }
 
 impl Default for ConductorSection {
@@ -41,6 +45,7 @@ impl Default for ConductorSection {
             heal_interval_secs: 1,
             instance_build_timeout_secs: 900,
             placement_audit_interval_secs: 300,
+            delete_resend_secs: 70,
         }
     }
 }

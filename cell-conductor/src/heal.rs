@@ -28,6 +28,11 @@
 //! 5. A build older than the build timeout (Nova's
 //!    `instance_build_timeout`, here on by default) goes to ERROR with a
 //!    fault; its allocations are freed.
+//! 6. A delete on a live host that nothing has touched for
+//!    `delete_resend` (its terminate cast lost, or expired unread) is
+//!    sent to the host again, once per period (compare-and-set on the
+//!    row's `updated_at`, so two conductors send it once); the compute's
+//!    terminate is idempotent (a guest already gone is not missed).
 //!
 //! Dead hosts are not acted on while this conductor itself could not have
 //! seen them alive: until heartbeats have been flowing for
@@ -76,6 +81,9 @@ pub struct HealOptions {
     /// Time between placement audits of the cell (see [`crate::audit`]);
     /// zero: none.
     pub audit_interval: Duration,
+    /// A delete on a live host untouched for this long is sent again
+    /// (longer than a terminate cast lives); zero: never.
+    pub delete_resend: Duration,
 }
 
 impl Default for HealOptions {
@@ -87,6 +95,7 @@ impl Default for HealOptions {
             cast_grace: Duration::from_secs(10),
             batch: 200,
             audit_interval: Duration::from_secs(300),
+            delete_resend: rpc::ACTION_CAST_TTL + Duration::from_secs(10),
         }
     }
 }
@@ -108,6 +117,8 @@ pub struct HealReport {
     pub deleted: u32,
     /// Other task states held by a dead host, put back to none.
     pub released: u32,
+    /// Deletes sent again to a live host.
+    pub resent: u32,
 }
 
 /// Runs passes every `o.interval` until shutdown.
@@ -134,7 +145,10 @@ pub(crate) async fn run(
         let trust_silence =
             started.elapsed() >= settle && liveness.flowing_for().is_some_and(|f| f >= settle);
         match conductor.heal_once(&o, trust_silence, &liveness).await {
-            Ok(r) if r.rescheduled + r.failed + r.timed_out + r.deleted + r.released > 0 => {
+            Ok(r)
+                if r.rescheduled + r.failed + r.timed_out + r.deleted + r.released + r.resent
+                    > 0 =>
+            {
                 info!(rescheduled = r.rescheduled, failed = r.failed, timed_out = r.timed_out,
                     deleted = r.deleted, released = r.released,
                     down = ?r.down_hosts, "healing pass acted");
@@ -241,7 +255,73 @@ impl Conductor {
                 }
             }
         }
+        if !o.delete_resend.is_zero() {
+            let cutoff = now - chrono_secs(o.delete_resend);
+            for (uuid, host) in self.db.stale_deletes(cutoff, o.batch).await? {
+                if self.resend_delete(&uuid, &host, cutoff).await {
+                    report.resent += 1;
+                }
+            }
+        }
         Ok(report)
+    }
+
+    /// Sends the delete of `uuid` to `host` again, if this pass takes it
+    /// (see [`crate::db::CellDb::take_stale_delete`]).
+    async fn resend_delete(
+        &self,
+        uuid: &str,
+        host: &str,
+        cutoff: chrono::DateTime<chrono::Utc>,
+    ) -> bool {
+        match self.db.take_stale_delete(uuid, cutoff).await {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                warn!(instance = %uuid, error = %chain(&e), "could not take the stale delete; next pass");
+                return false;
+            }
+        }
+        // The open delete's request id, so that its events finish it.
+        let request_id = match uuid.parse::<InstanceUuid>() {
+            Ok(u) => self
+                .db
+                .open_action_request_id(u, rpc::action::DELETE)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+            Err(_) => return false,
+        };
+        let ids = RequestIds {
+            request_id: request_id.clone(),
+            global_request_id: String::new(),
+        };
+        let t = rpc::TerminateInstance {
+            instance_uuid: uuid.to_owned(),
+            request_id,
+            global_request_id: String::new(),
+        };
+        match rpc::cast(
+            self.bus.as_ref(),
+            &rpc::compute_queue(host),
+            rpc::method::TERMINATE_INSTANCE,
+            &t,
+            &ids,
+            rpc::ACTION_CAST_TTL,
+        )
+        .await
+        {
+            Ok(()) => {
+                info!(instance = %uuid, %host, "delete untouched for too long: sent to its host again");
+                metrics::healed("delete_resent");
+                true
+            }
+            Err(e) => {
+                warn!(instance = %uuid, %host, error = %chain(&e), "could not send the delete again; next period");
+                false
+            }
+        }
     }
 
     /// Re-drives one recorded build away from `cast.host`.

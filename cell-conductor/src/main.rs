@@ -61,6 +61,7 @@ async fn main() -> Result<()> {
     opts.heal.service_down_time = Duration::from_secs(cfg.conductor.service_down_time_secs.max(1));
     opts.heal.build_timeout = Duration::from_secs(cfg.conductor.instance_build_timeout_secs);
     opts.heal.audit_interval = Duration::from_secs(cfg.conductor.placement_audit_interval_secs);
+    opts.heal.delete_resend = Duration::from_secs(cfg.conductor.delete_resend_secs);
     let handle = cell_conductor::run_with(opts)
         .await
         .context("start the cell conductor")?;

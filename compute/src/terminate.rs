@@ -32,6 +32,10 @@ impl Host {
             error!("terminate for an invalid instance uuid dropped");
             return;
         };
+        if failpoint::hit(failpoint::DELETE_CAST_LOST).is_err() {
+            warn!("terminate dropped unread (failpoint: a lost cast)");
+            return;
+        }
         let mut u = InstanceUpdate {
             instance_uuid: t.instance_uuid.clone(),
             task_state: NullableString::set(ts::DELETING),

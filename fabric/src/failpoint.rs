@@ -32,6 +32,9 @@ pub const RESCHEDULE_CAST: &str = "reschedule.cast";
 pub const DELETE_TASK_STATE: &str = "delete.task_state";
 /// Delete, Compute API: the `terminate_instance` cast to the host.
 pub const DELETE_CAST: &str = "delete.cast";
+/// Delete, compute: the terminate cast is lost before the host takes it
+/// (the compute drops it unread).
+pub const DELETE_CAST_LOST: &str = "delete.cast_lost";
 /// Delete, compute: the driver's destroy.
 pub const DELETE_DESTROY: &str = "delete.destroy";
 /// Delete, cell conductor: removing the allocations.
@@ -50,6 +53,7 @@ pub const ALL: &[&str] = &[
     RESCHEDULE_CAST,
     DELETE_TASK_STATE,
     DELETE_CAST,
+    DELETE_CAST_LOST,
     DELETE_DESTROY,
     DELETE_ALLOCATIONS,
     DELETE_RECORD,

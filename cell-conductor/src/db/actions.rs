@@ -214,6 +214,23 @@ impl CellDb {
         )
     }
 
+    /// The request id of the newest action `action` of `instance` not
+    /// finished (`None`: there is none), e.g. a delete whose terminate
+    /// cast was lost before its host started it.
+    pub async fn open_action_request_id(
+        &self,
+        instance: InstanceUuid,
+        action: &str,
+    ) -> Result<Option<String>> {
+        let sql = "SELECT request_id FROM instance_actions WHERE instance_uuid = $1 \
+                   AND action = $2 AND finish_time IS NULL ORDER BY id DESC LIMIT 1";
+        Ok(
+            on_db!(self, p => measured("open_action", sqlx::query_scalar(sql)
+            .bind(instance.to_string()).bind(action).fetch_optional(p)).await
+            .map_err(db("open_action"))?),
+        )
+    }
+
     /// The faults of an instance, oldest first.
     pub async fn faults(&self, instance: InstanceUuid) -> Result<Vec<FaultRow>> {
         let sql = "SELECT code, message, details, host FROM instance_faults \

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use fabric::ids::InstanceUuid;
-use fabric::rpc::vm_state as vs;
+use fabric::rpc::{task_state as ts, vm_state as vs};
 use migrations::BeginWrite;
 
 use super::actions::{insert_fault, record_event};
@@ -158,6 +158,37 @@ impl CellDb {
             .bind(host).bind(vs::BUILDING).bind(limit).fetch_all(p)).await
             .map_err(db("instances_held_tasks"))?),
         )
+    }
+
+    /// Live instances in `deleting` on a host that no change has touched
+    /// since `cutoff` (a terminate cast lost, or expired unread in a live
+    /// host's queue), oldest first: `(uuid, host)`.
+    pub async fn stale_deletes(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>> {
+        let sql = "SELECT uuid, host FROM instances WHERE NOT deleted AND task_state = $1 \
+             AND host IS NOT NULL AND updated_at < $2 ORDER BY updated_at LIMIT $3";
+        Ok(
+            on_db!(self, p => measured("instances_stale_deletes", sqlx::query_as(sql)
+            .bind(ts::DELETING).bind(cutoff).bind(limit).fetch_all(p)).await
+            .map_err(db("instances_stale_deletes"))?),
+        )
+    }
+
+    /// Takes the re-send of a stale delete (see
+    /// [`CellDb::stale_deletes`]): touches `updated_at` while the instance
+    /// is still deleting and untouched since `cutoff`, so that one pass of
+    /// one conductor re-sends it, once per period. Whether it was taken.
+    pub async fn take_stale_delete(&self, uuid: &str, cutoff: DateTime<Utc>) -> Result<bool> {
+        let sql = "UPDATE instances SET updated_at = $1 WHERE uuid = $2 AND deleted IS FALSE \
+             AND task_state = $3 AND updated_at < $4";
+        let n = on_db!(self, p => measured("instances_take_stale_delete", sqlx::query(sql)
+            .bind(Utc::now()).bind(uuid).bind(ts::DELETING).bind(cutoff).execute(p)).await
+            .map_err(db("instances_take_stale_delete"))?
+            .rows_affected());
+        Ok(n > 0)
     }
 
     /// Removes the casts of builds that ended (ACTIVE, ERROR, deleted).

@@ -26,7 +26,17 @@ struct Steps {
 
 impl Steps {
     async fn start(name: &str, hosts: u32) -> Steps {
-        let mut cfg = RegionConfig::default();
+        Self::start_with(RegionConfig::default(), name, hosts).await
+    }
+
+    /// On PostgreSQL + RabbitMQ; `None` (with a printed reason) when
+    /// either is missing and not required.
+    async fn start_on_production_backends(name: &str, hosts: u32) -> Option<Steps> {
+        let cfg = crate::production_config(name).await?;
+        Some(Self::start_with(cfg, name, hosts).await)
+    }
+
+    async fn start_with(mut cfg: RegionConfig, name: &str, hosts: u32) -> Steps {
         cfg.region.data_dir = testkit::temp_dir(name);
         cfg.region.cells = 1;
         cfg.region.hosts_per_cell = hosts;
@@ -216,6 +226,24 @@ impl Steps {
         self.assert_clean(id, End::Gone).await;
     }
 
+    /// Starts cell1's conductor again with its options changed by `f`
+    /// (the new one first: the cell is never without one).
+    async fn restart_conductor(&mut self, f: impl FnOnce(&mut cell_conductor::ConductorOptions)) {
+        let cell = &mut self.region.cells[0];
+        f(&mut cell.conductor_options);
+        let new = cell_conductor::run_with(cell.conductor_options.clone())
+            .await
+            .expect("start the conductor");
+        std::mem::replace(&mut cell.conductor, new).shutdown().await;
+    }
+
+    /// The server ends ACTIVE holding only its claim, row and guest.
+    async fn ends_active_here(&self, id: &str) {
+        let s = self.settled(id).await;
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        self.assert_clean(id, End::Active(&host_of(&s))).await;
+    }
+
     async fn stop(self) {
         self.region.shutdown().await;
     }
@@ -269,19 +297,22 @@ async fn create_with(
     points: &[(&'static str, Option<u32>)],
 ) -> (Steps, String) {
     let t = Steps::start(name, hosts).await;
+    let id = create_armed(&t, name, points).await;
+    (t, id)
+}
+
+/// Arms `points` and creates one server; its id.
+async fn create_armed(t: &Steps, name: &str, points: &[(&'static str, Option<u32>)]) -> String {
     for (p, times) in points {
         arm(p, *times);
     }
-    let id = t.create(name, 1).await.remove(0);
-    (t, id)
+    t.create(name, 1).await.remove(0)
 }
 
 /// The server ends ACTIVE holding only its claim, row and guest, and is
 /// then deleted with nothing left.
 async fn ends_active(t: Steps, id: &str) {
-    let s = t.settled(id).await;
-    assert_eq!(s["status"], "ACTIVE", "{s}");
-    t.assert_clean(id, End::Active(&host_of(&s))).await;
+    t.ends_active_here(id).await;
     t.delete_cleanly(id).await;
     t.stop().await;
 }
@@ -337,6 +368,38 @@ async fn boot_spawn_fails_everywhere() {
         "alternates tried",
     ];
     ends_in_error(t, &id, &names, End::ErrorOnCell).await;
+}
+
+/// The steps whose undo or re-drive is SQL of their own (the landing's
+/// row removal, the unsent cast's re-drive, the lost delete's re-send) on
+/// PostgreSQL + RabbitMQ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn land_cast_and_lost_delete_on_postgresql_and_rabbitmq() {
+    let Some(mut t) = Steps::start_on_production_backends("steps_pg", 3).await else {
+        return;
+    };
+    let land = create_armed(&t, "land", &[(failpoint::BOOT_LAND, Some(1))]).await;
+    t.error_naming(&land, &["landing in the API database (super-conductor)"])
+        .await;
+    t.assert_clean(&land, End::ErrorUnplaced).await;
+    // One at a time: the points count hits across builds.
+    let cast = create_armed(&t, "cast", &[(failpoint::BOOT_CAST, Some(3))]).await;
+    t.ends_active_here(&cast).await;
+    let points = [
+        (failpoint::BOOT_SPAWN, Some(1)),
+        (failpoint::RESCHEDULE_CAST, Some(3)),
+    ];
+    let recast = create_armed(&t, "recast", &points).await;
+    t.ends_active_here(&recast).await;
+    for id in [&land, &cast] {
+        t.delete_cleanly(id).await;
+    }
+    // A lost terminate, sent again by the healing.
+    t.restart_conductor(|o| o.heal.delete_resend = Duration::from_secs(2))
+        .await;
+    arm(failpoint::DELETE_CAST_LOST, Some(1));
+    t.delete_cleanly(&recast).await;
+    t.stop().await;
 }
 
 // --- reschedule --------------------------------------------------------------
@@ -407,6 +470,24 @@ async fn delete_cast_fails() {
     t.assert_clean(&id, End::Active(&host)).await;
     disarm(failpoint::DELETE_CAST);
     t.delete_cleanly(&id).await;
+    t.stop().await;
+}
+
+/// The terminate cast is lost before the host takes it: the cell
+/// conductor's healing sends the delete again once nothing has touched the
+/// server for `delete_resend` (2 s here; 70 s by default, past a cast's
+/// 60 s life), and the server goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_cast_lost() {
+    let mut t = Steps::start("steps_delete_lost", 2).await;
+    t.restart_conductor(|o| o.heal.delete_resend = Duration::from_secs(2))
+        .await;
+    let (id, _) = t.active("del").await;
+    arm(failpoint::DELETE_CAST_LOST, Some(1));
+    let (status, v) = t.delete(&id).await;
+    assert_eq!(status, 204, "{v}");
+    assert!(t.settle(&id).await.is_none(), "{id} not deleted");
+    t.assert_clean(&id, End::Gone).await;
     t.stop().await;
 }
 
