@@ -3,7 +3,7 @@
 # is missing, and (with --daemon) starts libvirtd.
 #
 #   scripts/install-libvirt.sh            build: libvirt-dev, pkg-config, qemu-img
-#   scripts/install-libvirt.sh --daemon   also libvirtd and qemu, started
+#   scripts/install-libvirt.sh --daemon   also libvirtd, qemu (started) and noVNC
 #
 # The workspace links libvirt (the `virt` crate) whatever the driver in
 # use, so the first form is what any build needs; the second is what the
@@ -22,6 +22,8 @@ want qemu-utils
 if [ "$daemon" = 1 ]; then
   want libvirt-daemon-system
   want qemu-system-x86
+  # noVNC's web client, served by the region's noVNC proxy.
+  want novnc
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -1,11 +1,16 @@
-//! The serial console proxy (Nova's `nova-serialproxy`): a WebSocket
-//! endpoint, `ws://<listen>/?token=<token>`, that checks the console token
-//! ([`crate::services::console::ConsoleTokens`]) and then carries bytes
-//! both ways between the WebSocket and the guest's serial console (raw
-//! TCP on the compute host). A bad or expired token is a 401 before any
-//! upgrade; a console that cannot be reached closes the socket with a
-//! reason. Each connection's buffers are bounded (one frame in flight
-//! each way).
+//! The console proxies (Nova's `nova-serialproxy` and
+//! `nova-novncproxy`): a WebSocket endpoint, `ws://<listen>/?token=<token>`,
+//! that checks the console token
+//! ([`crate::services::console::ConsoleTokens`], of the proxy's own kind)
+//! and then carries bytes both ways between the WebSocket and the guest's
+//! serial console or VNC server (raw TCP on the compute host; noVNC speaks
+//! RFB over the WebSocket itself, as websockify carries it). The noVNC
+//! proxy also serves noVNC's web client from a directory (Debian's
+//! `novnc` package puts it in `/usr/share/novnc`), when there is one. A
+//! bad or expired token, or one for another kind of console, is a 401
+//! before any upgrade; a console that cannot be reached closes the socket
+//! with a reason. Each connection's buffers are bounded (one frame in
+//! flight each way).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +25,7 @@ use axum::Router;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::services::console::{ConsoleTarget, ConsoleTokens};
+use crate::services::console::{ConsoleKind, ConsoleTarget, ConsoleTokens};
 
 /// How long the proxy waits to reach a console.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,17 +35,29 @@ struct TokenQuery {
     token: Option<String>,
 }
 
-/// The proxy's routes.
-pub fn router(tokens: Arc<ConsoleTokens>) -> Router {
-    Router::new().route("/", get(upgrade)).with_state(tokens)
+/// The routes of the proxy of `kind` consoles; `web` a directory whose
+/// files it also serves (noVNC's client).
+pub fn router(
+    tokens: Arc<ConsoleTokens>,
+    kind: ConsoleKind,
+    web: Option<std::path::PathBuf>,
+) -> Router {
+    let r = Router::new()
+        .route("/", get(upgrade))
+        .with_state((tokens, kind));
+    match web {
+        Some(dir) => r.fallback_service(tower_http::services::ServeDir::new(dir)),
+        None => r,
+    }
 }
 
 async fn upgrade(
-    State(tokens): State<Arc<ConsoleTokens>>,
+    State((tokens, kind)): State<(Arc<ConsoleTokens>, ConsoleKind)>,
     Query(q): Query<TokenQuery>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let Some(target) = q.token.as_deref().and_then(|t| tokens.check(t)) else {
+    let target = q.token.as_deref().and_then(|t| tokens.check(t));
+    let Some(target) = target.filter(|t| t.kind == kind) else {
         return (
             StatusCode::UNAUTHORIZED,
             "The token is invalid or has expired.\n",
@@ -60,7 +77,8 @@ async fn pump(ws: WebSocket, target: ConsoleTarget) {
         Ok(Err(e)) => return refuse(ws, target.addr, &e.to_string()).await,
         Err(_) => return refuse(ws, target.addr, "no answer").await,
     };
-    tracing::info!(instance = %target.instance_uuid, host = %target.host, "serial console connected");
+    let kind = target.kind.name();
+    tracing::info!(instance = %target.instance_uuid, host = %target.host, kind, "console connected");
     let (mut rd, mut wr) = tcp.into_split();
     let (mut tx, mut rx) = ws.split();
     let down = async {
@@ -100,11 +118,11 @@ async fn pump(ws: WebSocket, target: ConsoleTarget) {
         _ = down => {}
         _ = up => {}
     }
-    tracing::info!(instance = %target.instance_uuid, "serial console closed");
+    tracing::info!(instance = %target.instance_uuid, kind, "console closed");
 }
 
 async fn refuse(mut ws: WebSocket, addr: SocketAddr, why: &str) {
-    tracing::warn!(%addr, why, "serial console unreachable");
+    tracing::warn!(%addr, why, "console unreachable");
     let _ = ws
         .send(Message::Close(Some(axum::extract::ws::CloseFrame {
             code: 1011,

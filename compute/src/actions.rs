@@ -164,14 +164,19 @@ fn console_error(env: &fabric::wire::Envelope, e: DriverError) -> fabric::wire::
 }
 
 impl Host {
-    /// `get_serial_console`: a call; answers where the console listens.
-    pub(crate) async fn serial_console(&self, d: Delivery) {
+    /// `get_serial_console` (`vnc`: `get_vnc_console`): a call; answers
+    /// where the console listens.
+    pub(crate) async fn console_addr(&self, d: Delivery, vnc: bool) {
         let env = d.envelope().clone();
         let reply = match env.decode_message::<rpc::SerialConsoleRequest>() {
             Err(e) => env.error_reply(code::BAD_REQUEST, format!("undecodable request: {e}")),
             Ok(r) => match r.instance_uuid.parse::<InstanceUuid>() {
                 Err(_) => env.error_reply(code::BAD_REQUEST, "not an instance uuid"),
-                Ok(uuid) => match self.driver.serial_console(uuid).await {
+                Ok(uuid) => match if vnc {
+                    self.driver.vnc_console(uuid).await
+                } else {
+                    self.driver.serial_console(uuid).await
+                } {
                     Ok(addr) => env.reply(prost::Message::encode_to_vec(&rpc::SerialConsole {
                         host: addr.ip().to_string(),
                         port: u32::from(addr.port()),
@@ -181,7 +186,7 @@ impl Host {
             },
         };
         if let Err(e) = d.reply(reply).await {
-            warn!(error = %chain(&e), "could not answer get_serial_console");
+            warn!(error = %chain(&e), vnc, "could not answer a console call");
         }
     }
 

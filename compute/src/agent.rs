@@ -542,7 +542,11 @@ impl Host {
                 return;
             }
             method::GET_SERIAL_CONSOLE => {
-                self.serial_console(d).await;
+                self.console_addr(d, false).await;
+                return;
+            }
+            method::GET_VNC_CONSOLE => {
+                self.console_addr(d, true).await;
                 return;
             }
             other => {

@@ -140,6 +140,9 @@ pub mod method {
     pub const GET_CONSOLE_OUTPUT: &str = "get_console_output";
     /// Where the guest's serial console listens (a call to `compute.<host>`).
     pub const GET_SERIAL_CONSOLE: &str = "get_serial_console";
+    /// Where the guest's VNC server listens (a call to `compute.<host>`;
+    /// the request and reply are the serial console's).
+    pub const GET_VNC_CONSOLE: &str = "get_vnc_console";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.
@@ -888,7 +891,8 @@ pub struct ConsoleOutput {
     pub output: String,
 }
 
-/// `get_serial_console` (call to `compute.<host>`): the instance.
+/// `get_serial_console` and `get_vnc_console` (calls to
+/// `compute.<host>`): the instance.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct SerialConsoleRequest {
     /// The instance.
@@ -896,7 +900,8 @@ pub struct SerialConsoleRequest {
     pub instance_uuid: String,
 }
 
-/// The reply to `get_serial_console`: where the console proxy connects.
+/// The reply to `get_serial_console` and `get_vnc_console`: where the
+/// console proxy connects.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct SerialConsole {
     /// Address (an IP) on the compute host.

@@ -41,6 +41,7 @@ pub async fn start(
     r.compute_listen = "127.0.0.1:0".to_owned();
     r.image_listen = "127.0.0.1:0".to_owned();
     r.serial_proxy_listen = "127.0.0.1:0".to_owned();
+    r.novnc_proxy_listen = "127.0.0.1:0".to_owned();
     cfg.telemetry.metrics_listen = String::new();
     Region::start(&cfg, telemetry).await
 }

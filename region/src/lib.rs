@@ -76,6 +76,8 @@ pub struct RegionSection {
     pub image_listen: String,
     /// Address of the serial console proxy (WebSocket; empty: none).
     pub serial_proxy_listen: String,
+    /// Where the noVNC console proxy listens (empty: none).
+    pub novnc_proxy_listen: String,
     /// Seconds between compute heartbeats.
     pub heartbeat_interval_secs: u64,
     /// Periodic host discovery (Nova's `discover_hosts_in_cells_interval`).
@@ -105,6 +107,7 @@ impl Default for RegionSection {
             compute_listen: "127.0.0.1:8774".to_owned(),
             image_listen: "127.0.0.1:9292".to_owned(),
             serial_proxy_listen: "127.0.0.1:6083".to_owned(),
+            novnc_proxy_listen: "127.0.0.1:6080".to_owned(),
             heartbeat_interval_secs: 1,
             discovery: cell_mapping::DiscoveryConfig {
                 interval_secs: 60,
@@ -564,6 +567,7 @@ impl Region {
             api_super::ComputeConfig {
                 listen: r.compute_listen.clone(),
                 serial_proxy_listen: r.serial_proxy_listen.clone(),
+                novnc_proxy_listen: r.novnc_proxy_listen.clone(),
                 cell_cache_refresh_ms: r.cell_cache_refresh_ms,
                 // Placement shuffles limited queries here
                 // (`randomize_allocation_candidates` above), so a sample

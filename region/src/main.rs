@@ -77,6 +77,9 @@ async fn main() -> Result<()> {
     if let Some(p) = region.compute.serial_proxy {
         println!("  consoles  ws://{p}/ (serial console proxy)");
     }
+    if let Some(p) = region.compute.novnc_proxy {
+        println!("  consoles  http://{p}/vnc_lite.html (noVNC proxy)");
+    }
     let db_kind = if cfg.region.on_postgres() {
         "postgresql"
     } else {

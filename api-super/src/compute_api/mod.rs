@@ -54,6 +54,7 @@ use crate::identity::policy::Policy;
 use crate::scheduler::host_state::HostStateCache;
 use crate::scheduler::placement::SchedulerPlacement;
 use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::services::console::ConsoleKind;
 use db::ComputeDb;
 use error::ApiError;
 use images::ImageLookup;
@@ -101,6 +102,15 @@ pub struct ComputeConfig {
     pub serial_proxy_listen: String,
     /// The proxy's URL in the consoles' URLs; empty: `ws://<bound address>/`.
     pub serial_proxy_base_url: String,
+    /// Where the noVNC proxy listens (Nova's `[vnc] novncproxy_port`
+    /// 6080); empty: no proxy, and noVNC consoles answer that none runs.
+    pub novnc_proxy_listen: String,
+    /// noVNC's page in the consoles' URLs (Nova's `[vnc]
+    /// novncproxy_base_url`); empty: `http://<bound address>/vnc_lite.html`.
+    pub novnc_proxy_base_url: String,
+    /// Where noVNC's web client is (served by the noVNC proxy when the
+    /// directory exists; Debian's `novnc` package).
+    pub novnc_web_dir: String,
     /// How long a console token is valid, in seconds (Nova's
     /// `[consoleauth] token_ttl`).
     pub console_token_ttl_secs: u64,
@@ -122,6 +132,9 @@ impl Default for ComputeConfig {
             flavor_cache_ms: 1000,
             serial_proxy_listen: String::new(),
             serial_proxy_base_url: String::new(),
+            novnc_proxy_listen: String::new(),
+            novnc_proxy_base_url: String::new(),
+            novnc_web_dir: "/usr/share/novnc".to_owned(),
             console_token_ttl_secs: 600,
         }
     }
@@ -190,6 +203,8 @@ pub struct Inner {
     pub(crate) consoles: Arc<crate::services::console::ConsoleTokens>,
     /// The serial console proxy's base URL, when one runs.
     pub(crate) serial_proxy_url: Option<String>,
+    /// The noVNC page's URL, when the noVNC proxy runs.
+    pub(crate) novnc_proxy_url: Option<String>,
 }
 
 /// A handle on the shared state.
@@ -467,6 +482,8 @@ pub struct Running {
     pub background: Vec<tokio::task::JoinHandle<()>>,
     /// The serial console proxy's address, when one runs.
     pub serial_proxy: Option<SocketAddr>,
+    /// The noVNC proxy's address, when one runs.
+    pub novnc_proxy: Option<SocketAddr>,
 }
 
 impl Running {
@@ -546,24 +563,43 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         Duration::from_secs(cfg.console_token_ttl_secs.max(1)),
         10_000,
     ));
-    let (serial_proxy, serial_proxy_url) = if cfg.serial_proxy_listen.is_empty() {
-        (None, None)
-    } else {
-        let l = TcpListener::bind(&cfg.serial_proxy_listen).await?;
-        let addr = l.local_addr()?;
-        let routes = crate::console_proxy::router(consoles.clone());
-        background.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, routes).await {
-                tracing::error!(error = %e, "serial console proxy stopped");
-            }
-        }));
-        let url = if cfg.serial_proxy_base_url.is_empty() {
-            format!("ws://{addr}/")
-        } else {
-            cfg.serial_proxy_base_url.clone()
-        };
-        tracing::info!(%addr, "serial console proxy listening");
-        (Some(addr), Some(url))
+    let serial = start_proxy(
+        &cfg.serial_proxy_listen,
+        crate::console_proxy::router(consoles.clone(), ConsoleKind::Serial, None),
+        &mut background,
+    )
+    .await?;
+    let (serial_proxy, serial_proxy_url) = match serial {
+        None => (None, None),
+        Some(addr) => {
+            let url = if cfg.serial_proxy_base_url.is_empty() {
+                format!("ws://{addr}/")
+            } else {
+                cfg.serial_proxy_base_url.clone()
+            };
+            (Some(addr), Some(url))
+        }
+    };
+    let web = Some(std::path::PathBuf::from(&cfg.novnc_web_dir)).filter(|d| d.is_dir());
+    if web.is_none() && !cfg.novnc_proxy_listen.is_empty() {
+        tracing::warn!(dir = %cfg.novnc_web_dir, "noVNC's web client is not installed: the noVNC proxy serves the WebSocket only");
+    }
+    let novnc = start_proxy(
+        &cfg.novnc_proxy_listen,
+        crate::console_proxy::router(consoles.clone(), ConsoleKind::Novnc, web),
+        &mut background,
+    )
+    .await?;
+    let (novnc_proxy, novnc_proxy_url) = match novnc {
+        None => (None, None),
+        Some(addr) => {
+            let url = if cfg.novnc_proxy_base_url.is_empty() {
+                format!("http://{addr}/vnc_lite.html")
+            } else {
+                cfg.novnc_proxy_base_url.clone()
+            };
+            (Some(addr), Some(url))
+        }
     };
     let addr = listener.local_addr()?;
     let public_url = OnceLock::new();
@@ -586,6 +622,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         skip_down_cells: cfg.list_records_by_skipping_down_cells,
         consoles,
         serial_proxy_url,
+        novnc_proxy_url,
     }));
     let routes = router(app.clone());
     let task = tokio::spawn(async move {
@@ -601,7 +638,29 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         task,
         background,
         serial_proxy,
+        novnc_proxy,
     })
+}
+
+/// Serves a console proxy's `routes` on `listen` in the background; its
+/// address, or `None` when `listen` is empty (no proxy).
+async fn start_proxy(
+    listen: &str,
+    routes: axum::Router,
+    background: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<Option<SocketAddr>> {
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let l = TcpListener::bind(listen).await?;
+    let addr = l.local_addr()?;
+    background.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(l, routes).await {
+            tracing::error!(error = %e, %addr, "console proxy stopped");
+        }
+    }));
+    tracing::info!(%addr, "console proxy listening");
+    Ok(Some(addr))
 }
 
 /// Creates Nova's default flavors (m1.tiny … m1.xlarge) in the API

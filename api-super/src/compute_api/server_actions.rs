@@ -78,6 +78,7 @@ pub async fn action(
         }
         "rebuild" => rebuild(&app, &ctx, &id, arg).await,
         "os-getConsoleOutput" => super::server_console::console_output(&app, &ctx, &id, arg).await,
+        "os-getVNCConsole" => super::server_console::get_vnc_console(&app, &ctx, &id, arg).await,
         "os-getSerialConsole" => {
             super::server_console::get_serial_console(&app, &ctx, &id, arg).await
         }

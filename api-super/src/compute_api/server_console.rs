@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::{App, Ctx};
-use crate::services::console;
+use crate::services::console::{self, ConsoleKind};
 
 /// Nova's schema: `length` an integer ≥ -1, a string of one, or null;
 /// -1 and null mean the whole log.
@@ -66,26 +66,44 @@ pub async fn console_output(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiR
 const PROTOCOLS: &[&str] = &["vnc", "spice", "serial", "mks"];
 const TYPES: &[&str] = &["novnc", "xvpvnc", "spice-html5", "serial", "webmks"];
 
-/// A serial console for the server `id`: the compute says where it
-/// listens, a token is minted for this process's proxy, and the URL names
-/// both.
-async fn serial_url(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiResult<String> {
-    let Some(base) = app.serial_proxy_url.as_deref() else {
-        return Err(ApiError::BadRequest(
-            "Unavailable console type serial: no serial console proxy runs here \
-             (compute.serial_proxy_listen)."
-                .into(),
-        ));
+/// A console of `kind` for the server `id`: the compute says where it
+/// listens, a token is minted for this process's proxy of that kind, and
+/// the URL names both (serial: `<base>?token=…`; noVNC, as Nova's:
+/// `<base>?path=%3Ftoken%3D…`, the WebSocket path noVNC's client opens).
+async fn console_url(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+    rule: &str,
+    kind: ConsoleKind,
+) -> ApiResult<String> {
+    let base = match kind {
+        ConsoleKind::Serial => app.serial_proxy_url.as_deref(),
+        ConsoleKind::Novnc => app.novnc_proxy_url.as_deref(),
+    };
+    let Some(base) = base else {
+        let option = match kind {
+            ConsoleKind::Serial => "compute.serial_proxy_listen",
+            ConsoleKind::Novnc => "compute.novnc_proxy_listen",
+        };
+        return Err(ApiError::BadRequest(format!(
+            "Unavailable console type {}: no {} console proxy runs here ({option}).",
+            kind.name(),
+            kind.name()
+        )));
     };
     let token = console::locate(app, ctx, id, rule)
         .await?
-        .serial_token(app)
+        .token(app, kind)
         .await?;
-    Ok(format!("{base}?token={token}"))
+    Ok(match kind {
+        ConsoleKind::Serial => format!("{base}?token={token}"),
+        ConsoleKind::Novnc => format!("{base}?path=%3Ftoken%3D{token}"),
+    })
 }
 
-/// `POST /servers/{id}/remote-consoles` (2.6+): the serial console is
-/// built; VNC, SPICE and MKS are not yet.
+/// `POST /servers/{id}/remote-consoles` (2.6+): serial and noVNC consoles
+/// are built; xvpvnc, SPICE and MKS are not.
 pub async fn remote_consoles(
     axum::extract::State(app): axum::extract::State<App>,
     axum::Extension(ctx): axum::Extension<Ctx>,
@@ -126,11 +144,12 @@ pub async fn remote_consoles(
             "Additional properties are not allowed ('{k}' was unexpected)"
         )));
     }
-    match (protocol.as_str(), kind.as_str()) {
-        ("serial", "serial") => {}
-        ("vnc", "novnc") | ("vnc", "xvpvnc") | ("spice", "spice-html5") | ("mks", "webmks") => {
+    let console = match (protocol.as_str(), kind.as_str()) {
+        ("serial", "serial") => ConsoleKind::Serial,
+        ("vnc", "novnc") => ConsoleKind::Novnc,
+        ("vnc", "xvpvnc") | ("spice", "spice-html5") | ("mks", "webmks") => {
             return Err(ApiError::NotImplemented(format!(
-                "The {protocol} console ({kind}) is not built yet; the serial console is."
+                "The {protocol} console ({kind}) is not built; the serial and noVNC consoles are."
             )))
         }
         _ => {
@@ -138,10 +157,17 @@ pub async fn remote_consoles(
                 "Unavailable console type {kind} for protocol {protocol}."
             )))
         }
-    }
-    let url = serial_url(&app, &ctx, &id, "os_compute_api:os-remote-consoles").await?;
+    };
+    let url = console_url(
+        &app,
+        &ctx,
+        &id,
+        "os_compute_api:os-remote-consoles",
+        console,
+    )
+    .await?;
     Ok(Json(json!({
-        "remote_console": {"protocol": "serial", "type": "serial", "url": url}
+        "remote_console": {"protocol": protocol, "type": kind, "url": url}
     }))
     .into_response())
 }
@@ -153,17 +179,44 @@ pub async fn get_serial_console(
     id: &str,
     arg: &Value,
 ) -> ApiResult<Response> {
+    legacy_console(app, ctx, id, arg, ConsoleKind::Serial).await
+}
+
+/// `os-getVNCConsole` (the action before 2.6): `novnc` only (`xvpvnc`
+/// is not built).
+pub async fn get_vnc_console(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response> {
+    legacy_console(app, ctx, id, arg, ConsoleKind::Novnc).await
+}
+
+/// The pre-2.6 console actions: `{"type": …}` in, `{"console": {"type",
+/// "url"}}` out.
+async fn legacy_console(
+    app: &App,
+    ctx: &Ctx,
+    id: &str,
+    arg: &Value,
+    kind: ConsoleKind,
+) -> ApiResult<Response> {
+    let (ty, allowed): (&str, &str) = match kind {
+        ConsoleKind::Serial => ("serial", "['serial']"),
+        ConsoleKind::Novnc => ("novnc", "['novnc', 'xvpvnc']"),
+    };
     match arg.get("type").and_then(Value::as_str) {
-        Some("serial") => {}
+        Some(t) if t == ty => {}
+        Some("xvpvnc") if kind == ConsoleKind::Novnc => {
+            return Err(ApiError::NotImplemented(
+                "The vnc console (xvpvnc) is not built; noVNC is.".into(),
+            ))
+        }
         other => {
             return Err(ApiError::BadRequest(format!(
-                "Invalid input for field/attribute type. Value: {}. It is not one of ['serial']",
+                "Invalid input for field/attribute type. Value: {}. It is not one of {allowed}",
                 other.unwrap_or("None")
             )))
         }
     }
-    let url = serial_url(app, ctx, id, "os_compute_api:os-remote-consoles").await?;
-    Ok(Json(json!({"console": {"type": "serial", "url": url}})).into_response())
+    let url = console_url(app, ctx, id, "os_compute_api:os-remote-consoles", kind).await?;
+    Ok(Json(json!({"console": {"type": ty, "url": url}})).into_response())
 }
 
 /// `GET /os-console-auth-tokens/{token}` (admin): where a token leads.

@@ -1,7 +1,8 @@
 //! A guest's consoles, asked of the compute that runs it over the cell's
 //! bus: its console log (`get_console_output`, control characters
-//! replaced as Nova does), and where its serial console listens
-//! (`get_serial_console`), for which a token of [`ConsoleTokens`] is minted.
+//! replaced as Nova does), and where its serial console or its VNC server
+//! listens (`get_serial_console`, `get_vnc_console`), for which a token of
+//! [`ConsoleTokens`] is minted.
 
 use std::time::Duration;
 
@@ -97,15 +98,18 @@ impl Guest {
         Ok(printable(&o.output))
     }
 
-    /// A token for this process's proxy to the guest's serial console.
-    pub async fn serial_token(&self, app: &App) -> ApiResult<String> {
+    /// A token for this process's proxy of `kind` to the guest's console.
+    pub async fn token(&self, app: &App, kind: ConsoleKind) -> ApiResult<String> {
         let req = rpc::SerialConsoleRequest {
             instance_uuid: self.id.clone(),
         };
-        let unsupported = ApiError::BadRequest("Unavailable console type serial.".into());
-        let c: rpc::SerialConsole = self
-            .call(app, method::GET_SERIAL_CONSOLE, &req, unsupported)
-            .await?;
+        let unsupported =
+            ApiError::BadRequest(format!("Unavailable console type {}.", kind.name()));
+        let method = match kind {
+            ConsoleKind::Serial => method::GET_SERIAL_CONSOLE,
+            ConsoleKind::Novnc => method::GET_VNC_CONSOLE,
+        };
+        let c: rpc::SerialConsole = self.call(app, method, &req, unsupported).await?;
         let bad = |what: String| ApiError::internal(format!("{} answered {what}", self.host));
         let ip: std::net::IpAddr = c
             .host
@@ -113,6 +117,7 @@ impl Guest {
             .map_err(|_| bad(format!("a console address {:?}", c.host)))?;
         let port = u16::try_from(c.port).map_err(|_| bad(format!("a console port {}", c.port)))?;
         let target = ConsoleTarget {
+            kind,
             instance_uuid: self.id.clone(),
             host: self.host.clone(),
             addr: std::net::SocketAddr::new(ip, port),
@@ -146,9 +151,30 @@ mod tests {
     }
 }
 
+/// A console a token is for; each proxy takes its own kind only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsoleKind {
+    /// The serial console (Nova's `serial`).
+    Serial,
+    /// The VNC server, for noVNC (Nova's `novnc`).
+    Novnc,
+}
+
+impl ConsoleKind {
+    /// Nova's name of the console type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Serial => "serial",
+            Self::Novnc => "novnc",
+        }
+    }
+}
+
 /// Where a console token leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleTarget {
+    /// The console.
+    pub kind: ConsoleKind,
     /// The instance.
     pub instance_uuid: String,
     /// The compute host (service host name).

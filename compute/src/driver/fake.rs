@@ -71,6 +71,7 @@ struct Shared {
     /// The fake guests' serial console: one echo server for all of them,
     /// started on first use.
     serial: tokio::sync::OnceCell<std::net::SocketAddr>,
+    vnc: tokio::sync::OnceCell<std::net::SocketAddr>,
     /// Bumped whenever a spawn starts waiting (explicit mode).
     changed: watch::Sender<u64>,
     /// Spawns failed by a knob ([`FakeHypervisor::injected_failures`]).
@@ -99,6 +100,7 @@ impl FakeHypervisor {
                 }),
                 changed: watch::channel(0).0,
                 serial: tokio::sync::OnceCell::new(),
+                vnc: tokio::sync::OnceCell::new(),
                 injected: AtomicU64::new(0),
             }),
         }
@@ -186,21 +188,19 @@ impl FakeHypervisor {
     pub async fn serial_console_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         self.shared
             .serial
-            .get_or_try_init(|| async {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-                let addr = l.local_addr()?;
-                tokio::spawn(async move {
-                    use tokio::io::AsyncWriteExt;
-                    while let Ok((mut s, _)) = l.accept().await {
-                        tokio::spawn(async move {
-                            let _ = s.write_all(b"fake-console: ").await;
-                            let (mut r, mut w) = s.split();
-                            let _ = tokio::io::copy(&mut r, &mut w).await;
-                        });
-                    }
-                });
-                Ok(addr)
-            })
+            .get_or_try_init(|| console_server(b"fake-console: ", true))
+            .await
+            .copied()
+    }
+
+    /// The address of the fake guests' VNC server: a TCP server on
+    /// 127.0.0.1 that sends an RFB 3.8 server's greeting
+    /// (`RFB 003.008\n`) on connect and reads what it is sent (started on
+    /// first use, for the life of the process).
+    pub async fn vnc_console_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.shared
+            .vnc
+            .get_or_try_init(|| console_server(b"RFB 003.008\n", false))
             .await
             .copied()
     }
@@ -376,6 +376,23 @@ struct FakeDriver {
     host: String,
 }
 
+impl FakeDriver {
+    /// `Ok` when `instance`'s guest runs here.
+    fn running(&self, instance: InstanceUuid) -> Result<(), DriverError> {
+        let state = self
+            .hv
+            .lock()
+            .guests
+            .get(&self.host)
+            .and_then(|g| g.get(&instance).copied());
+        match state {
+            None => Err(DriverError::NotFound(instance)),
+            Some(p) if p != power_state::RUNNING => Err(DriverError::NotRunning(instance)),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
 impl Driver for FakeDriver {
     fn hypervisor_type(&self) -> &'static str {
         "fake"
@@ -426,21 +443,26 @@ impl Driver for FakeDriver {
         instance: InstanceUuid,
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         Box::pin(async move {
-            let running = self
-                .hv
-                .lock()
-                .guests
-                .get(&self.host)
-                .and_then(|g| g.get(&instance).copied());
-            match running {
-                None => Err(DriverError::NotFound(instance)),
-                Some(p) if p != power_state::RUNNING => Err(DriverError::NotRunning(instance)),
-                Some(_) => self
-                    .hv
-                    .serial_console_addr()
-                    .await
-                    .map_err(|e| DriverError::Unavailable(format!("fake console: {e}"))),
-            }
+            self.running(instance)?;
+            self.hv
+                .serial_console_addr()
+                .await
+                .map_err(|e| DriverError::Unavailable(format!("fake console: {e}")))
+        })
+    }
+
+    /// A server that greets as an RFB 3.8 server, standing in for the
+    /// guest's VNC server.
+    fn vnc_console(
+        &self,
+        instance: InstanceUuid,
+    ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
+        Box::pin(async move {
+            self.running(instance)?;
+            self.hv
+                .vnc_console_addr()
+                .await
+                .map_err(|e| DriverError::Unavailable(format!("fake VNC server: {e}")))
         })
     }
 
@@ -485,4 +507,30 @@ impl Driver for FakeDriver {
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(self.hv.perform(&self.host, instance, op))
     }
+}
+
+/// A TCP server on 127.0.0.1 that sends `greeting` on connect, then
+/// echoes what it is sent (`echo`) or reads and drops it; it runs for the
+/// life of the process.
+async fn console_server(
+    greeting: &'static [u8],
+    echo: bool,
+) -> std::io::Result<std::net::SocketAddr> {
+    use tokio::io::AsyncWriteExt;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let _ = s.write_all(greeting).await;
+                let (mut r, mut w) = s.split();
+                if echo {
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                } else {
+                    let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
+                }
+            });
+        }
+    });
+    Ok(addr)
 }

@@ -199,11 +199,17 @@ pub trait Driver: Send + Sync + fmt::Debug {
         instance: InstanceUuid,
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         let _ = instance;
-        Box::pin(async {
-            Err(DriverError::Unavailable(
-                "serial consoles are not supported by this driver".into(),
-            ))
-        })
+        unsupported("serial consoles")
+    }
+
+    /// Where the guest's VNC server listens on this host (for the noVNC
+    /// proxy); `Unavailable` for drivers without one.
+    fn vnc_console(
+        &self,
+        instance: InstanceUuid,
+    ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
+        let _ = instance;
+        unsupported("VNC consoles")
     }
 
     /// Runs `op` on an existing guest; returns once it is done. Drivers
@@ -221,4 +227,10 @@ pub trait Driver: Send + Sync + fmt::Debug {
             )))
         })
     }
+}
+
+/// The default answer of a driver without `what`.
+fn unsupported<T: Send + 'static>(what: &str) -> BoxFuture<'static, Result<T, DriverError>> {
+    let e = DriverError::Unavailable(format!("{what} are not supported by this driver"));
+    Box::pin(async move { Err(e) })
 }

@@ -100,7 +100,7 @@ async fn remote_serial_console_through_the_proxy() {
             "2.6",
             "POST",
             &path,
-            Some(json!({"remote_console": {"protocol": "vnc", "type": "novnc"}})),
+            Some(json!({"remote_console": {"protocol": "vnc", "type": "xvpvnc"}})),
         )
         .await;
     assert_eq!(r.status, 501, "{}", r.body);
@@ -171,13 +171,7 @@ async fn remote_serial_console_through_the_proxy() {
     assert!(echoed.starts_with("fake-console: "), "{echoed:?}");
     // A forged token: refused before any upgrade.
     let forged = format!("ws://{proxy}/?token={}", "0".repeat(64));
-    let refused =
-        tokio::task::spawn_blocking(move || match tungstenite::connect(forged.as_str()) {
-            Err(tungstenite::Error::Http(r)) => r.status().as_u16(),
-            other => panic!("forged token accepted: {:?}", other.map(|_| ())),
-        })
-        .await
-        .unwrap();
+    let refused = ws_refusal(forged).await;
     assert_eq!(refused, 401);
 
     // The pre-2.6 action gives the same kind of URL.
@@ -202,4 +196,101 @@ async fn remote_serial_console_through_the_proxy() {
         .await;
     assert_eq!(r.status, 409, "{}", r.body);
     region.shutdown().await;
+}
+
+/// The noVNC console (2.6+, and the older `os-getVNCConsole`) through the
+/// region's noVNC proxy: Nova's URL, and over its WebSocket the guest's
+/// VNC server greets as RFB 3.8 (the fake driver's). Each proxy takes its
+/// own kind of token only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_vnc_console_through_the_novnc_proxy() {
+    let (region, api, _dir) = start("remote_vnc_console").await;
+    let id = api.boot(&api.member, "vnc1").await;
+    api.settle(&id).await;
+    let path = format!("/v2.1/servers/{id}/remote-consoles");
+    let novnc = json!({"remote_console": {"protocol": "vnc", "type": "novnc"}});
+    let r = api
+        .call(&api.member, "2.6", "POST", &path, Some(novnc))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["remote_console"]["protocol"], "vnc");
+    assert_eq!(r.body["remote_console"]["type"], "novnc");
+    let url = r.body["remote_console"]["url"].as_str().unwrap().to_owned();
+    let proxy = region
+        .compute
+        .novnc_proxy
+        .expect("the region runs a noVNC proxy");
+    let prefix = format!("http://{proxy}/vnc_lite.html?path=%3Ftoken%3D");
+    let token = url
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{url} is not Nova's noVNC URL"))
+        .to_owned();
+    // What noVNC's page opens: the WebSocket at `path`.
+    let ws_url = format!("ws://{proxy}/?token={token}");
+    let greeting = tokio::task::spawn_blocking(move || {
+        let (mut ws, _) = tungstenite::connect(ws_url.as_str()).expect("upgrade");
+        let mut got = Vec::new();
+        while got.len() < 12 {
+            if let tungstenite::Message::Binary(b) = ws.read().expect("read") {
+                got.extend_from_slice(&b);
+            }
+        }
+        got
+    })
+    .await
+    .unwrap();
+    assert_eq!(greeting, b"RFB 003.008\n");
+
+    // A serial token does not open the noVNC proxy, nor a noVNC token the
+    // serial one.
+    let serial = json!({"remote_console": {"protocol": "serial", "type": "serial"}});
+    let r = api
+        .call(&api.member, "2.6", "POST", &path, Some(serial))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let serial_url = r.body["remote_console"]["url"].as_str().unwrap().to_owned();
+    let serial_token = serial_url.split("token=").nth(1).unwrap().to_owned();
+    let serial_proxy = region.compute.serial_proxy.expect("a serial proxy");
+    for url in [
+        format!("ws://{proxy}/?token={serial_token}"),
+        format!("ws://{serial_proxy}/?token={token}"),
+    ] {
+        let refused = ws_refusal(url).await;
+        assert_eq!(refused, 401);
+    }
+
+    // The pre-2.6 action.
+    let r = api
+        .act(
+            &api.member,
+            &id,
+            json!({"os-getVNCConsole": {"type": "novnc"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["console"]["type"], "novnc");
+    assert!(r.body["console"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with(&prefix));
+    let r = api
+        .act(
+            &api.member,
+            &id,
+            json!({"os-getVNCConsole": {"type": "spice"}}),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    region.shutdown().await;
+}
+
+/// The HTTP status a proxy refuses a WebSocket upgrade to `url` with
+/// (panics when the upgrade is accepted).
+async fn ws_refusal(url: String) -> u16 {
+    tokio::task::spawn_blocking(move || match tungstenite::connect(url.as_str()) {
+        Err(tungstenite::Error::Http(r)) => r.status().as_u16(),
+        other => panic!("{url} accepted: {:?}", other.map(|_| ())),
+    })
+    .await
+    .unwrap()
 }

@@ -2,8 +2,10 @@
 //! libvirtd, qemu with TCG) booting the project's own guest image
 //! (`scripts/build-guest-image.sh`), driven by the real `openstack` CLI.
 //! The guest's marker reaches `openstack console log show`; a soft reboot
-//! boots it again (a second marker); stop and start; a `poweroff` typed on
-//! the guest's serial console is seen as SHUTOFF without anyone asking;
+//! boots it again (a second marker); stop and start; the serial console
+//! answers what is typed, and qemu's VNC server greets through the noVNC
+//! proxy; a `poweroff` typed on the guest's serial console is seen as
+//! SHUTOFF without anyone asking;
 //! the delete leaves no domain, no disk and no allocation. Skips with a
 //! printed reason without libvirtd or the CLI (a failure in CI).
 
@@ -252,6 +254,39 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
         Err(tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401),
         other => panic!("a forged token must be refused: {:?}", other.map(|_| ())),
     }
+    // The noVNC console: Nova's URL; over the WebSocket its `path` names,
+    // qemu's VNC server greets as an RFB 3.8 server.
+    let vnc = member.json(&["console", "url", "show", "--novnc", "real1"]);
+    let vnc = vnc["url"].as_str().expect("a noVNC URL").to_owned();
+    let (page, token) = vnc
+        .split_once("?path=%3Ftoken%3D")
+        .unwrap_or_else(|| panic!("{vnc} is not Nova's noVNC URL"));
+    let proxy = page
+        .strip_prefix("http://")
+        .and_then(|p| p.strip_suffix("/vnc_lite.html"))
+        .unwrap_or_else(|| panic!("{vnc}"));
+    // The proxy serves noVNC's page itself (Debian's novnc package).
+    let page = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let r = reqwest::get(page).await.expect("GET the noVNC page");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    });
+    assert_eq!(page.0, 200, "the noVNC page: {}", page.1);
+    assert!(page.1.contains("noVNC"), "{}", page.1);
+    let (mut ws, _) = tungstenite::connect(format!("ws://{proxy}/?token={token}").as_str())
+        .expect("the noVNC proxy upgrades");
+    let mut greeting = Vec::new();
+    while greeting.len() < 12 {
+        if let tungstenite::Message::Binary(b) = ws.read().expect("read the VNC server") {
+            greeting.extend_from_slice(&b);
+        }
+    }
+    assert_eq!(
+        &greeting[..12],
+        b"RFB 003.008\n",
+        "{:?}",
+        String::from_utf8_lossy(&greeting)
+    );
+    drop(ws);
 
     // The guest powers itself off: nobody asks the API, yet the server
     // shows SHUTOFF (vm_state stopped) within seconds.

@@ -34,6 +34,7 @@ fn ephemeral_ports(cfg: &mut region::RegionConfig) {
         &mut cfg.region.compute_listen,
         &mut cfg.region.image_listen,
         &mut cfg.region.serial_proxy_listen,
+        &mut cfg.region.novnc_proxy_listen,
         &mut cfg.telemetry.metrics_listen,
     ] {
         *listen = "127.0.0.1:0".to_owned();

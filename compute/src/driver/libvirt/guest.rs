@@ -406,6 +406,37 @@ pub fn serial_of(xml: &str) -> Option<std::net::SocketAddr> {
     }
 }
 
+/// Where the VNC server of a running domain listens, from its live XML
+/// (`<graphics type='vnc' port='…' listen='…'>`; `None` before libvirt
+/// gave it a port, or without one).
+pub fn vnc_of(xml: &str) -> Option<std::net::SocketAddr> {
+    use quick_xml::events::Event;
+    let mut r = quick_xml::Reader::from_str(xml);
+    loop {
+        match r.read_event() {
+            Ok(Event::Start(e) | Event::Empty(e)) if e.name().as_ref() == b"graphics" => {
+                let get = |k: &[u8]| {
+                    e.attributes()
+                        .flatten()
+                        .find(|a| a.key.as_ref() == k)
+                        .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
+                };
+                if get(b"type").as_deref() != Some("vnc") {
+                    continue;
+                }
+                let port: u16 = get(b"port")?.parse().ok()?;
+                let ip: std::net::IpAddr = get(b"listen")
+                    .unwrap_or_else(|| "127.0.0.1".to_owned())
+                    .parse()
+                    .ok()?;
+                return Some(std::net::SocketAddr::new(ip, port));
+            }
+            Ok(Event::Eof) | Err(_) => return None,
+            _ => {}
+        }
+    }
+}
+
 /// The domain name of an instance.
 pub fn domain_name(instance: Uuid) -> String {
     format!("instance-{instance}")
@@ -513,6 +544,16 @@ mod tests {
         assert!(x.contains("<source mode='bind' host='127.0.0.1' service='10007'/>"));
         assert_eq!(serial_of(&x), Some("127.0.0.1:10007".parse().unwrap()));
         assert!(x.contains("<graphics type='vnc'"));
+        // Not running: no port yet.
+        assert_eq!(vnc_of(&x), None);
+        let live =
+            "<domain><devices><graphics type='vnc' port='5901' autoport='yes' listen='127.0.0.1'>\
+                    <listen type='address' address='127.0.0.1'/></graphics></devices></domain>";
+        assert_eq!(vnc_of(live), Some("127.0.0.1:5901".parse().unwrap()));
+        assert_eq!(
+            vnc_of("<domain><devices><graphics type='spice' port='5902'/></devices></domain>"),
+            None
+        );
         assert!(!x.contains("<cpu"));
         assert!(!x.contains("<boot dev"));
     }

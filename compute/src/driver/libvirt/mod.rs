@@ -784,6 +784,23 @@ impl Driver for LibvirtDriver {
         }))
     }
 
+    fn vnc_console(
+        &self,
+        instance: InstanceUuid,
+    ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
+        Box::pin(self.blocking(move |i| {
+            let dom = must(&i.conn(), instance)?;
+            let op = "get_vnc_console";
+            if !dom.is_active().map_err(hv(op))? {
+                return Err(DriverError::NotRunning(instance));
+            }
+            let xml = dom.xml_desc(0).map_err(hv(op))?;
+            guest::vnc_of(&xml).ok_or(DriverError::Unavailable(
+                "the guest has no VNC server with a port".into(),
+            ))
+        }))
+    }
+
     fn power_sync_interval(&self) -> Option<Duration> {
         Some(Duration::from_millis(
             self.inner.cfg.power_state_poll_ms.max(100),
