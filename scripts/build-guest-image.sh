@@ -7,8 +7,8 @@
 # writes into OUTDIR
 #   vmlinuz      the Debian cloud kernel (linux-image-cloud-amd64)
 #   initrd.img   gzip'd newc cpio: busybox-static, /init, the kernel modules
-#                the guest needs (virtio, ata, ACPI button, evdev), acpid
-#                power-button handler, udhcpc hook
+#                the guest needs (virtio, ata, CD-ROM and ISO 9660, ACPI
+#                button, evdev), acpid power-button handler, udhcpc hook
 #   disk.raw     1 MiB of zeros: the "root disk" the image service holds;
 #                the guest runs from the initramfs and never mounts it
 #   SHA256SUMS   of the three
@@ -110,7 +110,7 @@ fi
 wanted=(
   virtio_pci virtio_blk virtio_net virtio_console virtio_scsi virtio_balloon
   virtio_rng
-  ata_piix sd_mod sr_mod
+  ata_piix sd_mod sr_mod isofs
   button evdev
 )
 declare -A modpath=()
@@ -242,6 +242,45 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 done
 acpid -c /etc/acpi -a /etc/acpid.conf -l /var/log/acpid.log
 
+# The config drive (the volume labelled config-2, as cloud-init finds
+# it): its meta_data.json names the instance and the hostname, and its
+# user_data runs when it is a script (as cirros does). busybox-static has
+# no blkid: findfs finds the label on disks; a CD-ROM is tried by
+# mounting it.
+config=
+mounted=
+mkdir -p /mnt/config
+for i in 1 2 3 4 5; do
+  config=$(findfs LABEL=config-2 2>/dev/null) && break
+  config=
+  for d in /dev/sr*; do
+    [ -b "$d" ] || continue
+    mount -t iso9660 -o ro "$d" /mnt/config 2>/dev/null || continue
+    if [ -f /mnt/config/openstack/latest/meta_data.json ]; then
+      config=$d mounted=1
+      break 2
+    fi
+    umount /mnt/config
+  done
+  sleep 0.2
+done
+if [ -n "$config" ] && [ -z "$mounted" ]; then
+  mount -o ro "$config" /mnt/config && mounted=1
+fi
+if [ -n "$mounted" ]; then
+  md=/mnt/config/openstack/latest/meta_data.json
+  uuid=$(sed -n 's/.*"uuid":"\([^"]*\)".*/\1/p' "$md")
+  fqdn=$(sed -n 's/.*"hostname":"\([^"]*\)".*/\1/p' "$md")
+  if [ -n "$fqdn" ]; then
+    hostname=${fqdn%%.*}
+    hostname "$hostname"
+    echo "$hostname" >/etc/hostname
+  fi
+  echo "CELLS-GUEST-CONFIG-DRIVE $config uuid=$uuid hostname=$fqdn" >/dev/ttyS0
+elif [ -n "$config" ]; then
+  echo "cells-guest: config drive $config could not be mounted" >/dev/ttyS0
+fi
+
 ip link set lo up
 for dev in /sys/class/net/*; do
   dev=${dev##*/}
@@ -258,6 +297,14 @@ case "$poweroff_after" in
      poweroff -f) &
     ;;
 esac
+
+ud=/mnt/config/openstack/latest/user_data
+if [ -n "$mounted" ] && [ -f "$ud" ] && [ "$(head -c 2 "$ud")" = '#!' ]; then
+  cp "$ud" /tmp/user-data
+  chmod 700 /tmp/user-data
+  /tmp/user-data >/dev/ttyS0 2>&1 </dev/null
+  echo "CELLS-GUEST-USER-DATA exit=$?" >/dev/ttyS0
+fi
 
 read -r up _ </proc/uptime
 echo "CELLS-GUEST-UP $hostname $up" >/dev/ttyS0

@@ -2,7 +2,8 @@
 # Installs what the libvirt driver needs from Debian's packages, only what
 # is missing, and (with --daemon) starts libvirtd.
 #
-#   scripts/install-libvirt.sh            build: libvirt-dev, pkg-config, qemu-img
+#   scripts/install-libvirt.sh            build: libvirt-dev, pkg-config, qemu-img,
+#                                         genisoimage (config drives)
 #   scripts/install-libvirt.sh --daemon   also libvirtd, qemu (started) and noVNC
 #
 # The workspace links libvirt (the `virt` crate) whatever the driver in
@@ -19,6 +20,7 @@ want() { dpkg -s "$1" >/dev/null 2>&1 || need+=("$1"); }
 want pkg-config
 want libvirt-dev
 want qemu-utils
+want genisoimage
 if [ "$daemon" = 1 ]; then
   want libvirt-daemon-system
   want qemu-system-x86

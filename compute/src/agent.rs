@@ -683,6 +683,8 @@ impl Host {
             instance,
             flavor: b.flavor.clone().unwrap_or_default(),
             image_ref: b.image_ref.clone(),
+            project_id: b.project_id.clone(),
+            guest: b.guest.clone(),
         };
         let spawned = match failpoint::hit(failpoint::BOOT_SPAWN) {
             Ok(()) => self.driver.spawn(&spec).await,

@@ -26,6 +26,7 @@ mod actions;
 pub mod agent;
 pub mod conductor;
 pub mod config;
+pub mod config_drive;
 pub mod driver;
 pub mod error;
 pub mod init_host;

@@ -47,9 +47,11 @@ use prost::Message;
 use crate::bus::{BusError, Transport};
 
 mod build_cast;
+mod guest;
 mod placement_audit;
 use crate::wire::Envelope;
 pub use build_cast::cast_build;
+pub use guest::{GuestData, GuestKey};
 pub use placement_audit::{
     finding, AllocationFinding, AllocationReport, HealAllocations, PlacementAudit,
 };
@@ -759,6 +761,9 @@ pub struct BuildAndRunInstance {
     /// 1 for the first host, +1 per reschedule.
     #[prost(uint32, tag = "10")]
     pub attempt: u32,
+    /// What the guest is told of itself (config drive).
+    #[prost(message, optional, tag = "11")]
+    pub guest: Option<GuestData>,
 }
 
 /// `terminate_instance` (cast to `compute.<host>`).

@@ -36,12 +36,7 @@ pub async fn start(
     r.cells = spec.cells;
     r.hosts_per_cell = spec.hosts_per_cell;
     r.fake_spawn_latency_ms = spec.fake_spawn_latency_ms;
-    r.identity_listen = "127.0.0.1:0".to_owned();
-    r.placement_listen = "127.0.0.1:0".to_owned();
-    r.compute_listen = "127.0.0.1:0".to_owned();
-    r.image_listen = "127.0.0.1:0".to_owned();
-    r.serial_proxy_listen = "127.0.0.1:0".to_owned();
-    r.novnc_proxy_listen = "127.0.0.1:0".to_owned();
+    r.listen_on_free_ports();
     cfg.telemetry.metrics_listen = String::new();
     Region::start(&cfg, telemetry).await
 }

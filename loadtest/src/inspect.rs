@@ -237,7 +237,7 @@ impl Databases {
                 }
                 let t = out.entry(uuid).or_default();
                 match event.as_deref() {
-                    Some(cell_mapping::db::instances::EV_SCHEDULE_AND_BUILD) => {
+                    Some(cell_mapping::db::instance_create::EV_SCHEDULE_AND_BUILD) => {
                         t.scheduled = finish;
                     }
                     Some(fabric::rpc::action::EV_BUILD) => t.build_start = start,

@@ -213,6 +213,21 @@ fn sqlite_url(dir: &Path, name: &str) -> String {
 }
 
 impl RegionSection {
+    /// Every listener of the region on a port of the system's choosing
+    /// (regions side by side: tests, the loadtest's embedded target).
+    pub fn listen_on_free_ports(&mut self) {
+        for listen in [
+            &mut self.identity_listen,
+            &mut self.placement_listen,
+            &mut self.compute_listen,
+            &mut self.image_listen,
+            &mut self.serial_proxy_listen,
+            &mut self.novnc_proxy_listen,
+        ] {
+            *listen = "127.0.0.1:0".to_owned();
+        }
+    }
+
     /// Whether the databases are PostgreSQL (else SQLite files).
     pub fn on_postgres(&self) -> bool {
         !self.database_url.is_empty()

@@ -120,6 +120,13 @@ pub struct BuildInstance {
     /// ([`super::images::recorded_properties`]; 2.98 `image.properties`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub image_properties: BTreeMap<String, String>,
+    /// Whether the guest gets a config drive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub config_drive: bool,
+    /// The key pair's type and public key, read at create (Nova's
+    /// `key_data`, for the guest's metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_data: Option<(String, String)>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).

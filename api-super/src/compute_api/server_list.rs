@@ -177,6 +177,7 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
         user_data: b.user_data.clone(),
         hostname: b.hostname.clone(),
         display_description: b.description.clone(),
+        config_drive: b.config_drive.then(|| "True".to_owned()),
         ..CellInstance::default()
     }
 }

@@ -394,6 +394,7 @@ impl SuperConductor {
             project_id: b.project_id.clone(),
             user_id: b.user_id.clone(),
             attempt: 1,
+            guest: Some(guest_data(b)),
         };
         let ids = RequestIds {
             request_id: spec.request_id.clone(),
@@ -610,6 +611,30 @@ pub fn new_instance(
         hostname: b.hostname.clone(),
         tags: b.tags.clone(),
         key_name: b.key_name.clone(),
+        key_data: b.key_data.as_ref().map(|k| k.1.clone()),
+        config_drive: b.config_drive,
+    }
+}
+
+/// What the guest is told of itself ([`fabric::rpc::GuestData`]).
+fn guest_data(b: &BuildInstance) -> fabric::rpc::GuestData {
+    fabric::rpc::GuestData {
+        name: b.display_name.clone(),
+        hostname: b.hostname.clone().unwrap_or_default(),
+        availability_zone: b.availability_zone.clone().unwrap_or_default(),
+        launch_index: b.launch_index,
+        metadata: b.metadata.iter().cloned().collect(),
+        user_data: b.user_data.clone().unwrap_or_default(),
+        key: b
+            .key_name
+            .as_ref()
+            .zip(b.key_data.as_ref())
+            .map(|(name, (kind, pk))| fabric::rpc::GuestKey {
+                name: name.clone(),
+                kind: kind.clone(),
+                public_key: pk.clone(),
+            }),
+        config_drive: b.config_drive,
     }
 }
 

@@ -61,11 +61,13 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
             "Only volume-backed servers are allowed for flavors with zero disk.".into(),
         ));
     }
-    if let Some(k) = &req.key_name {
-        if app.db.keypair(ctx.user_id(), k).await?.is_none() {
-            return Err(bad("Invalid key_name provided."));
-        }
-    }
+    let key_data = match &req.key_name {
+        Some(k) => match app.db.keypair(ctx.user_id(), k).await? {
+            Some(kp) => kp.public_key.map(|pk| (kp.kind, pk)),
+            None => return Err(bad("Invalid key_name provided.")),
+        },
+        None => None,
+    };
     let (limits, group_members_limit) =
         crate::compute_api::quotas::create_limits(app, reads.quotas, req.metadata.len())?;
     let (image_ref, image_props, recorded_props) = match &app.images {
@@ -159,6 +161,10 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
             n = n.min(fit);
         }
     }
+    // Nova's `configdrive.required_by`: asked for, or the image's
+    // `img_config_drive=mandatory`.
+    let config_drive = req.config_drive
+        || recorded_props.get("img_config_drive").map(String::as_str) == Some("mandatory");
     let uuids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let global = format!("req-{}", uuid::Uuid::new_v4());
     let builds: Vec<(BuildInstance, RequestSpec)> = uuids
@@ -199,6 +205,8 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
                     hostname: Some(hostname),
                     tags: req.tags.clone(),
                     image_properties: recorded_props.clone(),
+                    config_drive,
+                    key_data: key_data.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

@@ -1135,8 +1135,8 @@ async fn create_body_as_nova_schema_has_it() {
         (
             "2.1",
             &member,
-            server(json!({"config_drive": true})),
-            "Config drives are not built",
+            server(json!({"config_drive": "maybe"})),
+            "'maybe' is not one of [True, 'True'",
         ),
         (
             "2.1",

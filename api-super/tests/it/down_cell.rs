@@ -194,6 +194,8 @@ impl Fixture {
                 hostname: None,
                 tags: Vec::new(),
                 image_properties: Default::default(),
+                config_drive: false,
+                key_data: None,
             };
             let spec = RequestSpec {
                 instance_uuid: id.clone(),
@@ -254,6 +256,8 @@ impl Fixture {
                         hostname: None,
                         tags: Vec::new(),
                         key_name: None,
+                        config_drive: false,
+                        key_data: None,
                     })
                     .await
                     .unwrap();

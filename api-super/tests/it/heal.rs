@@ -59,6 +59,8 @@ pub(crate) async fn builds(
                     hostname: None,
                     tags: Vec::new(),
                     image_properties: Default::default(),
+                    config_drive: false,
+                    key_data: None,
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

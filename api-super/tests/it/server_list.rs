@@ -845,20 +845,13 @@ async fn list_filter_sql(url: &str) {
             },
             host: Some("h".into()),
             node: Some("h".into()),
-            availability_zone: None,
             created_at: t0 + chrono::Duration::seconds(n),
             request_id: format!("req-{n}"),
             global_request_id: format!("req-{n}"),
             reservation_id: "r-1".into(),
             launch_index: 4 - n,
-            error: None,
-            scheduled_from: None,
-            metadata: Vec::new(),
-            user_data: None,
-            description: None,
-            hostname: None,
-            tags: Vec::new(),
             key_name: (n % 2 == 1).then(|| format!("k{n}")),
+            ..Default::default()
         })
         .await
         .unwrap();

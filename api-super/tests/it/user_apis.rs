@@ -1537,20 +1537,12 @@ async fn put_instance(
         image_ref: IMAGE.into(),
         host: Some("h".into()),
         node: Some("h".into()),
-        availability_zone: None,
         created_at: at("2025-01-01T00:00:00"),
         request_id: "req-1".into(),
         global_request_id: "req-1".into(),
         reservation_id: "r-1".into(),
         launch_index: 0,
-        error: None,
-        scheduled_from: None,
-        metadata: Vec::new(),
-        user_data: None,
-        description: None,
-        hostname: None,
-        tags: Vec::new(),
-        key_name: None,
+        ..Default::default()
     })
     .await
     .expect("instance");

@@ -211,6 +211,7 @@ impl Cell {
             project_id: "p1".into(),
             user_id: "u1".into(),
             attempt: 1,
+            guest: None,
         };
         (uuid, ids, build)
     }

@@ -21,6 +21,7 @@ pub mod aggregates;
 pub mod api;
 pub mod build_casts;
 pub mod cell;
+pub mod instance_create;
 pub mod instances;
 pub mod server_actions;
 pub mod server_groups;
@@ -238,9 +239,9 @@ impl CellDb {
 
 pub use aggregates::{Aggregate, AggregateRefused};
 pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
+pub use instance_create::{NewCellInstance, NewFault};
 pub use instances::{
-    CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, ListOrder, NewCellInstance,
-    NewFault, SortKey, SortValue,
+    CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, ListOrder, SortKey, SortValue,
 };
 pub use server_groups::{NewServerGroup, ServerGroup};
 pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};

@@ -64,6 +64,8 @@ pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
         hostname: None,
         tags: Vec::new(),
         key_name: None,
+        config_drive: false,
+        key_data: None,
     }
 }
 

@@ -72,6 +72,8 @@ async fn flow(be: Be, name: &str) {
         hostname: None,
         tags: Vec::new(),
         key_name: None,
+        config_drive: false,
+        key_data: None,
     })
     .await
     .expect("create");

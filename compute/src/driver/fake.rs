@@ -63,6 +63,8 @@ struct State {
     /// How often the agents sync power states (none: never).
     power_sync: Option<Duration>,
     pending: HashMap<InstanceUuid, (String, oneshot::Sender<Result<(), String>>)>,
+    /// The config drives of the guests that have one (path, contents).
+    config_drives: HashMap<InstanceUuid, crate::config_drive::Files>,
 }
 
 #[derive(Debug)]
@@ -97,6 +99,7 @@ impl FakeHypervisor {
                     guests: HashMap::new(),
                     power_sync: None,
                     pending: HashMap::new(),
+                    config_drives: HashMap::new(),
                 }),
                 changed: watch::channel(0).0,
                 serial: tokio::sync::OnceCell::new(),
@@ -313,7 +316,14 @@ impl FakeHypervisor {
         v
     }
 
+    /// The files of `instance`'s config drive (path, contents), while its
+    /// guest is on a host; `None` when it has none.
+    pub fn config_drive(&self, instance: InstanceUuid) -> Option<crate::config_drive::Files> {
+        self.lock().config_drives.get(&instance).cloned()
+    }
+
     async fn spawn(&self, host: &str, spec: &SpawnSpec) -> Result<(), DriverError> {
+        let config_drive = spec.config_drive()?;
         let (mode, latency, knobs) = {
             let s = self.lock();
             (
@@ -352,11 +362,15 @@ impl FakeHypervisor {
                 }
             }
         }
-        self.lock()
-            .guests
+        let mut s = self.lock();
+        s.guests
             .entry(host.to_owned())
             .or_default()
             .insert(spec.instance, power_state::RUNNING);
+        match config_drive {
+            Some(files) => s.config_drives.insert(spec.instance, files),
+            None => s.config_drives.remove(&spec.instance),
+        };
         Ok(())
     }
 }
@@ -473,7 +487,9 @@ impl Driver for FakeDriver {
     fn destroy(&self, instance: InstanceUuid) -> BoxFuture<'_, Result<(), DriverError>> {
         let mut s = self.hv.lock();
         if let Some(g) = s.guests.get_mut(&self.host) {
-            g.remove(&instance);
+            if g.remove(&instance).is_some() {
+                s.config_drives.remove(&instance);
+            }
         }
         Box::pin(async { Ok(()) })
     }

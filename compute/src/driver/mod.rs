@@ -20,6 +20,26 @@ pub struct SpawnSpec {
     pub flavor: FlavorResources,
     /// Its image.
     pub image_ref: String,
+    /// Its project.
+    pub project_id: String,
+    /// What the guest is told of itself; `None` from a sender older than
+    /// the config drive (no config drive then).
+    pub guest: Option<fabric::rpc::GuestData>,
+}
+
+impl SpawnSpec {
+    /// The config drive's files, when the guest gets one
+    /// ([`crate::config_drive::files`]).
+    pub fn config_drive(&self) -> Result<Option<crate::config_drive::Files>, DriverError> {
+        match &self.guest {
+            Some(g) if g.config_drive => {
+                crate::config_drive::files(self.instance, &self.project_id, g)
+                    .map(Some)
+                    .map_err(|e| DriverError::SpawnFailed(format!("config drive: {e}")))
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 /// Why a driver call failed.

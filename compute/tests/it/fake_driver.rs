@@ -12,6 +12,8 @@ fn spec() -> SpawnSpec {
         instance: InstanceUuid::new_random(),
         flavor: Default::default(),
         image_ref: "cirros".into(),
+        project_id: "p1".into(),
+        guest: None,
     }
 }
 

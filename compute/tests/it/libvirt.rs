@@ -141,6 +141,8 @@ pub(crate) fn spec(image: &str) -> SpawnSpec {
             swap_mb: 64,
         },
         image_ref: image.to_owned(),
+        project_id: "p1".into(),
+        guest: None,
     }
 }
 
@@ -327,6 +329,76 @@ async fn direct_kernel_boot_copies_kernel_and_ramdisk_beside_the_disks() {
     assert_eq!(std::fs::read(dir.join("kernel")).unwrap(), vec![1u8; 8192]);
     assert_eq!(std::fs::read(dir.join("ramdisk")).unwrap(), vec![2u8; 8192]);
     h.driver.destroy(s.instance).await.unwrap();
+}
+
+/// `isoinfo` (Debian's genisoimage package) on `iso`.
+fn isoinfo(iso: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("isoinfo")
+        .arg("-i")
+        .arg(iso)
+        .args(args)
+        .output()
+        .expect("isoinfo runs (genisoimage package)");
+    assert!(out.status.success(), "isoinfo {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_config_drive_is_an_iso_labelled_config_2_and_kept_through_a_rebuild() {
+    use base64::Engine as _;
+    let h = host();
+    let image = h.images.add("raw", vec![0u8; 1 << 20], &[]);
+    let mut s = spec(&image);
+    s.guest = Some(fabric::rpc::GuestData {
+        name: "cd".into(),
+        hostname: "cd".into(),
+        user_data: base64::engine::general_purpose::STANDARD.encode("#!/bin/sh\necho hi\n"),
+        config_drive: true,
+        ..Default::default()
+    });
+    let d = &h.driver;
+    d.spawn(&s).await.expect("spawn");
+    let iso = d.instance_dir(s.instance).join("disk.config");
+    let check = |iso: &Path| {
+        assert!(isoinfo(iso, &["-d"]).contains("Volume id: config-2"));
+        assert_eq!(
+            isoinfo(iso, &["-R", "-x", "/openstack/latest/user_data"]),
+            "#!/bin/sh\necho hi\n"
+        );
+        let m: serde_json::Value = serde_json::from_str(&isoinfo(
+            iso,
+            &["-R", "-x", "/openstack/latest/meta_data.json"],
+        ))
+        .unwrap();
+        assert_eq!(m["uuid"], s.instance.to_string());
+        assert_eq!(m["hostname"], "cd.novalocal");
+    };
+    check(&iso);
+    // No scratch tree is left beside it.
+    assert!(!iso.with_extension("tree").exists());
+    d.perform(
+        s.instance,
+        &GuestOp::Rebuild {
+            image_ref: image.clone(),
+        },
+    )
+    .await
+    .expect("rebuild");
+    check(&iso);
+    d.destroy(s.instance).await.unwrap();
+
+    // Without one asked, none; an image that makes it mandatory fails a
+    // build that brings none, leaving nothing.
+    let plain = spec(&image);
+    d.spawn(&plain).await.expect("spawn");
+    assert!(!d.instance_dir(plain.instance).join("disk.config").exists());
+    d.destroy(plain.instance).await.unwrap();
+    let mandatory = h.images.add(
+        "raw",
+        vec![0u8; 1 << 20],
+        &[("img_config_drive", "mandatory")],
+    );
+    fails_clean(&h, &mandatory, "img_config_drive=mandatory").await;
 }
 
 #[tokio::test]

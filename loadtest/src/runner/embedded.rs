@@ -28,6 +28,7 @@ pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region:
         .map_err(|e| anyhow::anyhow!("region_file {}: {e}", p.display()))?,
         None => region::RegionConfig::default(),
     };
+    cfg.region.listen_on_free_ports();
     let mut table = toml::Table::try_from(&cfg.region).context("region section")?;
     let set = |t: &mut toml::Table, k: &str, v: toml::Value| {
         t.insert(k.to_owned(), v);
@@ -40,15 +41,6 @@ pub fn region_config(s: &Scenario, data_dir: &std::path::Path) -> Result<region:
         set(&mut table, k, toml::Value::Integer(v));
     }
     set(&mut table, "fake_spawn_latency_ms", toml::Value::Integer(0));
-    for k in [
-        "identity_listen",
-        "placement_listen",
-        "compute_listen",
-        "image_listen",
-        "serial_proxy_listen",
-    ] {
-        set(&mut table, k, toml::Value::String("127.0.0.1:0".to_owned()));
-    }
     set(
         &mut table,
         "data_dir",

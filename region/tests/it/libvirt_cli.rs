@@ -188,6 +188,9 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
         env: os_env(&r, "admin", 0, "admin"),
     };
 
+    // With a config drive and a user-data script, which the guest runs.
+    let user_data = dir.join("user-data.sh");
+    std::fs::write(&user_data, "#!/bin/sh\necho USER-DATA-SAYS $((6*7))\n").unwrap();
     let server = member.json(&[
         "server",
         "create",
@@ -197,6 +200,10 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
         "cells-guest",
         "--nic",
         "none",
+        "--config-drive",
+        "True",
+        "--user-data",
+        user_data.to_str().unwrap(),
         "--wait",
         "real1",
     ]);
@@ -209,6 +216,19 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
         (markers(&member, "real1") < 1).then(|| "no marker".into())
     });
     eprintln!("marker seen {to_marker:?} after ACTIVE");
+    // The guest found its config drive (a CD-ROM, label config-2), took
+    // its hostname from meta_data.json and ran the user data.
+    assert_eq!(show(&member, "real1")["config_drive"], "True");
+    let log = os(&member, &["console", "log", "show", "real1"]);
+    assert!(
+        log.contains(&format!("uuid={id} hostname=real1.novalocal")),
+        "no config drive seen by the guest: {log}"
+    );
+    assert!(
+        log.contains("USER-DATA-SAYS 42"),
+        "user data not run: {log}"
+    );
+    assert!(log.contains("CELLS-GUEST-UP real1 "), "{log}");
 
     // A soft reboot: the guest shuts down on the ACPI button and boots
     // again, printing its marker a second time.

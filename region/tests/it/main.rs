@@ -1,6 +1,7 @@
 //! Integration tests of the all-in-one launcher: the real binary.
 
 mod cells_live;
+mod config_drive;
 mod console_output;
 mod dead_host;
 mod distributed;
@@ -28,17 +29,8 @@ use testkit::http::Client;
 /// Every listener of an in-process region on a port of the system's
 /// choosing (tests run side by side).
 fn ephemeral_ports(cfg: &mut region::RegionConfig) {
-    for listen in [
-        &mut cfg.region.identity_listen,
-        &mut cfg.region.placement_listen,
-        &mut cfg.region.compute_listen,
-        &mut cfg.region.image_listen,
-        &mut cfg.region.serial_proxy_listen,
-        &mut cfg.region.novnc_proxy_listen,
-        &mut cfg.telemetry.metrics_listen,
-    ] {
-        *listen = "127.0.0.1:0".to_owned();
-    }
+    cfg.region.listen_on_free_ports();
+    cfg.telemetry.metrics_listen = "127.0.0.1:0".to_owned();
 }
 
 /// A one-cell in-process region's configuration on fresh PostgreSQL
@@ -69,6 +61,7 @@ fn region(dir: &std::path::Path) -> Command {
         .env("REGION__REGION__COMPUTE_LISTEN", "127.0.0.1:0")
         .env("REGION__REGION__IMAGE_LISTEN", "127.0.0.1:0")
         .env("REGION__REGION__SERIAL_PROXY_LISTEN", "127.0.0.1:0")
+        .env("REGION__REGION__NOVNC_PROXY_LISTEN", "127.0.0.1:0")
         .env("REGION__TELEMETRY__METRICS_LISTEN", "127.0.0.1:0");
     c
 }

@@ -101,6 +101,23 @@ impl Api {
 
     /// Polls until no task runs and the status is settled; returns the
     /// server and every (status, task_state) seen.
+    /// Deletes `id` and waits (up to 30 s) until it is gone (404).
+    pub(crate) async fn delete_and_wait(&self, id: &str) {
+        let path = format!("/v2.1/servers/{id}");
+        let r = self.call(&self.member, "2.1", "DELETE", &path, None).await;
+        assert_eq!(r.status, 204, "delete {id}: {}", r.body);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self
+            .call(&self.member, "2.1", "GET", &path, None)
+            .await
+            .status
+            != 404
+        {
+            assert!(Instant::now() < deadline, "{id} not deleted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub(crate) async fn settle(&self, id: &str) -> (Value, Vec<(String, String)>) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen: Vec<(String, String)> = Vec::new();

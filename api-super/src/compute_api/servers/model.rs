@@ -63,6 +63,8 @@ pub(crate) struct Server {
     pub(crate) host_status: Option<&'static str>,
     /// The cell row's id (`instance_name`); `None` for a build request.
     pub(crate) row_id: Option<i64>,
+    /// `config_drive`: `"True"` or `""`, as Nova shows it.
+    pub(crate) config_drive: String,
 }
 
 impl Server {
@@ -127,6 +129,7 @@ impl Server {
             image_properties: BTreeMap::new(),
             host_status: None,
             row_id: i.id,
+            config_drive: i.config_drive.unwrap_or_default(),
         }
     }
 

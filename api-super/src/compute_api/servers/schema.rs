@@ -43,6 +43,8 @@ pub(crate) struct CreateRequest {
     pub(crate) admin_pass: Option<String>,
     /// `return_reservation_id`.
     pub(crate) return_reservation_id: bool,
+    /// `config_drive` (Nova's boolean: `true`, `"True"`, `"yes"`, …).
+    pub(crate) config_drive: bool,
     /// The scheduler hints, each value a list (Nova's request spec).
     pub(crate) scheduler_hints: BTreeMap<String, Value>,
 }
@@ -108,19 +110,7 @@ pub(crate) fn check_inert(key: &str, v: &Value) -> ApiResult<()> {
         ("OS-DCF:diskConfig", _) => {
             wrong(&format!("{} is not one of ['AUTO', 'MANUAL']", py_repr(v)))
         }
-        ("config_drive", Value::Bool(false)) => Ok(()),
-        ("config_drive", Value::String(s))
-            if matches!(
-                s.to_ascii_lowercase().as_str(),
-                "false" | "0" | "no" | "off" | ""
-            ) =>
-        {
-            Ok(())
-        }
-        ("config_drive", Value::Bool(true) | Value::String(_)) => Err(bad(
-            "Config drives are not built in this region: boot without config_drive.",
-        )),
-        ("config_drive", _) => wrong(&not_of_type(v, "'boolean', 'string'")),
+        ("config_drive", _) => config_drive_field(v).map(|_| ()),
         ("return_reservation_id", Value::Bool(_)) => Ok(()),
         ("return_reservation_id", _) => wrong(&not_of_type(v, "'boolean'")),
         ("security_groups", Value::Array(items)) => {
@@ -596,6 +586,10 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             .and_then(Value::as_str)
             .map(str::to_owned),
         return_reservation_id: o.get("return_reservation_id") == Some(&Value::Bool(true)),
+        config_drive: match o.get("config_drive") {
+            Some(v) => config_drive_field(v)?,
+            None => false,
+        },
         scheduler_hints: v
             .get("os:scheduler_hints")
             .or_else(|| v.get("OS-SCH-HNT:scheduler_hints"))
@@ -623,6 +617,32 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         requested_node,
         group,
     })
+}
+
+/// `config_drive` as Nova's `parameter_types.boolean` has it: a JSON
+/// boolean or one of its strings (and `""`, which this region has always
+/// taken as no).
+fn config_drive_field(v: &Value) -> ApiResult<bool> {
+    const TRUE: &[&str] = &[
+        "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes",
+    ];
+    const FALSE: &[&str] = &[
+        "False", "FALSE", "false", "0", "OFF", "Off", "off", "NO", "No", "no", "",
+    ];
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) if TRUE.contains(&s.as_str()) => Ok(true),
+        Value::String(s) if FALSE.contains(&s.as_str()) => Ok(false),
+        _ => Err(invalid_field(
+            "config_drive",
+            v,
+            &format!(
+                "{} is not one of [True, 'True', 'TRUE', 'true', '1', 'ON', 'On', 'on', 'YES', 'Yes', 'yes', \
+                 False, 'False', 'FALSE', 'false', '0', 'OFF', 'Off', 'off', 'NO', 'No', 'no']",
+                py_repr(v)
+            ),
+        )),
+    }
 }
 
 /// A server's `name` as Nova's `parameter_types.name` has it, checked in

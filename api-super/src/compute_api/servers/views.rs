@@ -311,7 +311,7 @@ impl serde::Serialize for DetailView<'_> {
             "OS-EXT-AZ:availability_zone",
             s.availability_zone.as_deref().unwrap_or(""),
         )?;
-        m.serialize_entry("config_drive", "")?;
+        m.serialize_entry("config_drive", &s.config_drive)?;
         m.serialize_entry("key_name", &s.key_name)?;
         m.serialize_entry("OS-SRV-USG:launched_at", &s.launched_at.map(Microseconds))?;
         m.serialize_entry("OS-SRV-USG:terminated_at", &None::<&str>)?;

@@ -4,10 +4,11 @@
 //! Image properties this driver honours: `hw_machine_type`,
 //! `hw_disk_bus`, `hw_cdrom_bus`, `hw_vif_model`, `hw_video_model`,
 //! `hw_architecture` and `hw_vm_mode` (as the host supports),
-//! `os_command_line`, `kernel_id` and `ramdisk_id` (direct kernel boot).
-//! Any other `hw_*` property, and `img_config_drive = mandatory`, is
-//! refused with a fault naming it: a guest built without what its image
-//! asked for is worse than no guest.
+//! `os_command_line`, `kernel_id` and `ramdisk_id` (direct kernel boot),
+//! `img_config_drive = mandatory` (the spawn fails when the build brings
+//! no config drive). Any other `hw_*` property is refused with a fault
+//! naming it: a guest built without what its image asked for is worse
+//! than no guest.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -86,6 +87,8 @@ pub struct GuestProps {
     pub disk_bus: Bus,
     /// `hw_cdrom_bus` (default ide).
     pub cdrom_bus: Bus,
+    /// `img_config_drive=mandatory`.
+    pub config_drive_mandatory: bool,
     /// `hw_vif_model` (default virtio), for the network's ports.
     pub vif_model: String,
     /// `hw_video_model` (default virtio; `none`: no video device).
@@ -141,6 +144,7 @@ impl GuestProps {
             machine_type: None,
             disk_bus: Bus::Virtio,
             cdrom_bus: Bus::Ide,
+            config_drive_mandatory: false,
             vif_model: "virtio".to_owned(),
             video_model: "virtio".to_owned(),
             command_line: None,
@@ -186,9 +190,7 @@ impl GuestProps {
                 }
                 "kernel_id" => g.kernel_id = Some(v.to_owned()).filter(|s| !s.is_empty()),
                 "ramdisk_id" => g.ramdisk_id = Some(v.to_owned()).filter(|s| !s.is_empty()),
-                "img_config_drive" if v == "mandatory" => {
-                    return Err(unsupported(k, v, "config drives are not built yet"));
-                }
+                "img_config_drive" => g.config_drive_mandatory = v == "mandatory",
                 "hw_qemu_guest_agent" | "hw_rng_model" | "hw_pointer_model" => {
                     // Devices a guest can do without; not added yet, and
                     // said so rather than refused.
@@ -484,9 +486,8 @@ mod tests {
         assert_eq!(e.name, "hw_machine_type");
         let e = GuestProps::from_properties(&props(&[("ramdisk_id", "r")])).unwrap_err();
         assert_eq!(e.why, "needs kernel_id");
-        let e =
-            GuestProps::from_properties(&props(&[("img_config_drive", "mandatory")])).unwrap_err();
-        assert_eq!(e.name, "img_config_drive");
+        let g = GuestProps::from_properties(&props(&[("img_config_drive", "mandatory")])).unwrap();
+        assert!(g.config_drive_mandatory);
     }
 
     #[test]

@@ -264,6 +264,11 @@ impl QemuImg {
         Self { timeout }
     }
 
+    /// The bound on each call (also the config drive tool's).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn run(&self, args: &[&str]) -> Result<Vec<u8>, ImageError> {
         let what = || args.join(" ");
         let child = tokio::process::Command::new("qemu-img")

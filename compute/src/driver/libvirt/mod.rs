@@ -20,6 +20,7 @@
 //! libvirt's calls block: each runs on tokio's blocking pool.
 
 pub mod config;
+pub mod config_drive;
 pub mod guest;
 pub mod host;
 pub mod images;
@@ -109,6 +110,23 @@ struct Kept {
     ephemeral_gb: i64,
     swap_mb: i64,
     image_ref: String,
+    /// The project, and the guest's data (its `GuestData`, protobuf in
+    /// base64): what a rebuild makes the config drive from again.
+    #[serde(default)]
+    project_id: String,
+    #[serde(default)]
+    guest: Option<String>,
+}
+
+impl Kept {
+    fn guest(&self) -> Option<fabric::rpc::GuestData> {
+        use base64::Engine as _;
+        use prost::Message as _;
+        let b = base64::engine::general_purpose::STANDARD
+            .decode(self.guest.as_deref()?)
+            .ok()?;
+        fabric::rpc::GuestData::decode(b.as_slice()).ok()
+    }
 }
 
 fn hv(op: &'static str) -> impl FnOnce(virt::error::Error) -> DriverError {
@@ -299,6 +317,12 @@ impl LibvirtDriver {
             ephemeral_gb: f.ephemeral_gb,
             swap_mb: f.swap_mb,
             image_ref: spec.image_ref.clone(),
+            project_id: spec.project_id.clone(),
+            guest: spec.guest.as_ref().map(|g| {
+                use base64::Engine as _;
+                use prost::Message as _;
+                base64::engine::general_purpose::STANDARD.encode(g.encode_to_vec())
+            }),
         };
         write_file(
             &dir.join("instance.json"),
@@ -357,6 +381,27 @@ impl LibvirtDriver {
                 })?;
                 *slot = Some(dest);
             }
+        }
+        // The config drive: a CD-ROM after the disks.
+        let config_drive = spec.config_drive()?;
+        if config_drive.is_none() && props.config_drive_mandatory {
+            return Err(DriverError::SpawnFailed(format!(
+                "image {}: img_config_drive=mandatory, but the build brings no config drive",
+                meta.id
+            )));
+        }
+        if let Some(files) = config_drive {
+            let iso = dir.join("disk.config");
+            config_drive::make_iso(&files, &iso, inner.qemu_img.timeout()).await?;
+            let bus = props.cdrom_bus;
+            let index = disks.iter().filter(|d| d.bus == bus).count();
+            disks.push(DiskSpec {
+                path: iso,
+                format: "raw",
+                device: "cdrom",
+                bus,
+                dev: bus.dev(index),
+            });
         }
         let uuid = *spec.instance.as_uuid();
         let d = DomainSpec {
@@ -527,6 +572,8 @@ impl LibvirtDriver {
                 ..Default::default()
             },
             image_ref: image_ref.to_owned(),
+            project_id: kept.project_id.clone(),
+            guest: kept.guest(),
         };
         self.spawn_guest(&spec)
             .await
