@@ -146,14 +146,25 @@ pub(crate) fn spec(image: &str) -> SpawnSpec {
     }
 }
 
-fn virtual_size(path: &Path) -> u64 {
+/// `qemu-img info` of `path`.
+fn qemu_info(path: &Path) -> serde_json::Value {
     let out = std::process::Command::new("qemu-img")
         .args(["info", "--output=json"])
         .arg(path)
         .output()
         .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["virtual-size"].as_u64().unwrap()
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn virtual_size(path: &Path) -> u64 {
+    qemu_info(path)["virtual-size"].as_u64().unwrap()
+}
+
+fn backing(path: &Path) -> std::path::PathBuf {
+    qemu_info(path)["backing-filename"]
+        .as_str()
+        .expect("a backing file")
+        .into()
 }
 
 /// Every power path of the driver on guest `i`, with the power state
@@ -192,11 +203,25 @@ async fn every_lifecycle_path_on_a_real_libvirt_connection() {
     assert_eq!(d.list().unwrap(), vec![i]);
 
     // Disks: the root an overlay grown to the flavor's 1 GiB, ephemeral
-    // and swap beside it.
+    // and swap beside it, each an overlay on a formatted base (ext4
+    // labelled ephemeral0; swap), as Nova makes them.
     let dir = d.instance_dir(i);
     assert_eq!(virtual_size(&dir.join("disk")), 1 << 30);
     assert_eq!(virtual_size(&dir.join("disk.eph0")), 1 << 30);
     assert_eq!(virtual_size(&dir.join("disk.swap")), 64 << 20);
+    let base = h.dir.path().join("instances").join("_base");
+    for (disk, base_name, want) in [
+        ("disk.eph0", "ephemeral_1_ext4", "TYPE=\"ext4\""),
+        ("disk.swap", "swap_64", "TYPE=\"swap\""),
+    ] {
+        assert_eq!(backing(&dir.join(disk)), base.join(base_name));
+        let out = std::process::Command::new("blkid")
+            .arg(base.join(base_name))
+            .output()
+            .expect("blkid runs");
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert!(out.contains(want), "{base_name}: {out}");
+    }
 
     walk_power_paths(d, i).await;
 
@@ -226,6 +251,51 @@ async fn every_lifecycle_path_on_a_real_libvirt_connection() {
     assert!(!dir.exists(), "the instance's directory is removed");
     // Destroying what is gone is fine.
     d.destroy(i).await.expect("destroy again");
+}
+
+/// A guest whose domain is gone (undefined behind the driver's back)
+/// comes back on a start or a hard reboot, defined again from its
+/// directory with its disks as they were; one without a directory stays
+/// not found.
+#[tokio::test]
+async fn a_start_or_hard_reboot_defines_a_missing_domain_again_from_its_disks() {
+    let h = host();
+    let image = h.images.add("raw", vec![0u8; 1 << 20], &[]);
+    let s = spec(&image);
+    let d = &h.driver;
+    d.spawn(&s).await.expect("spawn");
+    let i = s.instance;
+    let eph = d.instance_dir(i).join("disk.eph0");
+    let written = std::fs::metadata(&eph).unwrap().modified().unwrap();
+    let undefine = || {
+        // test:///default is one state for the whole process.
+        let c = virt::connect::Connect::open(Some("test:///default")).unwrap();
+        let dom = c.lookup_domain_by_uuid_string(&i.to_string()).unwrap();
+        if dom.is_active().unwrap() {
+            dom.destroy().unwrap();
+        }
+        dom.undefine().unwrap();
+    };
+    for op in [GuestOp::PowerOn, GuestOp::Reboot { hard: true }] {
+        undefine();
+        assert_eq!(d.power_state(i), power_state::NOSTATE, "{op:?}");
+        d.perform(i, &op)
+            .await
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        assert_eq!(d.power_state(i), power_state::RUNNING, "{op:?}");
+        assert_eq!(d.list().unwrap(), vec![i]);
+        assert_eq!(
+            std::fs::metadata(&eph).unwrap().modified().unwrap(),
+            written,
+            "the disks are kept as they were"
+        );
+    }
+    d.destroy(i).await.unwrap();
+    let ghost = InstanceUuid::new_random();
+    assert_eq!(
+        d.perform(ghost, &GuestOp::PowerOn).await.unwrap_err(),
+        DriverError::NotFound(ghost)
+    );
 }
 
 #[tokio::test]
@@ -432,7 +502,17 @@ async fn ageing_removes_base_images_unused_for_long_enough() {
         .await
         .is_empty());
     let in_use: HashSet<String> = [a.clone()].into();
-    assert_eq!(images.age(Duration::ZERO, &in_use).await, vec![b.clone()]);
+    let removed: HashSet<String> = images
+        .age(Duration::ZERO, &in_use)
+        .await
+        .into_iter()
+        .collect();
+    // With no instance left, the formatted ephemeral and swap bases go too.
+    let bases = ["ephemeral_1_ext4".to_owned(), "swap_64".to_owned()];
+    assert_eq!(
+        removed,
+        [b.clone(), bases[0].clone(), bases[1].clone()].into()
+    );
     let base = h.dir.path().join("instances").join("_base");
     assert!(base.join(&a).exists());
     assert!(!base.join(&b).exists());
@@ -444,9 +524,18 @@ async fn ageing_removes_base_images_unused_for_long_enough() {
     let gone = spec(&c);
     h.driver.spawn(&gone).await.unwrap();
     h.driver.destroy(gone.instance).await.unwrap();
-    assert_eq!(h.driver.images_in_use().await, [a.clone()].into());
+    assert_eq!(
+        h.driver.images_in_use().await,
+        [a.clone(), bases[0].clone(), bases[1].clone()].into()
+    );
     assert_eq!(h.driver.age_images(Duration::ZERO).await, vec![c.clone()]);
     assert!(base.join(&a).exists(), "the live instance's base stays");
+    for b in &bases {
+        assert!(
+            base.join(b).exists(),
+            "{b} under a live instance's disk stays"
+        );
+    }
     assert!(!base.join(&c).exists());
     h.driver.destroy(kept.instance).await.unwrap();
 }

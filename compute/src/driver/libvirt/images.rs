@@ -8,7 +8,9 @@
 //! image's lock and downloads into a temporary file that is renamed into
 //! place once verified; the others wait on the lock and find the file.
 //! A base file's modification time is its last use; [`ImageCache::age`]
-//! removes those unused for longer than a given time.
+//! removes those unused for longer than a given time. The ephemeral and
+//! swap disks sit on formatted blank bases kept in the same directory
+//! ([`ImageCache::blank_base`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -70,6 +72,14 @@ pub enum ImageError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Formatting a blank disk's base failed (`mkfs.ext4`, `mkswap`).
+    #[error("host disk: {tool}: {why}")]
+    Format {
+        /// The tool.
+        tool: &'static str,
+        /// Its message.
+        why: String,
     },
     /// `qemu-img` failed.
     #[error("host disk: qemu-img {args}: {why}")]
@@ -270,28 +280,12 @@ impl QemuImg {
     }
 
     async fn run(&self, args: &[&str]) -> Result<Vec<u8>, ImageError> {
-        let what = || args.join(" ");
-        let child = tokio::process::Command::new("qemu-img")
-            .args(args)
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(self.timeout, child)
+        run_tool("qemu-img", args, self.timeout)
             .await
-            .map_err(|_| ImageError::QemuImg {
-                args: what(),
-                why: format!("no answer in {:?}", self.timeout),
-            })?
-            .map_err(|e| ImageError::QemuImg {
-                args: what(),
-                why: e.to_string(),
-            })?;
-        if !out.status.success() {
-            return Err(ImageError::QemuImg {
-                args: what(),
-                why: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
-        }
-        Ok(out.stdout)
+            .map_err(|why| ImageError::QemuImg {
+                args: args.join(" "),
+                why,
+            })
     }
 
     /// `qemu-img info` of `path`, with no format given: what the file is,
@@ -337,15 +331,6 @@ impl QemuImg {
         ])
         .await
         .map(drop)
-    }
-
-    /// An empty qcow2 disk of `size` bytes.
-    pub async fn blank(&self, dest: &Path, size: u64) -> Result<(), ImageError> {
-        let d = dest.to_string_lossy();
-        let size = size.to_string();
-        self.run(&["create", "-q", "-f", "qcow2", &d, &size])
-            .await
-            .map(drop)
     }
 }
 
@@ -545,6 +530,52 @@ impl ImageCache {
         Ok(())
     }
 
+    /// The base file of a formatted blank disk (Nova's
+    /// `_base/ephemeral_<GB>_<fs>` and `_base/swap_<MB>`), made once per
+    /// host under its own lock: a sparse raw file of `size` bytes that
+    /// `kind` formats, renamed into place when formatted. Instances get a
+    /// qcow2 overlay on it, as on an image.
+    pub async fn blank_base(&self, kind: Blank, size: u64) -> Result<PathBuf, ImageError> {
+        let name = kind.base_name(size);
+        let path = self.dir.join(&name);
+        let lock = self.lock(&name);
+        let _held = lock.lock().await;
+        if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
+            tokio::fs::create_dir_all(&self.dir)
+                .await
+                .map_err(disk_err(format!("create {}", self.dir.display())))?;
+            let part = self.dir.join(format!(".{name}.part"));
+            let made = async {
+                let f = tokio::fs::File::create(&part)
+                    .await
+                    .map_err(disk_err(format!("create {}", part.display())))?;
+                f.set_len(size)
+                    .await
+                    .map_err(disk_err(format!("size {}", part.display())))?;
+                drop(f);
+                let (tool, args): (&'static str, Vec<&str>) = match kind {
+                    Blank::Ephemeral => ("mkfs.ext4", vec!["-F", "-q", "-L", "ephemeral0"]),
+                    Blank::Swap => ("mkswap", vec!["-L", "swap0"]),
+                };
+                let p = part.to_string_lossy();
+                let mut all = args;
+                all.push(&p);
+                run_tool(tool, &all, self.qemu_img.timeout)
+                    .await
+                    .map_err(|why| ImageError::Format { tool, why })?;
+                tokio::fs::rename(&part, &path)
+                    .await
+                    .map_err(disk_err(format!("rename {}", part.display())))
+            }
+            .await;
+            if made.is_err() {
+                let _ = tokio::fs::remove_file(&part).await;
+            }
+            made?;
+        }
+        Ok(path)
+    }
+
     /// Removes base files not used for `max_unused` and not in `in_use`
     /// (image ids); returns the ids removed.
     pub async fn age(&self, max_unused: Duration, in_use: &HashSet<String>) -> Vec<String> {
@@ -574,6 +605,44 @@ impl ImageCache {
         }
         removed
     }
+}
+
+/// What a blank disk's base holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blank {
+    /// An ext4 filesystem labelled `ephemeral0` (Nova's default
+    /// ephemeral format on Linux guests).
+    Ephemeral,
+    /// Swap space (`mkswap`).
+    Swap,
+}
+
+impl Blank {
+    /// The base file's name for a disk of `size` bytes (Nova's names:
+    /// `ephemeral_<GB>_ext4`, `swap_<MB>`).
+    pub fn base_name(self, size: u64) -> String {
+        match self {
+            Blank::Ephemeral => format!("ephemeral_{}_ext4", size >> 30),
+            Blank::Swap => format!("swap_{}", size >> 20),
+        }
+    }
+}
+
+/// Runs `program` with `args`, bounded by `timeout`: its standard output,
+/// or why it failed (not found, no answer, its standard error).
+async fn run_tool(program: &str, args: &[&str], timeout: Duration) -> Result<Vec<u8>, String> {
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(timeout, child)
+        .await
+        .map_err(|_| format!("no answer in {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    Ok(out.stdout)
 }
 
 /// Image ids name files: only UUIDs are taken.

@@ -19,6 +19,7 @@
 //!
 //! libvirt's calls block: each runs on tokio's blocking pool.
 
+mod build;
 pub mod config;
 pub mod config_drive;
 pub mod guest;
@@ -33,13 +34,12 @@ use std::time::{Duration, Instant};
 use fabric::ids::InstanceUuid;
 use fabric::rpc::{power_state, FlavorResources};
 use futures_util::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::sys;
 
+use self::build::{blank_disks, Kept};
 use self::config::{CpuMode, LibvirtSection, VirtType};
-use self::guest::{domain_name, Bus, DiskSpec, DomainSpec, GuestProps};
 use self::images::{ImageCache, ImageSource, QemuImg};
 use super::{Driver, DriverError, GuestOp, HostInventory, HostTraits, SpawnSpec};
 
@@ -98,34 +98,6 @@ impl std::fmt::Debug for Inner {
             .field("uri", &self.cfg.connection_uri)
             .field("virt_type", &self.virt_type)
             .finish()
-    }
-}
-
-/// What a rebuild needs of the spawn (kept in `instance.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Kept {
-    vcpus: i64,
-    memory_mb: i64,
-    root_gb: i64,
-    ephemeral_gb: i64,
-    swap_mb: i64,
-    image_ref: String,
-    /// The project, and the guest's data (its `GuestData`, protobuf in
-    /// base64): what a rebuild makes the config drive from again.
-    #[serde(default)]
-    project_id: String,
-    #[serde(default)]
-    guest: Option<String>,
-}
-
-impl Kept {
-    fn guest(&self) -> Option<fabric::rpc::GuestData> {
-        use base64::Engine as _;
-        use prost::Message as _;
-        let b = base64::engine::general_purpose::STANDARD
-            .decode(self.guest.as_deref()?)
-            .ok()?;
-        fabric::rpc::GuestData::decode(b.as_slice()).ok()
     }
 }
 
@@ -197,6 +169,10 @@ impl LibvirtDriver {
                 continue;
             };
             if let Ok(k) = serde_json::from_slice::<Kept>(&b) {
+                // The formatted bases its ephemeral and swap disks sit on.
+                for (_, kind, bytes) in blank_disks(k.ephemeral_gb, k.swap_mb) {
+                    used.insert(kind.base_name(bytes));
+                }
                 used.insert(k.image_ref);
             }
         }
@@ -295,132 +271,6 @@ impl LibvirtDriver {
             .remove(&port);
     }
 
-    async fn build(
-        &self,
-        spec: &SpawnSpec,
-        dir: &Path,
-        serial_port: u16,
-    ) -> Result<String, DriverError> {
-        let inner = &self.inner;
-        let img = |e: images::ImageError| DriverError::SpawnFailed(crate::error::chain(&e));
-        let meta = inner.images.meta(&spec.image_ref).await.map_err(img)?;
-        let props = GuestProps::from_properties(&meta.properties)
-            .map_err(|e| DriverError::SpawnFailed(e.to_string()))?;
-        tokio::fs::create_dir_all(dir).await.map_err(|e| {
-            DriverError::SpawnFailed(format!("host disk: create {}: {e}", dir.display()))
-        })?;
-        let f = &spec.flavor;
-        let kept = Kept {
-            vcpus: f.vcpus,
-            memory_mb: f.memory_mb,
-            root_gb: f.root_gb,
-            ephemeral_gb: f.ephemeral_gb,
-            swap_mb: f.swap_mb,
-            image_ref: spec.image_ref.clone(),
-            project_id: spec.project_id.clone(),
-            guest: spec.guest.as_ref().map(|g| {
-                use base64::Engine as _;
-                use prost::Message as _;
-                base64::engine::general_purpose::STANDARD.encode(g.encode_to_vec())
-            }),
-        };
-        write_file(
-            &dir.join("instance.json"),
-            &serde_json::to_vec(&kept).unwrap_or_default(),
-        )
-        .await?;
-        // The root disk: an overlay on the cached base, grown to the
-        // flavor's root size (or the image's own size for root_gb 0).
-        let base = inner.images.fetch(&meta, true).await.map_err(img)?;
-        let virtual_size = base.disk.as_ref().map_or(0, |d| d.virtual_size);
-        let root = if f.root_gb > 0 {
-            f.root_gb as u64 * GIB
-        } else {
-            virtual_size
-        };
-        if root < virtual_size {
-            return Err(DriverError::SpawnFailed(format!(
-                "image {}: its virtual size ({virtual_size} bytes) is larger than the flavor's root disk ({root} bytes)",
-                meta.id
-            )));
-        }
-        let mut disks = Vec::new();
-        let bus = props.disk_bus;
-        let root_path = dir.join("disk");
-        inner
-            .qemu_img
-            .overlay(&base.path, &meta.disk_format, &root_path, root)
-            .await
-            .map_err(img)?;
-        disks.push(disk(root_path, bus, 0));
-        // Ephemeral and swap: blank, left for the guest to format.
-        for (name, bytes) in [
-            ("disk.eph0", f.ephemeral_gb.max(0) as u64 * GIB),
-            ("disk.swap", f.swap_mb.max(0) as u64 * MIB),
-        ] {
-            if bytes > 0 {
-                let p = dir.join(name);
-                inner.qemu_img.blank(&p, bytes).await.map_err(img)?;
-                disks.push(disk(p, bus, disks.len()));
-            }
-        }
-        // Direct kernel boot: the kernel and ramdisk are copied next to the
-        // disks, so the cache may age its base files out from under no one.
-        let mut kernel = None;
-        let mut ramdisk = None;
-        for (id, name, slot) in [
-            (&props.kernel_id, "kernel", &mut kernel),
-            (&props.ramdisk_id, "ramdisk", &mut ramdisk),
-        ] {
-            if let Some(id) = id {
-                let m = inner.images.meta(id).await.map_err(img)?;
-                let c = inner.images.fetch(&m, false).await.map_err(img)?;
-                let dest = dir.join(name);
-                tokio::fs::copy(&c.path, &dest).await.map_err(|e| {
-                    DriverError::SpawnFailed(format!("host disk: copy the {name}: {e}"))
-                })?;
-                *slot = Some(dest);
-            }
-        }
-        // The config drive: a CD-ROM after the disks.
-        let config_drive = spec.config_drive()?;
-        if config_drive.is_none() && props.config_drive_mandatory {
-            return Err(DriverError::SpawnFailed(format!(
-                "image {}: img_config_drive=mandatory, but the build brings no config drive",
-                meta.id
-            )));
-        }
-        if let Some(files) = config_drive {
-            let iso = dir.join("disk.config");
-            config_drive::make_iso(&files, &iso, inner.qemu_img.timeout()).await?;
-            let bus = props.cdrom_bus;
-            let index = disks.iter().filter(|d| d.bus == bus).count();
-            disks.push(DiskSpec {
-                path: iso,
-                format: "raw",
-                device: "cdrom",
-                bus,
-                dev: bus.dev(index),
-            });
-        }
-        let uuid = *spec.instance.as_uuid();
-        let d = DomainSpec {
-            uuid,
-            name: domain_name(uuid),
-            virt_type: inner.virt_type,
-            cpu_mode: inner.cpu_mode,
-            vcpus: f.vcpus.max(1),
-            memory_mb: f.memory_mb.max(1),
-            props,
-            disks,
-            kernel,
-            ramdisk,
-            console_log: dir.join("console.log"),
-            serial: std::net::SocketAddr::new(inner.serial_ip, serial_port),
-        };
-        Ok(d.to_xml())
-    }
-
     /// Destroys and undefines the domain (if any) and removes the
     /// instance's directory.
     async fn remove(&self, instance: InstanceUuid) -> Result<(), DriverError> {
@@ -498,6 +348,7 @@ impl LibvirtDriver {
     }
 
     async fn start(&self, instance: InstanceUuid, op: &'static str) -> Result<(), DriverError> {
+        self.ensure_defined(instance).await?;
         self.blocking(move |i| {
             let dom = must(&i.conn(), instance)?;
             if !dom.is_active().map_err(hv(op))? {
@@ -525,6 +376,7 @@ impl LibvirtDriver {
                 self.start(instance, name).await
             }
             GuestOp::Reboot { hard: true } => {
+                self.ensure_defined(instance).await?;
                 self.blocking(move |i| {
                     let dom = must(&i.conn(), instance)?;
                     if dom.is_active().map_err(hv(name))? {
@@ -550,12 +402,23 @@ impl LibvirtDriver {
         }
     }
 
+    /// A start or hard reboot of a guest whose domain is gone (undefined
+    /// by hand, or lost with the host's libvirt state) defines it again
+    /// from the instance's directory, as Nova's hard reboot does.
+    async fn ensure_defined(&self, instance: InstanceUuid) -> Result<(), DriverError> {
+        let exists = self
+            .blocking(move |i| lookup(&i.conn(), instance).map(|d| d.is_some()))
+            .await?;
+        if exists {
+            return Ok(());
+        }
+        self.redefine(instance).await
+    }
+
     async fn rebuild(&self, instance: InstanceUuid, image_ref: &str) -> Result<(), DriverError> {
         let dir = self.instance_dir(instance);
-        let kept: Kept = tokio::fs::read(dir.join("instance.json"))
+        let kept = Kept::read(&dir)
             .await
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
             .ok_or_else(|| DriverError::OperationFailed {
                 op: "rebuild",
                 message: format!("host disk: {} has no readable instance.json", dir.display()),
@@ -659,16 +522,6 @@ async fn tail(path: &Path, max: usize) -> Result<Vec<u8>, DriverError> {
     let mut buf = Vec::with_capacity((len - start) as usize);
     f.take(max as u64).read_to_end(&mut buf).await.map_err(io)?;
     Ok(buf)
-}
-
-fn disk(path: PathBuf, bus: Bus, index: usize) -> DiskSpec {
-    DiskSpec {
-        path,
-        format: "qcow2",
-        device: "disk",
-        bus,
-        dev: bus.dev(index),
-    }
 }
 
 async fn write_file(path: &Path, data: &[u8]) -> Result<(), DriverError> {
