@@ -44,6 +44,9 @@ use self::images::{ImageCache, ImageSource, QemuImg};
 use super::{Driver, DriverError, GuestOp, HostInventory, HostTraits, SpawnSpec};
 
 const GIB: u64 = 1 << 30;
+/// Tries, a second apart, at undoing a failed spawn
+/// ([`LibvirtDriver::undo_spawn`]).
+const UNDO_TRIES: u32 = 15;
 const MIB: u64 = 1 << 20;
 
 /// The libvirt driver of one host.
@@ -450,7 +453,9 @@ impl LibvirtDriver {
         let instance = spec.instance;
         let dir = self.instance_dir(instance);
         // What an earlier attempt on this host may have left.
-        self.remove(instance).await?;
+        self.remove(instance)
+            .await
+            .map_err(|e| DriverError::SpawnFailed(format!("clearing an earlier attempt: {e}")))?;
         let port = self.take_serial_port().await?;
         let res = async {
             let xml = self.build(spec, &dir, port).await?;
@@ -468,11 +473,30 @@ impl LibvirtDriver {
         self.release_port(port);
         if let Err(e) = &res {
             tracing::warn!(%instance, error = %e, "spawn failed; removing what it made");
-            if let Err(u) = self.remove(instance).await {
-                tracing::error!(%instance, error = %u, "could not undo the failed spawn");
-            }
+            self.undo_spawn(instance).await;
         }
         res
+    }
+
+    /// Removes the domain and directory a failed spawn made. A libvirtd
+    /// that is restarting (the usual cause of a define or start that
+    /// fails mid-build) is waited for, a try a second for up to
+    /// [`UNDO_TRIES`] seconds, so that the failure leaves no domain and no
+    /// disk behind; past that, what is left is logged, and the next spawn
+    /// or delete of the instance on this host removes it.
+    async fn undo_spawn(&self, instance: InstanceUuid) {
+        for attempt in 1..=UNDO_TRIES {
+            match self.remove(instance).await {
+                Ok(()) => return,
+                Err(e) if attempt < UNDO_TRIES => {
+                    tracing::warn!(%instance, attempt, error = %e, "could not undo the failed spawn yet; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    tracing::error!(%instance, error = %e, "could not undo the failed spawn; its domain or directory is left");
+                }
+            }
+        }
     }
 }
 
