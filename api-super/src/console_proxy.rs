@@ -1,14 +1,15 @@
 //! The console proxies (Nova's `nova-serialproxy` and
 //! `nova-novncproxy`): a WebSocket endpoint, `ws://<listen>/?token=<token>`,
 //! that checks the console token
-//! ([`crate::services::console::ConsoleTokens`], of the proxy's own kind)
+//! ([`crate::services::console::ConsoleTokens`], in the API database, so
+//! any API process's proxy takes it; of the proxy's own kind)
 //! and then carries bytes both ways between the WebSocket and the guest's
 //! serial console or VNC server (raw TCP on the compute host; noVNC speaks
 //! RFB over the WebSocket itself, as websockify carries it). The noVNC
 //! proxy also serves noVNC's web client from a directory (Debian's
 //! `novnc` package puts it in `/usr/share/novnc`), when there is one. A
 //! bad or expired token, or one for another kind of console, is a 401
-//! before any upgrade; a console that cannot be reached closes the socket
+//! before any upgrade (a 503 when the API database cannot be read); a console that cannot be reached closes the socket
 //! with a reason. Each connection's buffers are bounded (one frame in
 //! flight each way).
 
@@ -56,7 +57,20 @@ async fn upgrade(
     Query(q): Query<TokenQuery>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let target = q.token.as_deref().and_then(|t| tokens.check(t));
+    let target = match q.token.as_deref() {
+        Some(t) => match tokens.check(t).await {
+            Ok(target) => target,
+            Err(e) => {
+                tracing::warn!(error = %e, "console token lookup failed");
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The console tokens cannot be read now; try again.\n",
+                )
+                    .into_response();
+            }
+        },
+        None => None,
+    };
     let Some(target) = target.filter(|t| t.kind == kind) else {
         return (
             StatusCode::UNAUTHORIZED,

@@ -960,3 +960,6 @@ const INSTANCE_USAGE_SQL: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(vcpus), 0) 
 
 mod user_apis;
 pub use user_apis::*;
+
+mod consoles;
+pub use consoles::*;

@@ -199,7 +199,8 @@ pub struct Inner {
     pub(crate) max_limit: usize,
     pub(crate) quota: quotas::QuotaConfig,
     pub(crate) skip_down_cells: bool,
-    /// Console auth tokens, taken by this process's proxy.
+    /// Console auth tokens (in the API database: any API process's proxy
+    /// takes them).
     pub(crate) consoles: Arc<crate::services::console::ConsoleTokens>,
     /// The serial console proxy's base URL, when one runs.
     pub(crate) serial_proxy_url: Option<String>,
@@ -560,6 +561,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     // Tokens live 10 minutes by default; 10,000 live at once is far more
     // than operators open consoles.
     let consoles = Arc::new(crate::services::console::ConsoleTokens::new(
+        db.clone(),
         Duration::from_secs(cfg.console_token_ttl_secs.max(1)),
         10_000,
     ));

@@ -231,7 +231,7 @@ pub async fn auth_token(
         "os_compute_api:os-console-auth-tokens",
         ctx.project_id(),
     )?;
-    let Some(t) = app.consoles.check(&token) else {
+    let Some(t) = app.consoles.check(&token).await? else {
         return Err(ApiError::NotFound(
             "The token is invalid or has expired.".into(),
         ));

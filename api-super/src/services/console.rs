@@ -122,7 +122,7 @@ impl Guest {
             host: self.host.clone(),
             addr: std::net::SocketAddr::new(ip, port),
         };
-        app.consoles.mint(target).ok_or_else(|| {
+        app.consoles.mint(target).await?.ok_or_else(|| {
             ApiError::Conflict("Too many console tokens are live; try again later.".into())
         })
     }
@@ -183,56 +183,91 @@ pub struct ConsoleTarget {
     pub addr: std::net::SocketAddr,
 }
 
-/// Console auth tokens (Nova's `console_auth_tokens`), kept by the process
-/// that issued them and whose proxy takes them: held as SHA-256 hashes,
-/// valid for `ttl`, at most `max` at once (expired ones are swept when a
-/// token is minted; a full store refuses new ones rather than growing).
-#[derive(Debug)]
+/// Console auth tokens (Nova's `console_auth_tokens`) in the API
+/// database, so that the proxy of any API process takes a token any of
+/// them minted: held as SHA-256 hashes, valid for `ttl`, about `max` live
+/// at once (expired ones are removed when a token is minted; a full store
+/// refuses new ones rather than growing), a deleted server's removed with
+/// it.
+#[derive(Debug, Clone)]
 pub struct ConsoleTokens {
-    tokens:
-        std::sync::Mutex<std::collections::HashMap<[u8; 32], (ConsoleTarget, std::time::Instant)>>,
+    db: crate::compute_api::db::ComputeDb,
     ttl: Duration,
-    max: usize,
+    max: i64,
 }
 
-fn token_hash(token: &str) -> [u8; 32] {
+fn token_hash(token: &str) -> String {
     use sha2::Digest as _;
-    sha2::Sha256::digest(token.as_bytes()).into()
+    format!("{:x}", sha2::Sha256::digest(token.as_bytes()))
+}
+
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
 }
 
 impl ConsoleTokens {
-    /// A store whose tokens live `ttl`, at most `max` of them.
-    pub fn new(ttl: Duration, max: usize) -> Self {
-        Self {
-            tokens: Default::default(),
-            ttl,
-            max,
-        }
+    /// A store in `db` whose tokens live `ttl`, about `max` of them.
+    pub fn new(db: crate::compute_api::db::ComputeDb, ttl: Duration, max: i64) -> Self {
+        Self { db, ttl, max }
     }
 
     /// A new token for `target` (256 random bits, hex), or `None` when the
     /// store is full of live tokens.
-    pub fn mint(&self, target: ConsoleTarget) -> Option<String> {
+    pub async fn mint(&self, target: ConsoleTarget) -> ApiResult<Option<String>> {
         let token = format!(
             "{}{}",
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
-        let now = std::time::Instant::now();
-        let mut m = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, (_, exp)| *exp > now);
-        if m.len() >= self.max {
-            return None;
-        }
-        m.insert(token_hash(&token), (target, now + self.ttl));
-        Some(token)
+        let row = crate::compute_api::db::ConsoleTokenRow {
+            console_type: target.kind.name().to_owned(),
+            instance_uuid: target.instance_uuid,
+            host: target.host,
+            address: target.addr.ip().to_string(),
+            port: i32::from(target.addr.port()),
+        };
+        let now = unix_now();
+        let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
+        let stored = self
+            .db
+            .console_token_insert(
+                &token_hash(&token),
+                &row,
+                now,
+                now.saturating_add(ttl),
+                self.max,
+            )
+            .await?;
+        Ok(stored.then_some(token))
     }
 
     /// What `token` leads to, while it is valid.
-    pub fn check(&self, token: &str) -> Option<ConsoleTarget> {
-        let m = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(&token_hash(token))
-            .filter(|(_, exp)| *exp > std::time::Instant::now())
-            .map(|(t, _)| t.clone())
+    pub async fn check(&self, token: &str) -> ApiResult<Option<ConsoleTarget>> {
+        let Some(r) = self
+            .db
+            .console_token(&token_hash(token), unix_now())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let kind = match r.console_type.as_str() {
+            "serial" => ConsoleKind::Serial,
+            "novnc" => ConsoleKind::Novnc,
+            _ => return Ok(None),
+        };
+        let (Ok(ip), Ok(port)) = (r.address.parse(), u16::try_from(r.port)) else {
+            return Ok(None);
+        };
+        Ok(Some(ConsoleTarget {
+            kind,
+            instance_uuid: r.instance_uuid,
+            host: r.host,
+            addr: std::net::SocketAddr::new(ip, port),
+        }))
+    }
+
+    /// Forgets the tokens of `instance` (its delete).
+    pub async fn forget_instance(&self, instance: &str) -> ApiResult<u64> {
+        self.db.console_tokens_delete(instance).await
     }
 }

@@ -31,6 +31,11 @@ pub async fn delete_server(app: &App, ctx: &Ctx, id: &str, rule: &str) -> ApiRes
                 if s.locked && !ctx.is_admin() {
                     return Err(ApiError::Conflict(format!("Instance {id} is locked")));
                 }
+                // Its console tokens go first: the ports its consoles used
+                // may soon be another guest's (they expire anyway).
+                if let Err(e) = app.consoles.forget_instance(&id).await {
+                    tracing::warn!(instance = %id, error = %e, "could not remove the server's console tokens");
+                }
                 let db = app.cells.db(&cell).await?;
                 let global = format!("req-{}", uuid::Uuid::new_v4());
                 let host = match s.host.as_deref() {

@@ -3,6 +3,7 @@
 mod cli;
 mod common;
 mod compute;
+mod console_tokens;
 mod down_cell;
 mod heal;
 mod image;

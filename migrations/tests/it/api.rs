@@ -11,6 +11,7 @@ const TABLES: &[&str] = &[
     "api_schedulers",
     "build_requests",
     "cell_mappings",
+    "console_auth_tokens",
     "flavor_extra_specs",
     "flavor_projects",
     "flavors",
@@ -44,6 +45,8 @@ async fn check(backend: Backend) {
         "INSERT INTO flavors (id, flavorid, name, memory_mb, vcpus) VALUES (101, '1', 'm1.tiny', 512, 1)",
         "INSERT INTO flavor_extra_specs (flavor_id, key, value) VALUES (101, 'hw:cpu_policy', 'dedicated')",
         "INSERT INTO key_pairs (user_id, name, public_key) VALUES ('u', 'k', 'ssh-ed25519 AAAA')",
+        "INSERT INTO console_auth_tokens (token_hash, console_type, instance_uuid, host, address, \
+         port, expires) VALUES ('ab12', 'novnc', 'i-1', 'compute-1', '127.0.0.1', 5900, 1700000000)",
         "INSERT INTO aggregates (id, uuid, name) VALUES (101, 'a-1', 'agg1')",
         "INSERT INTO aggregate_hosts (aggregate_id, host) VALUES (101, 'compute-1')",
         "INSERT INTO quotas (project_id, resource, hard_limit) VALUES ('p', 'cores', 20)",

@@ -195,6 +195,15 @@ async fn remote_serial_console_through_the_proxy() {
         .call(&api.member, "2.6", "POST", &path, Some(serial))
         .await;
     assert_eq!(r.status, 409, "{}", r.body);
+    // Deleted, its tokens go with it: the proxy refuses the one that
+    // still had minutes to live, and admins no longer see it.
+    api.delete_and_wait(&id).await;
+    let r = api.call(&api.admin, "2.31", "GET", &tpath, None).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(
+        ws_refusal(format!("ws://{proxy}/?token={token}")).await,
+        401
+    );
     region.shutdown().await;
 }
 
