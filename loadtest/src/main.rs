@@ -294,6 +294,7 @@ async fn boot(args: BootArgs) -> Result<()> {
                     .project
                     .clone()
                     .context("--project (or OS_PROJECT_NAME)")?,
+                password_file: None,
             };
             let login = fabric::login::ServiceCredentials {
                 user_domain_name: args.user_domain_name.clone(),

@@ -507,6 +507,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                         username: name.clone(),
                         password,
                         project: name.clone(),
+                        password_file: None,
                     };
                     let (tok, _) = region::password_token(&identity_url, &creds).await?;
                     api::lift_quotas_for(&tls, &admin_compute, &identity_url, &tok).await?;
@@ -560,6 +561,7 @@ pub async fn run(s: &Scenario, opts: &RunOptions) -> Result<RunReport> {
                     .clone()
                     .or_else(|| env("OS_PROJECT_NAME"))
                     .context("target.project (or OS_PROJECT_NAME)")?,
+                password_file: None,
             };
             // Domains by name: the scenario's, the environment's, else
             // identity's default domain.

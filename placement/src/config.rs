@@ -51,6 +51,10 @@ pub struct PlacementConfig {
     /// `noauth2` (development and conformance runs) or `keystone` (the
     /// region's identity tokens, validated locally).
     pub auth_strategy: String,
+    /// Whether `noauth2` may serve on an address that is not loopback.
+    /// Off: placement refuses to start so, since under `noauth2` anyone
+    /// who reaches it is an administrator (the token `admin`).
+    pub allow_noauth2_remote: bool,
     /// The identity service (for `keystone` and `keystone_remote`), e.g.
     /// `http://127.0.0.1:5000`.
     pub identity_url: String,
@@ -79,6 +83,7 @@ impl Default for PlacementConfig {
         Self {
             listen: "127.0.0.1:8778".to_owned(),
             auth_strategy: "noauth2".to_owned(),
+            allow_noauth2_remote: false,
             identity_url: String::new(),
             keystone_remote: KeystoneRemoteConfig::default(),
             database: DatabaseConfig::default(),

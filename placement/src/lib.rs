@@ -80,9 +80,10 @@ pub async fn serve_with(
         std::time::Duration::from_secs(cfg.index_reconcile_secs),
     )
     .await?;
+    let state_auth = Arc::new(auth);
     let state = api::AppState {
         placement: placement.clone(),
-        auth: Arc::new(auth),
+        auth: state_auth.clone(),
         randomize_allocation_candidates: cfg.randomize_allocation_candidates,
     };
     let mut app = api::router(state);
@@ -91,6 +92,16 @@ pub async fn serve_with(
     }
     let listener = TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
+    if matches!(*state_auth, auth::AuthStrategy::NoAuth2)
+        && !addr.ip().is_loopback()
+        && !cfg.allow_noauth2_remote
+    {
+        anyhow::bail!(
+            "placement: auth_strategy noauth2 on {addr}, which is not a loopback address: \
+             anyone who reaches it would be an administrator. Use auth_strategy keystone, \
+             listen on 127.0.0.1, or set allow_noauth2_remote = true"
+        );
+    }
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(crate::listener::Listener::new(listener), app).await {
             tracing::error!(error = %e, "placement API stopped");

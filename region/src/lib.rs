@@ -145,8 +145,9 @@ impl Default for RegionConfig {
     }
 }
 
-/// Credentials of a bootstrapped user.
-#[derive(Debug, Clone)]
+/// Credentials of a bootstrapped user (the password is never shown by
+/// `Debug`).
+#[derive(Clone)]
 pub struct Credentials {
     /// User name.
     pub username: String,
@@ -154,6 +155,20 @@ pub struct Credentials {
     pub password: String,
     /// Project name.
     pub project: String,
+    /// The file the password is kept in, when there is one (what
+    /// [`Region::openrc`] names instead of the password).
+    pub password_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("project", &self.project)
+            .field("password_file", &self.password_file)
+            .finish()
+    }
 }
 
 /// One running cell.
@@ -322,24 +337,67 @@ impl RegionSection {
     }
 }
 
+/// The path of the password kept as `name` in `dir`.
+fn secret_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.secret"))
+}
+
 /// A password kept in `<data_dir>/<name>.secret` (created on first start,
-/// readable by the owner only), so restarts keep working credentials.
+/// readable by the owner only from its creation: never a moment with
+/// wider permissions), so restarts keep working credentials.
 fn secret(dir: &Path, name: &str) -> Result<String> {
-    let path = dir.join(format!("{name}.secret"));
+    use std::io::Write as _;
+    let path = secret_path(dir, name);
     if let Ok(s) = std::fs::read_to_string(&path) {
         let s = s.trim().to_owned();
         if !s.is_empty() {
             return Ok(s);
         }
+        std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
     }
     let pw = uuid::Uuid::new_v4().simple().to_string();
-    std::fs::write(&path, &pw).with_context(|| format!("write {}", path.display()))?;
+    let mut f = private_file(&path).with_context(|| format!("create {}", path.display()))?;
+    f.write_all(pw.as_bytes())
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(pw)
+}
+
+/// A new file readable and writable by its owner only (0600 from its
+/// creation on Unix).
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    o.open(path)
+}
+
+/// The data directory, made (0700 from its creation) or narrowed to
+/// its owner when it exists with wider permissions: it holds the
+/// databases and the secrets.
+fn private_dir(dir: &Path) -> Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(dir)
+        .with_context(|| format!("create data directory {}", dir.display()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(dir = %dir.display(), mode = format!("{mode:o}"), "data directory open to others; narrowing it to its owner (0700)");
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
     }
-    Ok(pw)
+    Ok(())
 }
 
 /// Logs in with a password (project-scoped) and returns the token and its lifetime.
@@ -369,18 +427,19 @@ impl Region {
         let r = &cfg.region;
         r.check()?;
         let dir = &r.data_dir;
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("create data directory {}", dir.display()))?;
+        private_dir(dir)?;
 
         // Identity, with an admin and a member.
         let admin = Credentials {
             username: "admin".into(),
             password: secret(dir, "admin")?,
+            password_file: Some(secret_path(dir, "admin")),
             project: "admin".into(),
         };
         let member = Credentials {
             username: "demo".into(),
             password: secret(dir, "demo")?,
+            password_file: Some(secret_path(dir, "demo")),
             project: "demo".into(),
         };
         let mut icfg = api_super::identity::IdentityConfig {
@@ -647,12 +706,18 @@ impl Region {
         })
     }
 
-    /// `export OS_…` lines that let the `openstack` CLI act as `c`.
+    /// `export OS_…` lines that let the `openstack` CLI act as `c`. The
+    /// password is read from its file by the shell
+    /// (`OS_PASSWORD="$(cat '<file>')"`), so it is never printed.
     pub fn openrc(&self, c: &Credentials) -> String {
+        let password = match &c.password_file {
+            Some(f) => format!("\"$(cat '{}')\"", f.display()),
+            None => c.password.clone(),
+        };
         format!(
-            "export OS_AUTH_URL=http://{}/v3\nexport OS_IDENTITY_API_VERSION=3\nexport OS_USERNAME={}\nexport OS_PASSWORD={}\n\
+            "export OS_AUTH_URL=http://{}/v3\nexport OS_IDENTITY_API_VERSION=3\nexport OS_USERNAME={}\nexport OS_PASSWORD={password}\n\
              export OS_PROJECT_NAME={}\nexport OS_USER_DOMAIN_NAME=Default\nexport OS_PROJECT_DOMAIN_NAME=Default\n",
-            self.identity.addr, c.username, c.password, c.project
+            self.identity.addr, c.username, c.project
         )
     }
 

@@ -13,6 +13,7 @@ mod engine_nested;
 mod fixtures;
 mod inventory_rules;
 mod keystone_auth;
+mod noauth_remote;
 mod orphans;
 mod randomize;
 mod request_heads;

@@ -101,6 +101,19 @@ fn region_once_starts_everything_and_is_idempotent() {
             text.contains("export OS_USERNAME=admin") && text.contains("export OS_USERNAME=demo"),
             "{text}"
         );
+        // Secure defaults (issue 32): the data directory is its owner's
+        // alone, the passwords are 0600 and never printed.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "the data directory");
+        for user in ["admin", "demo"] {
+            let f = dir.join(format!("{user}.secret"));
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+            let pw = std::fs::read_to_string(&f).unwrap();
+            assert!(pw.trim().len() >= 32);
+            assert!(!text.contains(pw.trim()), "{user}'s password printed");
+            assert!(text.contains(&format!("export OS_PASSWORD=\"$(cat '{}')\"", f.display())));
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -145,13 +158,26 @@ impl Running {
             .parse()
             .expect("address")
     }
+    /// The `nth` value the region printed for `var`; a password is
+    /// printed as `"$(cat '<file>')"` (never itself), read here as the
+    /// shell would.
     fn export(&self, var: &str, nth: usize) -> String {
-        self.lines
+        let v = self
+            .lines
             .iter()
             .filter_map(|l| l.strip_prefix(&format!("export {var}=")))
             .nth(nth)
-            .unwrap_or_else(|| panic!("no {var} in {:?}", self.lines))
-            .to_owned()
+            .unwrap_or_else(|| panic!("no {var} in {:?}", self.lines));
+        match v
+            .strip_prefix("\"$(cat '")
+            .and_then(|f| f.strip_suffix("')\""))
+        {
+            Some(file) => std::fs::read_to_string(file)
+                .unwrap_or_else(|e| panic!("{var} from {file}: {e}"))
+                .trim()
+                .to_owned(),
+            None => v.to_owned(),
+        }
     }
 }
 
