@@ -63,12 +63,21 @@ impl Default for TokenConfig {
     }
 }
 
-/// `[identity.rate_limit]`: slowing password guessing per (user, source).
+/// `[identity.rate_limit]`: slowing password guessing per (user, source)
+/// and per user, and bounding the password checks under way.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitConfig {
-    /// Failures allowed before delays start.
+    /// Failures allowed per (user, source) before delays start.
     pub free_attempts: u32,
+    /// Failures allowed per user, all sources together, before delays
+    /// start.
+    pub user_free_attempts: u32,
+    /// Password checks (argon2, 19 MiB each at the default cost) run at
+    /// once, at most; 0: one per CPU.
+    pub max_concurrent_hashes: u32,
+    /// How long a login waits for a free check before a 503 (ms).
+    pub hash_wait_ms: u64,
     /// First delay (ms); doubles with each further failure.
     pub base_delay_ms: u64,
     /// Longest delay (ms).
@@ -79,6 +88,9 @@ impl Default for RateLimitConfig {
     fn default() -> Self {
         Self {
             free_attempts: 5,
+            user_free_attempts: 20,
+            max_concurrent_hashes: 0,
+            hash_wait_ms: 5000,
             base_delay_ms: 1000,
             max_delay_ms: 60_000,
         }

@@ -32,6 +32,12 @@ pub enum IdentityError {
         /// Seconds until the next attempt is allowed.
         retry_after_secs: u64,
     },
+    /// 503: every password check is busy; try again.
+    #[error("Too many logins at once; retry in {retry_after_secs} s.")]
+    Busy {
+        /// Seconds to wait.
+        retry_after_secs: u64,
+    },
     /// 501.
     #[error("{0}")]
     NotImplemented(String),
@@ -77,6 +83,7 @@ impl IdentityError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Self::Config(_) | Self::Db(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -127,7 +134,7 @@ impl IntoResponse for IdentityError {
             other => other.to_string(),
         };
         let mut resp = error_response(status, &message);
-        if let Self::TooManyAttempts { retry_after_secs } = self {
+        if let Self::TooManyAttempts { retry_after_secs } | Self::Busy { retry_after_secs } = self {
             if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
                 resp.headers_mut().insert("retry-after", v);
             }

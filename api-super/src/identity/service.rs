@@ -78,6 +78,10 @@ pub struct Identity {
     pub cfg: IdentityConfig,
     /// Password guessing limiter.
     pub limiter: RateLimiter,
+    /// Password checks under way, bounded (argon2's memory each).
+    hashing: tokio::sync::Semaphore,
+    /// Password checks done (hash comparisons run), for tests and metrics.
+    password_checks: std::sync::atomic::AtomicU64,
     signer: RwLock<Arc<TokenSigner>>,
     dummy_hash: String,
     published: RwLock<(Vec<PublicKey>, Vec<Revocation>)>,
@@ -117,6 +121,7 @@ impl Identity {
         }
         let limiter = RateLimiter::new(Limits {
             free_attempts: cfg.rate_limit.free_attempts.max(1),
+            user_free_attempts: cfg.rate_limit.user_free_attempts.max(1),
             base_delay: Duration::from_millis(cfg.rate_limit.base_delay_ms),
             max_delay: Duration::from_millis(cfg.rate_limit.max_delay_ms),
         });
@@ -128,6 +133,11 @@ impl Identity {
             validator: Arc::new(TokenValidator::new()),
             policy,
             limiter,
+            hashing: tokio::sync::Semaphore::new(match cfg.rate_limit.max_concurrent_hashes {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n as usize,
+            }),
+            password_checks: Default::default(),
             signer: RwLock::new(Arc::new(TokenSigner::from_seed("none", &[0; 32]))),
             published: RwLock::new((Vec::new(), Vec::new())),
             public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
@@ -273,52 +283,84 @@ impl Identity {
         }
     }
 
-    /// Checks a password; the rate limiter slows repeated failures per
-    /// (user, source). Every failure is the same 401 to the client.
+    /// Checks a password. The attempt is counted before the check, per
+    /// user (by id, however it was named) and source and per user, so
+    /// that guesses sent at once cannot all reach argon2; the checks
+    /// under way are bounded (a 503 with `Retry-After` when none frees up
+    /// in `hash_wait_ms`); an unknown user costs a check of a dummy hash,
+    /// as long as a wrong password. Every failure is the same 401 to the
+    /// client.
     pub async fn check_password(
         &self,
         user: &UserRef,
         password: String,
         source: IpAddr,
     ) -> Result<UserRow> {
-        let limit_key = match user {
-            UserRef::Id(id) => format!("id:{id}"),
-            UserRef::Name { name, domain } => match domain {
-                DomainRef::Id(d) => format!("name:{d}/{name}"),
-                DomainRef::Name(d) => format!("dname:{d}/{name}"),
-            },
-        };
-        if let Err(wait) = self.limiter.check(&limit_key, source) {
-            tracing::warn!(target: "audit", %source, "password authentication rate-limited");
-            return Err(IdentityError::TooManyAttempts {
-                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
-            });
-        }
-        let row = match user {
-            UserRef::Id(id) => self.db.user(id).await?,
+        let (row, domain_id) = match user {
+            UserRef::Id(id) => (self.db.user(id).await?, None),
             UserRef::Name { name, domain } => match self.resolve_domain(domain).await? {
-                Some(d) if d.enabled => self.db.user_by_name(&d.id, name).await?,
-                _ => None,
+                Some(d) if d.enabled => (self.db.user_by_name(&d.id, name).await?, Some(d.id)),
+                _ => (None, None),
             },
         };
+        // One key per user whatever form named it; an unknown name by
+        // its domain's id when there is one.
+        let limit_key = match (&row, user) {
+            (Some(u), _) => format!("user:{}", u.id),
+            (None, UserRef::Id(id)) => format!("user:{id}"),
+            (None, UserRef::Name { name, domain }) => match (domain_id, domain) {
+                (Some(d), _) => format!("name:{d}/{name}"),
+                (None, DomainRef::Id(d)) => format!("name:{d}/{name}"),
+                (None, DomainRef::Name(d)) => format!("dname:{d}/{name}"),
+            },
+        };
+        let attempt = self.limiter.begin(&limit_key, source).map_err(|wait| {
+            tracing::warn!(target: "audit", %source, "password authentication rate-limited");
+            IdentityError::TooManyAttempts {
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            }
+        })?;
+        let wait = Duration::from_millis(self.cfg.rate_limit.hash_wait_ms);
+        let permit = match tokio::time::timeout(wait, self.hashing.acquire()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                attempt.abandon();
+                tracing::warn!(%source, "every password check busy; login refused for now");
+                return Err(IdentityError::Busy {
+                    retry_after_secs: wait.as_secs().max(1),
+                });
+            }
+        };
+        self.password_checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let hash = row.as_ref().and_then(|u| u.password_hash.clone());
         let ok = password::verify_async(password, hash, &self.dummy_hash).await;
+        drop(permit);
         match row {
             Some(u) if ok && u.enabled => {
-                self.limiter.succeeded(&limit_key, source);
+                attempt.succeeded();
                 Ok(u)
             }
-            Some(u) if ok => Err(IdentityError::unauthorized(format!(
-                "user {} is disabled",
-                u.id
-            ))),
+            Some(u) if ok => {
+                attempt.abandon();
+                Err(IdentityError::unauthorized(format!(
+                    "user {} is disabled",
+                    u.id
+                )))
+            }
             _ => {
-                self.limiter.failed(&limit_key, source);
+                attempt.failed();
                 Err(IdentityError::unauthorized(
                     "invalid user name or password".to_owned(),
                 ))
             }
         }
+    }
+
+    /// How many password checks (hash comparisons) have run.
+    pub fn password_checks(&self) -> u64 {
+        self.password_checks
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The roles `user_id` holds on `project_id`, implied roles expanded.
