@@ -828,7 +828,9 @@ pub fn pg_pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
         // session holds turns into an error after this, not a hang.
         .after_connect(|conn, _| {
             Box::pin(async move {
-                sqlx::Executor::execute(&mut *conn, PG_SESSION_SETTINGS).await?;
+                for setting in PG_SESSION_SETTINGS {
+                    sqlx::Executor::execute(&mut *conn, *setting).await?;
+                }
                 Ok(())
             })
         })
@@ -844,8 +846,13 @@ pub fn pg_pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
 }
 
 /// Set on every PostgreSQL connection of a pool: a lock wait longer than
-/// 30 s fails (SQLSTATE 55P03) instead of waiting for ever.
-pub const PG_SESSION_SETTINGS: &str = "SET lock_timeout = '30s'";
+/// 30 s fails (SQLSTATE 55P03) instead of waiting for ever, and no
+/// statement runs longer than 60 s (SQLSTATE 57014): a query gone wrong
+/// (a plan that scans without end, a client that left) frees its
+/// connection and its locks. Migrations run on their own connections,
+/// without these.
+pub const PG_SESSION_SETTINGS: &[&str] =
+    &["SET lock_timeout = '30s'", "SET statement_timeout = '60s'"];
 
 /// Opens a PostgreSQL pool the way every service of the region does
 /// ([`pg_pool_options`]).

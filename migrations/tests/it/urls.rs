@@ -186,8 +186,9 @@ async fn concurrent_migrations_postgres() {
     concurrent_runs(&db.url).await;
 }
 
-/// Every pooled PostgreSQL connection gives up a lock wait after 30 s: a
-/// lock held by a lost session is an error, not a hang.
+/// Every pooled PostgreSQL connection gives up a lock wait after 30 s (a
+/// lock held by a lost session is an error, not a hang) and a statement
+/// after 60 s.
 #[tokio::test]
 async fn pooled_postgres_connections_bound_lock_waits() {
     let Some((url, _guard)) = fresh_url("migrations_lock_timeout", Backend::Postgres).await else {
@@ -200,6 +201,11 @@ async fn pooled_postgres_connections_bound_lock_waits() {
             .await
             .expect("show");
         assert_eq!(v, "30s");
+        let v: String = sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(&pool)
+            .await
+            .expect("show");
+        assert_eq!(v, "1min");
     }
     pool.close().await;
 }
