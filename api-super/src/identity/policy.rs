@@ -702,7 +702,7 @@ impl Policy {
     /// Whether `claims` may perform `action` on `target`.
     pub fn allows(&self, action: &str, claims: &Claims, target: Target<'_>) -> bool {
         match self.rules.get(action) {
-            Some(e) => self.eval(e, claims, target, 0),
+            Some(e) => self.eval(e, claims, target, 0) == Some(true),
             None => {
                 tracing::error!(action, "no policy rule; denying");
                 false
@@ -733,28 +733,57 @@ impl Policy {
         ok
     }
 
-    fn eval(&self, e: &Expr, c: &Claims, target: Target<'_>, depth: u32) -> bool {
+    /// A rule's value, or `None` when it cannot be known: a rule that is
+    /// not defined, a credential this engine does not know, a target
+    /// attribute the call does not give. Unknown stays unknown under
+    /// `not` (Kleene's logic), and only a known `true` allows, so an
+    /// unknown never grants: `not rule:missing` denies (oslo.policy
+    /// would allow it).
+    fn eval(&self, e: &Expr, c: &Claims, target: Target<'_>, depth: u32) -> Option<bool> {
         if depth > 32 {
-            return false;
+            return None;
         }
         match e {
-            Expr::Always => true,
-            Expr::Never => false,
-            Expr::Role(r) => c.roles.iter().any(|x| x.name.eq_ignore_ascii_case(r)),
-            Expr::Rule(name) => self
-                .rules
-                .get(name)
-                .is_some_and(|r| self.eval(r, c, target, depth + 1)),
-            Expr::IsAdmin(want) => c.has_role("admin") == *want,
+            Expr::Always => Some(true),
+            Expr::Never => Some(false),
+            Expr::Role(r) => Some(c.roles.iter().any(|x| x.name.eq_ignore_ascii_case(r))),
+            Expr::Rule(name) => match self.rules.get(name) {
+                Some(r) => self.eval(r, c, target, depth + 1),
+                None => {
+                    tracing::warn!(rule = %name, "policy names a rule that is not defined; unknown");
+                    None
+                }
+            },
+            Expr::IsAdmin(want) => Some(c.has_role("admin") == *want),
             Expr::Match(cred, key) => {
-                let have = credential(c, cred);
-                let want = target.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
-                matches!((have, want), (Some(h), Some(w)) if h == w)
+                let have = credential(c, cred)?;
+                let want = target.iter().find(|(k, _)| k == key).map(|(_, v)| *v)?;
+                Some(have == want)
             }
-            Expr::Literal(cred, value) => credential(c, cred).is_some_and(|h| h == value),
-            Expr::Not(inner) => !self.eval(inner, c, target, depth + 1),
-            Expr::And(v) => v.iter().all(|x| self.eval(x, c, target, depth + 1)),
-            Expr::Or(v) => v.iter().any(|x| self.eval(x, c, target, depth + 1)),
+            Expr::Literal(cred, value) => credential(c, cred).map(|h| h == value),
+            Expr::Not(inner) => self.eval(inner, c, target, depth + 1).map(|v| !v),
+            Expr::And(v) => {
+                let mut unknown = false;
+                for x in v {
+                    match self.eval(x, c, target, depth + 1) {
+                        Some(false) => return Some(false),
+                        None => unknown = true,
+                        Some(true) => {}
+                    }
+                }
+                (!unknown).then_some(true)
+            }
+            Expr::Or(v) => {
+                let mut unknown = false;
+                for x in v {
+                    match self.eval(x, c, target, depth + 1) {
+                        Some(true) => return Some(true),
+                        None => unknown = true,
+                        Some(false) => {}
+                    }
+                }
+                (!unknown).then_some(false)
+            }
         }
     }
 }
@@ -867,6 +896,24 @@ mod tests {
         assert!(p.allows("x", &reader, &[]));
         assert!(!p.allows("x", &claims(&["b"], "p1"), &[]));
         assert!(parse("bad", "role:a and (").is_err());
+        // An unknown never grants, not even under `not`.
+        let mut p = p;
+        for (name, rule) in [
+            ("not_missing", "not rule:missing"),
+            ("not_absent", "not project_id:%(absent)s"),
+            ("not_unknown_cred", "not shoe_size:42"),
+            ("missing_or_admin", "rule:missing or role:admin"),
+            ("missing_and_never", "rule:missing and !"),
+        ] {
+            p.rules.insert(name.into(), parse(name, rule).unwrap());
+        }
+        let admin = claims(&["admin"], "p1");
+        for name in ["not_missing", "not_absent", "not_unknown_cred"] {
+            assert!(!p.allows(name, &admin, &[]), "{name}");
+        }
+        assert!(p.allows("missing_or_admin", &admin, &[]));
+        assert!(!p.allows("missing_or_admin", &reader, &[]));
+        assert!(!p.allows("missing_and_never", &admin, &[]));
         assert!(parse("bad", "role:a role:b").is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
