@@ -304,6 +304,25 @@ pub(crate) fn search_options(
         .collect()
 }
 
+/// The tags of the tag filter `name` (comma-separated), sorted and
+/// distinct. Each tag is a subquery, so a list is bounded by the most
+/// tags a server can have: more could never all match, nor add a match.
+fn tag_list(opts: &HashMap<String, String>, name: &str) -> ApiResult<Vec<String>> {
+    let mut v: Vec<String> = opts
+        .get(name)
+        .map(|v| v.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    v.sort();
+    v.dedup();
+    let max = crate::compute_api::server_metadata::MAX_TAGS;
+    if v.len() as i64 > max {
+        return Err(bad(format!(
+            "Invalid {name}: at most {max} tags (a server has at most {max})."
+        )));
+    }
+    Ok(v)
+}
+
 /// Reads the search of a listing (everything but paging and sorting).
 pub(crate) fn parse(
     app: &App,
@@ -373,15 +392,10 @@ pub(crate) fn parse(
         }
         f.only_deleted = true;
     }
-    let tags = |name: &str| -> Vec<String> {
-        opts.get(name)
-            .map(|v| v.split(',').map(str::to_owned).collect())
-            .unwrap_or_default()
-    };
-    f.tags = tags("tags");
-    f.tags_any = tags("tags-any");
-    f.not_tags = tags("not-tags");
-    f.not_tags_any = tags("not-tags-any");
+    f.tags = tag_list(&opts, "tags")?;
+    f.tags_any = tag_list(&opts, "tags-any")?;
+    f.not_tags = tag_list(&opts, "not-tags")?;
+    f.not_tags_any = tag_list(&opts, "not-tags-any")?;
     s.all_tenants = opts.get("all_tenants").is_some_and(|v| truthy(v));
     if let Some(l) = opts.get("locked") {
         f.locked = Some(strict_bool(l)?);
@@ -422,6 +436,25 @@ fn regex(v: &str) -> ApiResult<Regex> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tag_filters_are_distinct_and_bounded_by_a_servers_tags() {
+        let opts = |v: String| HashMap::from([("tags-any".to_owned(), v)]);
+        assert_eq!(
+            tag_list(&opts("b,a,b,a".into()), "tags-any").unwrap(),
+            ["a", "b"]
+        );
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| format!("t{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        assert_eq!(tag_list(&opts(many(50)), "tags-any").unwrap().len(), 50);
+        let e = tag_list(&opts(many(51)), "tags-any").unwrap_err();
+        assert!(e.to_string().contains("at most 50 tags"), "{e}");
+        assert!(tag_list(&opts(many(51)), "tags").unwrap().is_empty());
+    }
 
     #[test]
     fn statuses_map_to_vm_and_task_states_as_upstream() {
