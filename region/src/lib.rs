@@ -298,6 +298,18 @@ impl RegionSection {
                 }
                 self.libvirt.virt_type().map_err(anyhow::Error::msg)?;
                 self.libvirt.cpu_mode().map_err(anyhow::Error::msg)?;
+                // qemu runs as libvirt's own user: it could not reach disks
+                // inside the data directory, which is its owner's alone.
+                if absolute(&self.libvirt.instances_path).starts_with(absolute(&self.data_dir)) {
+                    bail!(
+                        "region.libvirt.instances_path ({}) is inside region.data_dir ({}), \
+                         which is private to this process's user (0700): qemu, running as \
+                         libvirt's user, could not open the guests' disks there; put the \
+                         instances elsewhere",
+                        self.libvirt.instances_path.display(),
+                        self.data_dir.display()
+                    );
+                }
             }
             other => bail!("region.compute_driver {other:?} is not a driver: fake or libvirt"),
         }
@@ -335,6 +347,12 @@ impl RegionSection {
             .with_context(|| format!("prepare the {name} database"))?;
         Ok(url)
     }
+}
+
+/// `p` made absolute against the working directory (as given when that
+/// cannot be read).
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
 }
 
 /// The path of the password kept as `name` in `dir`.

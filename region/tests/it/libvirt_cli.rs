@@ -144,8 +144,9 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
     let image_dir = guest_image();
     let dir = testkit::temp_dir("region_libvirt_cli");
     // qemu runs as libvirt's own user: the instances live where it can
-    // read them (the temp dir is world-traversable).
-    let instances = dir.join("instances");
+    // read them (a temp dir of their own, world-traversable; the region's
+    // data directory is private to its owner).
+    let instances = testkit::temp_dir("region_libvirt_cli_instances");
     let port = || format!("127.0.0.1:{}", testkit::free_port());
     let r = super::start_with(
         &dir,

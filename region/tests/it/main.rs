@@ -130,6 +130,28 @@ fn region_rejects_a_misspelt_option() {
     assert!(err.contains("cels"), "{err}");
 }
 
+/// The libvirt host's instances cannot live in the data directory, which
+/// is private to the region's user while qemu runs as libvirt's.
+#[test]
+fn region_refuses_libvirt_instances_inside_its_private_data_directory() {
+    let dir = testkit::temp_dir("region_instances_inside");
+    let out = region(&dir)
+        .arg("--once")
+        .env("REGION__REGION__COMPUTE_DRIVER", "libvirt")
+        .env("REGION__REGION__CELLS", "1")
+        .env("REGION__REGION__HOSTS_PER_CELL", "1")
+        .env(
+            "REGION__REGION__LIBVIRT__INSTANCES_PATH",
+            dir.join("instances"),
+        )
+        .output()
+        .expect("run region");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is inside region.data_dir"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 struct Running {
     child: Child,
     lines: Vec<String>,
