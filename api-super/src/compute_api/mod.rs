@@ -571,17 +571,8 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         &mut background,
     )
     .await?;
-    let (serial_proxy, serial_proxy_url) = match serial {
-        None => (None, None),
-        Some(addr) => {
-            let url = if cfg.serial_proxy_base_url.is_empty() {
-                format!("ws://{addr}/")
-            } else {
-                cfg.serial_proxy_base_url.clone()
-            };
-            (Some(addr), Some(url))
-        }
-    };
+    let serial_proxy_url = proxy_url(serial, &cfg.serial_proxy_base_url, |a| format!("ws://{a}/"));
+    let serial_proxy = serial;
     let web = Some(std::path::PathBuf::from(&cfg.novnc_web_dir)).filter(|d| d.is_dir());
     if web.is_none() && !cfg.novnc_proxy_listen.is_empty() {
         tracing::warn!(dir = %cfg.novnc_web_dir, "noVNC's web client is not installed: the noVNC proxy serves the WebSocket only");
@@ -592,17 +583,10 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         &mut background,
     )
     .await?;
-    let (novnc_proxy, novnc_proxy_url) = match novnc {
-        None => (None, None),
-        Some(addr) => {
-            let url = if cfg.novnc_proxy_base_url.is_empty() {
-                format!("http://{addr}/vnc_lite.html")
-            } else {
-                cfg.novnc_proxy_base_url.clone()
-            };
-            (Some(addr), Some(url))
-        }
-    };
+    let novnc_proxy_url = proxy_url(novnc, &cfg.novnc_proxy_base_url, |a| {
+        format!("http://{a}/vnc_lite.html")
+    });
+    let novnc_proxy = novnc;
     let addr = listener.local_addr()?;
     let public_url = OnceLock::new();
     let _ = public_url.set(if cfg.public_url.is_empty() {
@@ -641,6 +625,22 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         background,
         serial_proxy,
         novnc_proxy,
+    })
+}
+
+/// The URL a proxy bound at `addr` is reached at in console URLs: `base`
+/// when configured, else `default` of its address; `None` without a proxy.
+fn proxy_url(
+    addr: Option<SocketAddr>,
+    base: &str,
+    default: impl FnOnce(SocketAddr) -> String,
+) -> Option<String> {
+    addr.map(|a| {
+        if base.is_empty() {
+            default(a)
+        } else {
+            base.to_owned()
+        }
     })
 }
 

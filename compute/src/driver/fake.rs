@@ -458,10 +458,8 @@ impl Driver for FakeDriver {
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         Box::pin(async move {
             self.running(instance)?;
-            self.hv
-                .serial_console_addr()
-                .await
-                .map_err(|e| DriverError::Unavailable(format!("fake console: {e}")))
+            let addr = self.hv.serial_console_addr().await;
+            addr.map_err(|e| DriverError::Unavailable(format!("fake console: {e}")))
         })
     }
 
@@ -473,10 +471,8 @@ impl Driver for FakeDriver {
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         Box::pin(async move {
             self.running(instance)?;
-            self.hv
-                .vnc_console_addr()
-                .await
-                .map_err(|e| DriverError::Unavailable(format!("fake VNC server: {e}")))
+            let addr = self.hv.vnc_console_addr().await;
+            addr.map_err(|e| DriverError::Unavailable(format!("fake VNC server: {e}")))
         })
     }
 

@@ -554,6 +554,20 @@ async fn write_file(path: &Path, data: &[u8]) -> Result<(), DriverError> {
         .map_err(|e| DriverError::SpawnFailed(format!("host disk: write {}: {e}", path.display())))
 }
 
+/// The XML of the running domain of `instance` (where its consoles
+/// listen); `NotRunning` when it is not running.
+fn running_xml(
+    conn: &Connect,
+    instance: InstanceUuid,
+    op: &'static str,
+) -> Result<String, DriverError> {
+    let dom = must(conn, instance)?;
+    if !dom.is_active().map_err(hv(op))? {
+        return Err(DriverError::NotRunning(instance));
+    }
+    dom.xml_desc(0).map_err(hv(op))
+}
+
 /// The instance's domain, `None` when there is none.
 fn lookup(conn: &Connect, instance: InstanceUuid) -> Result<Option<Domain>, DriverError> {
     match conn.lookup_domain_by_uuid_string(&instance.to_string()) {
@@ -695,12 +709,7 @@ impl Driver for LibvirtDriver {
         instance: InstanceUuid,
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         Box::pin(self.blocking(move |i| {
-            let dom = must(&i.conn(), instance)?;
-            let op = "get_serial_console";
-            if !dom.is_active().map_err(hv(op))? {
-                return Err(DriverError::NotRunning(instance));
-            }
-            let xml = dom.xml_desc(0).map_err(hv(op))?;
+            let xml = running_xml(&i.conn(), instance, "get_serial_console")?;
             guest::serial_of(&xml).ok_or(DriverError::Unavailable(
                 "the guest has no serial console on TCP (defined before consoles were built)"
                     .into(),
@@ -713,12 +722,7 @@ impl Driver for LibvirtDriver {
         instance: InstanceUuid,
     ) -> BoxFuture<'_, Result<std::net::SocketAddr, DriverError>> {
         Box::pin(self.blocking(move |i| {
-            let dom = must(&i.conn(), instance)?;
-            let op = "get_vnc_console";
-            if !dom.is_active().map_err(hv(op))? {
-                return Err(DriverError::NotRunning(instance));
-            }
-            let xml = dom.xml_desc(0).map_err(hv(op))?;
+            let xml = running_xml(&i.conn(), instance, "get_vnc_console")?;
             guest::vnc_of(&xml).ok_or(DriverError::Unavailable(
                 "the guest has no VNC server with a port".into(),
             ))
