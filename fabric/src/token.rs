@@ -36,6 +36,9 @@ use base64::Engine;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
+mod revoked;
+use revoked::Revoked;
+
 /// Version prefix of our tokens (Keystone's Fernet tokens start with `gAAAA`).
 pub const PREFIX: &str = "e1";
 /// Longest token accepted; anything longer is malformed.
@@ -161,9 +164,14 @@ pub struct Revocation {
     /// Audit id of the revoked token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_id: Option<String>,
-    /// User whose tokens are revoked.
+    /// User whose tokens are revoked (with `project_id`: only those scoped
+    /// to that project, as when a grant is removed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// Project whose tokens are revoked (without `user_id`: everybody's, as
+    /// when the project is deleted or disabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
     /// Tokens issued at or before this (Unix ms) are revoked.
     pub issued_before_ms: i64,
     /// When the event may be forgotten (Unix ms).
@@ -255,13 +263,6 @@ impl TokenSigner {
     }
 }
 
-#[derive(Default)]
-struct Revoked {
-    audit: HashMap<String, i64>,
-    /// user id → (issued_before_ms, expires_at_ms), the latest mark.
-    users: HashMap<String, (i64, i64)>,
-}
-
 /// Validates tokens with public keys and a revocation set; cheap to share
 /// (`Arc`), safe to call from any thread.
 #[derive(Default)]
@@ -342,26 +343,17 @@ impl TokenValidator {
         let now = now_ms();
         let mut fresh = Revoked::default();
         for e in events.iter().filter(|e| e.expires_at_ms > now) {
-            Self::add(&mut fresh, e);
+            fresh.add(e);
         }
         *self.revoked.write().unwrap_or_else(|p| p.into_inner()) = fresh;
     }
 
     /// Adds one revocation (the identity service applies its own at once).
     pub fn revoke(&self, event: &Revocation) {
-        let mut r = self.revoked.write().unwrap_or_else(|p| p.into_inner());
-        Self::add(&mut r, event);
-    }
-
-    fn add(r: &mut Revoked, e: &Revocation) {
-        if let Some(a) = &e.audit_id {
-            r.audit.insert(a.clone(), e.expires_at_ms);
-        }
-        if let Some(u) = &e.user_id {
-            let entry = r.users.entry(u.clone()).or_insert((i64::MIN, i64::MIN));
-            entry.0 = entry.0.max(e.issued_before_ms);
-            entry.1 = entry.1.max(e.expires_at_ms);
-        }
+        self.revoked
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(event);
     }
 
     /// Decodes a token without checking its signature, expiry or
@@ -401,14 +393,13 @@ impl TokenValidator {
         if now_ms >= claims.expires_at_ms {
             return Err(TokenError::Expired);
         }
-        let r = self.revoked.read().unwrap_or_else(|p| p.into_inner());
-        if r.audit.contains_key(&claims.audit_id) {
+        if self
+            .revoked
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .covers(&claims)
+        {
             return Err(TokenError::Revoked);
-        }
-        if let Some((before, _)) = r.users.get(&claims.user.id) {
-            if claims.issued_at_ms <= *before {
-                return Err(TokenError::Revoked);
-            }
         }
         Ok(claims)
     }
@@ -942,7 +933,7 @@ mod tests {
         assert!(http_target("http:///v3").is_err());
     }
 
-    fn claims(exp_in_ms: i64) -> Claims {
+    pub(super) fn claims(exp_in_ms: i64) -> Claims {
         let now = now_ms();
         Claims {
             user: Named {
@@ -975,7 +966,7 @@ mod tests {
         }
     }
 
-    fn ring(signers: &[&TokenSigner]) -> TokenValidator {
+    pub(super) fn ring(signers: &[&TokenSigner]) -> TokenValidator {
         let v = TokenValidator::new();
         let keys: Vec<PublicKey> = signers.iter().map(|s| s.public_key()).collect();
         v.set_keys(&keys);
@@ -1009,6 +1000,7 @@ mod tests {
         v.revoke(&Revocation {
             audit_id: Some(c.audit_id.clone()),
             user_id: None,
+            project_id: None,
             issued_before_ms: now_ms(),
             expires_at_ms: now_ms() + 60_000,
         });
@@ -1079,6 +1071,7 @@ mod tests {
         v.revoke(&Revocation {
             audit_id: Some("audit-1".into()),
             user_id: None,
+            project_id: None,
             issued_before_ms: now_ms(),
             expires_at_ms: now_ms() + 60_000,
         });
@@ -1091,6 +1084,7 @@ mod tests {
         v.set_revocations(&[Revocation {
             audit_id: None,
             user_id: Some("u1".into()),
+            project_id: None,
             issued_before_ms: c.issued_at_ms,
             expires_at_ms: now_ms() + 60_000,
         }]);

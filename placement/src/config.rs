@@ -76,6 +76,8 @@ pub struct PlacementConfig {
     pub randomize_allocation_candidates: bool,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
+    /// HTTP timeouts and limits (`[http]`, see [`httpd`]).
+    pub http: httpd::Limits,
 }
 
 impl Default for PlacementConfig {
@@ -90,6 +92,7 @@ impl Default for PlacementConfig {
             index_reconcile_secs: 60,
             randomize_allocation_candidates: false,
             telemetry: TelemetryConfig::default(),
+            http: httpd::Limits::default(),
         }
     }
 }

@@ -102,11 +102,23 @@ pub async fn serve_with(
              listen on 127.0.0.1, or set allow_noauth2_remote = true"
         );
     }
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(crate::listener::Listener::new(listener), app).await {
-            tracing::error!(error = %e, "placement API stopped");
-        }
+    let server = httpd::Server::new("placement", cfg.http.clone(), |msg| {
+        let request_id = format!("req-{}", uuid::Uuid::new_v4());
+        let body = error::error_body(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            error::ErrorCode::Undefined,
+            msg,
+            &request_id,
+            true,
+        );
+        let mut resp = axum::response::Response::new(axum::body::Body::from(body));
+        resp.headers_mut().insert(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        );
+        resp
     });
+    let task = tokio::spawn(server.serve_wrapped(listener, app, crate::listener::Guarded::new));
     tracing::info!(%addr, "placement API listening");
     Ok(Running {
         addr,

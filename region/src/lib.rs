@@ -84,6 +84,10 @@ pub struct RegionSection {
     pub discovery: cell_mapping::DiscoveryConfig,
     /// How often the Compute API re-reads the cell mappings (ms).
     pub cell_cache_refresh_ms: u64,
+    /// Every API's and console proxy's HTTP timeouts and limits
+    /// (`[region.http]`, see `httpd`); the image API's body timeout is at
+    /// least an hour, for uploads.
+    pub http: httpd::Limits,
 }
 
 impl Default for RegionSection {
@@ -114,6 +118,7 @@ impl Default for RegionSection {
                 by_service: false,
             },
             cell_cache_refresh_ms: 2000,
+            http: httpd::Limits::default(),
         }
     }
 }
@@ -462,9 +467,12 @@ impl Region {
         };
         let mut icfg = api_super::identity::IdentityConfig {
             listen: r.identity_listen.clone(),
+            http: r.http.clone(),
             ..Default::default()
         };
         icfg.database.connection = r.prepare_db("identity").await?;
+        // The signing keys' encryption key, private to the region's user.
+        icfg.token.key_file = dir.join("identity.kek").display().to_string();
         icfg.database.max_connections = r.pool_size();
         icfg.endpoints.placement = format!("http://{}", r.placement_listen);
         icfg.endpoints.compute = format!("http://{}/v2.1", r.compute_listen);
@@ -499,6 +507,7 @@ impl Region {
             },
             telemetry: cfg.telemetry.clone(),
             randomize_allocation_candidates: true,
+            http: r.http.clone(),
             ..Default::default()
         };
         let placement = placement::serve_with(
@@ -520,6 +529,10 @@ impl Region {
         let mut imcfg = api_super::ImageConfig {
             listen: r.image_listen.clone(),
             ..Default::default()
+        };
+        imcfg.http = httpd::Limits {
+            body_timeout_ms: r.http.body_timeout_ms.max(imcfg.http.body_timeout_ms),
+            ..r.http.clone()
         };
         imcfg.database.connection = r.prepare_db("image").await?;
         imcfg.filesystem_store_datadir = dir.join("images").display().to_string();
@@ -661,6 +674,7 @@ impl Region {
                 serial_proxy_listen: r.serial_proxy_listen.clone(),
                 novnc_proxy_listen: r.novnc_proxy_listen.clone(),
                 cell_cache_refresh_ms: r.cell_cache_refresh_ms,
+                http: r.http.clone(),
                 // Placement shuffles limited queries here
                 // (`randomize_allocation_candidates` above), so a sample
                 // of the candidates is a random one: one-server requests

@@ -107,6 +107,23 @@ pub const RULES: &[Rule] = &[
         ]),
     },
     Rule {
+        stated_in: "httpd",
+        says: "Must not depend on any service crate",
+        crates: Crates::Only(&["httpd"]),
+        tables: Tables::All,
+        deps: Deps::Forbidden(&[
+            "fabric",
+            "migrations",
+            "api-super",
+            "cell-conductor",
+            "cell-mapping",
+            "compute",
+            "placement",
+            "region",
+            "loadtest",
+        ]),
+    },
+    Rule {
         stated_in: "placement",
         says: "Must not depend on any other service crate",
         crates: Crates::Only(&["placement"]),

@@ -259,9 +259,9 @@ impl ComputeDb {
         self
     }
 
-    /// The cell and project of a landed server this process knows (see
-    /// [`LandedMappings`]); `None`: read the mapping.
-    pub fn landed(&self, uuid: &str) -> Option<(i64, String)> {
+    /// The cell, project and user of a landed server this process knows
+    /// (see [`LandedMappings`]); `None`: read the mapping.
+    pub fn landed(&self, uuid: &str) -> Option<(i64, String, Option<String>)> {
         self.landed.get(uuid)
     }
 
@@ -274,11 +274,12 @@ impl ComputeDb {
         uuid: &str,
         cell_id: i64,
         project: &str,
+        user: &str,
         key_name: Option<&str>,
         in_group: Option<bool>,
     ) {
         let shown = (in_group == Some(false)).then_some(key_name);
-        self.landed.put(uuid, cell_id, project, shown);
+        self.landed.put(uuid, cell_id, project, Some(user), shown);
     }
 
     /// The key pair name (`Some(None)`: none) of a server that landed
@@ -532,10 +533,13 @@ impl ComputeDb {
         Ok(())
     }
 
-    /// The instance mapping of `uuid`: `(cell id, project id)`.
-    pub async fn mapping(&self, uuid: &str) -> Result<Option<(Option<i64>, String)>, ApiError> {
+    /// The instance mapping of `uuid`: `(cell id, project id, user id)`.
+    pub async fn mapping(
+        &self,
+        uuid: &str,
+    ) -> Result<Option<(Option<i64>, String, Option<String>)>, ApiError> {
         Ok(on_pool!(self.pool(), p => sqlx::query_as(
-            "SELECT cell_id, project_id FROM instance_mappings WHERE instance_uuid = $1")
+            "SELECT cell_id, project_id, user_id FROM instance_mappings WHERE instance_uuid = $1")
             .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_get"))?))
     }
 
@@ -547,7 +551,8 @@ impl ComputeDb {
             .bind(uuid).fetch_optional(p).await.map_err(db("instance_mapping_row"))?);
         if let Some(m) = &row {
             if let (Some(cell), false) = (m.cell_id, m.queued_for_delete) {
-                self.landed.put(uuid, cell, &m.project_id, None);
+                self.landed
+                    .put(uuid, cell, &m.project_id, m.user_id.as_deref(), None);
             }
         }
         Ok(row)

@@ -40,7 +40,7 @@ impl HostSource for ComputeDb {
     fn instance_cell<'a>(&'a self, uuid: &'a str) -> Read<'a, Option<i64>> {
         Box::pin(async move {
             let mapping = self.mapping(uuid).await.map_err(boxed)?;
-            Ok(mapping.and_then(|(cell, _)| cell))
+            Ok(mapping.and_then(|(cell, _, _)| cell))
         })
     }
 }

@@ -44,10 +44,10 @@ async fn locate(
     id: &str,
     rule: &str,
 ) -> ApiResult<Option<(CellDb, CellInstance)>> {
-    let Some((cell_id, project)) = app.db.mapping(id).await? else {
+    let Some((cell_id, project, user)) = app.db.mapping(id).await? else {
         return Err(ApiError::server_not_found(id));
     };
-    check_owner(app, ctx, rule, &project, id)?;
+    check_owner(app, ctx, rule, (&project, user.as_deref()), id)?;
     let Some(cid) = cell_id else {
         return Ok(None);
     };

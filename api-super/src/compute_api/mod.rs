@@ -114,6 +114,13 @@ pub struct ComputeConfig {
     /// How long a console token is valid, in seconds (Nova's
     /// `[consoleauth] token_ttl`).
     pub console_token_ttl_secs: u64,
+    /// Most server creates being scheduled at once in the background; a
+    /// create beyond it waits up to 5 s for a place, then gets a 503 with
+    /// nothing written.
+    pub max_pending_creates: usize,
+    /// The API's and the console proxies' HTTP timeouts and limits
+    /// (`[compute.http]`, see [`httpd`]).
+    pub http: httpd::Limits,
 }
 
 impl Default for ComputeConfig {
@@ -136,6 +143,8 @@ impl Default for ComputeConfig {
             novnc_proxy_base_url: String::new(),
             novnc_web_dir: "/usr/share/novnc".to_owned(),
             console_token_ttl_secs: 600,
+            max_pending_creates: crate::conductor::MAX_PENDING_CREATES,
+            http: httpd::Limits::default(),
         }
     }
 }
@@ -225,9 +234,26 @@ impl App {
         self.0.public_url.get().cloned().unwrap_or_default()
     }
 
-    /// Checks `action` on a target project; `Forbidden` when denied.
+    /// Checks `action` on a target project (the caller's own user is the
+    /// target user, as Nova's default target); `Forbidden` when denied.
     pub fn authorize(&self, ctx: &Ctx, action: &str, project_id: &str) -> Result<(), ApiError> {
-        let target = [("project_id", project_id), ("user_id", ctx.user_id())];
+        self.authorize_owned(ctx, action, project_id, Some(ctx.user_id()))
+    }
+
+    /// Checks `action` on a resource owned by `project_id` and `user_id`
+    /// (a server: its owners, as Nova's target; `None`: the user is not
+    /// known, and a rule on it is unknown, which denies).
+    pub fn authorize_owned(
+        &self,
+        ctx: &Ctx,
+        action: &str,
+        project_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let mut target = vec![("project_id", project_id)];
+        if let Some(u) = user_id {
+            target.push(("user_id", u));
+        }
         if self
             .policy
             .enforce(action, &ctx.claims, &target, &ctx.request_id)
@@ -555,7 +581,10 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         deps.placement.clone(),
         hosts,
     ));
-    let conductor = Arc::new(SuperConductor::new(db.clone(), cells.clone(), scheduler));
+    let conductor = Arc::new(
+        SuperConductor::new(db.clone(), cells.clone(), scheduler)
+            .with_max_pending_creates(cfg.max_pending_creates),
+    );
     let listener = TcpListener::bind(&cfg.listen).await?;
     let mut background = crate::conductor::heal::start(conductor.clone(), &cfg.build_heal);
     // Tokens live 10 minutes by default; 10,000 live at once is far more
@@ -566,7 +595,9 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         10_000,
     ));
     let serial = start_proxy(
+        "serial console proxy",
         &cfg.serial_proxy_listen,
+        &cfg.http,
         crate::console_proxy::router(consoles.clone(), ConsoleKind::Serial, None),
         &mut background,
     )
@@ -578,7 +609,9 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         tracing::warn!(dir = %cfg.novnc_web_dir, "noVNC's web client is not installed: the noVNC proxy serves the WebSocket only");
     }
     let novnc = start_proxy(
+        "noVNC proxy",
         &cfg.novnc_proxy_listen,
+        &cfg.http,
         crate::console_proxy::router(consoles.clone(), ConsoleKind::Novnc, web),
         &mut background,
     )
@@ -611,12 +644,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         novnc_proxy_url,
     }));
     let routes = router(app.clone());
-    let task = tokio::spawn(async move {
-        let svc = routes.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(listener, svc).await {
-            tracing::error!(error = %e, "compute API stopped");
-        }
-    });
+    let task = tokio::spawn(http_server("compute", &cfg.http).serve(listener, routes));
     tracing::info!(%addr, scheduler = %me, "compute API listening");
     Ok(Running {
         addr,
@@ -644,10 +672,20 @@ fn proxy_url(
     })
 }
 
+/// The server of the compute API or a console proxy (named `name`), with
+/// `limits` and Nova's `503` body.
+fn http_server(name: &'static str, limits: &httpd::Limits) -> Arc<httpd::Server> {
+    httpd::Server::new(name, limits.clone(), |msg| {
+        axum::response::IntoResponse::into_response(ApiError::Unavailable(msg.to_owned()))
+    })
+}
+
 /// Serves a console proxy's `routes` on `listen` in the background; its
 /// address, or `None` when `listen` is empty (no proxy).
 async fn start_proxy(
+    name: &'static str,
     listen: &str,
+    limits: &httpd::Limits,
     routes: axum::Router,
     background: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> anyhow::Result<Option<SocketAddr>> {
@@ -656,11 +694,7 @@ async fn start_proxy(
     }
     let l = TcpListener::bind(listen).await?;
     let addr = l.local_addr()?;
-    background.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(l, routes).await {
-            tracing::error!(error = %e, %addr, "console proxy stopped");
-        }
-    }));
+    background.push(tokio::spawn(http_server(name, limits).serve(l, routes)));
     tracing::info!(%addr, "console proxy listening");
     Ok(Some(addr))
 }

@@ -39,6 +39,23 @@ pub struct SuperConductor {
     cells: Cells,
     scheduler: Arc<Scheduler>,
     lease: heal::Lease,
+    /// Creates being scheduled in the background, bounded (see
+    /// [`Self::reserve_create`]).
+    creates: Arc<tokio::sync::Semaphore>,
+    max_creates: usize,
+}
+
+/// How long a create waits for a place among those being scheduled before
+/// it is refused with a 503 (nothing written).
+const CREATE_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Default of [`SuperConductor::new`]'s bound on creates being scheduled.
+pub const MAX_PENDING_CREATES: usize = 1024;
+
+/// A create's place among those being scheduled in the background.
+#[derive(Debug)]
+pub struct CreateSlot {
+    _place: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// The resources one instance of `spec` needs, as placement names them.
@@ -62,7 +79,49 @@ impl SuperConductor {
             cells,
             scheduler,
             lease: heal::Lease::default(),
+            creates: Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_CREATES)),
+            max_creates: MAX_PENDING_CREATES,
         }
+    }
+
+    /// Bounds the creates being scheduled in the background at once to
+    /// `max` (at least 1).
+    pub fn with_max_pending_creates(mut self, max: usize) -> Self {
+        self.max_creates = max.max(1);
+        self.creates = Arc::new(tokio::sync::Semaphore::new(self.max_creates));
+        self
+    }
+
+    /// A place for one more create to be scheduled in the background,
+    /// waiting a few seconds for one; `None` when the scheduler stays
+    /// full (the API answers 503 and writes nothing). Each create holds
+    /// its place until its builds are handed to their cells, so the
+    /// background work of creates is bounded.
+    pub async fn reserve_create(&self) -> Option<CreateSlot> {
+        tokio::time::timeout(CREATE_SLOT_WAIT, self.creates.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|p| CreateSlot { _place: p })
+    }
+
+    /// The bound of [`Self::reserve_create`].
+    pub fn max_pending_creates(&self) -> usize {
+        self.max_creates
+    }
+
+    /// Schedules and builds `builds` in the background, holding `slot`
+    /// until they are handed on.
+    pub fn spawn_create(
+        self: &Arc<Self>,
+        slot: CreateSlot,
+        builds: Vec<(BuildInstance, RequestSpec)>,
+    ) {
+        let conductor = self.clone();
+        tokio::spawn(async move {
+            conductor.schedule_and_build(builds).await;
+            drop(slot);
+        });
     }
 
     /// This process's build lease (kept by its heartbeat, see [`heal`]).
@@ -363,6 +422,7 @@ impl SuperConductor {
             &b.uuid,
             cell.id,
             &b.project_id,
+            &b.user_id,
             spec.key_name.as_deref(),
             spec.in_group.filter(|_| !spec.view_fields()),
         );

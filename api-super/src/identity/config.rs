@@ -52,6 +52,14 @@ pub struct TokenConfig {
     pub expiration_secs: u64,
     /// How often keys and revocations are re-read from the database (ms).
     pub refresh_interval_ms: u64,
+    /// Most single tokens one user may have revoked while they are still
+    /// in force; the next revocation revokes all the user's tokens instead
+    /// (bounds the revocation list every validator downloads).
+    pub max_token_revocations_per_user: u32,
+    /// The file of the key that encrypts the signing keys at rest
+    /// (created 0600 when missing; see [`super::keyseal`]). Empty: beside
+    /// a SQLite database (`<file>.kek`); PostgreSQL needs it set.
+    pub key_file: String,
 }
 
 impl Default for TokenConfig {
@@ -59,6 +67,8 @@ impl Default for TokenConfig {
         Self {
             expiration_secs: 3600,
             refresh_interval_ms: 2000,
+            max_token_revocations_per_user: 100,
+            key_file: String::new(),
         }
     }
 }
@@ -119,6 +129,8 @@ pub struct IdentityConfig {
     pub policy_file: String,
     /// Cost of new password hashes.
     pub password_hash: super::password::Cost,
+    /// HTTP timeouts and limits (`[identity.http]`, see [`httpd`]).
+    pub http: httpd::Limits,
 }
 
 impl Default for IdentityConfig {
@@ -133,6 +145,7 @@ impl Default for IdentityConfig {
             rate_limit: RateLimitConfig::default(),
             policy_file: String::new(),
             password_hash: super::password::Cost::default(),
+            http: httpd::Limits::default(),
         }
     }
 }

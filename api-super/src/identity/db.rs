@@ -74,6 +74,22 @@ pub const SCHEMA: &[&str] = &[
         created_at BIGINT NOT NULL
     )",
     "CREATE INDEX IF NOT EXISTS identity_revocations_expires_idx ON identity_revocations (expires_at)",
+    // What revokes tokens: one token (`audit_id`, with the user it belonged
+    // to as `owner_id`), a user's tokens (`user_id`), a project's
+    // (`project_id`), or a user's on one project (both: a grant removed).
+    // `identity_revocations` above is its earlier shape, still read (and
+    // emptied as its rows expire) so an upgrade forgets no revocation.
+    "CREATE TABLE IF NOT EXISTS identity_revocation_events (
+        audit_id TEXT,
+        owner_id TEXT,
+        user_id TEXT,
+        project_id TEXT,
+        issued_before BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS identity_revocation_events_expires_idx ON identity_revocation_events (expires_at)",
+    "CREATE INDEX IF NOT EXISTS identity_revocation_events_owner_idx ON identity_revocation_events (owner_id)",
 ];
 
 /// The identity store, on either backend.
@@ -192,10 +208,16 @@ pub struct KeyRow {
 /// A revocation row.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct RevocationRow {
-    /// Audit id.
+    /// Audit id: one token.
     pub audit_id: Option<String>,
-    /// User id.
+    /// For one token: the user it belonged to (what bounds a user's
+    /// revocations of single tokens). Not read back.
+    #[sqlx(default)]
+    pub owner_id: Option<String>,
+    /// User id: the user's tokens (with `project_id`, those on it).
     pub user_id: Option<String>,
+    /// Project id: the project's tokens.
+    pub project_id: Option<String>,
     /// Tokens issued at or before this are revoked (Unix ms).
     pub issued_before: i64,
     /// Forget after (Unix ms).
@@ -377,6 +399,27 @@ impl Db {
             .bind(name).bind(domain_id).fetch_all(pool).await)?)
     }
 
+    /// Writes a user's name, password hash, enabled flag and default
+    /// project; false when the user does not exist.
+    pub async fn update_user(&self, u: &UserRow) -> Result<bool> {
+        let done = on_db!(self, pool => sqlx::query(
+            "UPDATE identity_users SET name = $2, password_hash = $3, enabled = $4, \
+             default_project_id = $5 WHERE id = $1")
+            .bind(&u.id).bind(&u.name).bind(&u.password_hash).bind(u.enabled)
+            .bind(&u.default_project_id)
+            .execute(pool).await.map(|r| r.rows_affected()))
+        .map_err(|e| conflict(e, "User"))?;
+        Ok(done == 1)
+    }
+
+    /// Replaces the stored seed of signing key `kid` (sealing it).
+    pub async fn set_key_seed(&self, kid: &str, stored: &str) -> Result<()> {
+        on_db!(self, pool => sqlx::query(
+            "UPDATE identity_signing_keys SET private_seed = $2 WHERE kid = $1")
+            .bind(kid).bind(stored).execute(pool).await.map(|r| r.rows_affected()))?;
+        Ok(())
+    }
+
     /// Deletes a user (and their assignments); whether they existed.
     pub async fn delete_user(&self, id: &str) -> Result<bool> {
         let done = on_db!(self, pool => sqlx::query("DELETE FROM identity_users WHERE id = $1")
@@ -497,22 +540,63 @@ impl Db {
 
     // ---- revocations ----
 
-    /// Records a revocation.
+    /// Records a revocation. A user, project or grant mark replaces the
+    /// earlier mark of the same key (it covers everything that did), so
+    /// there is at most one row per key.
     pub async fn insert_revocation(&self, r: &RevocationRow) -> Result<()> {
-        on_db!(self, pool => sqlx::query(
-            "INSERT INTO identity_revocations (audit_id, user_id, issued_before, expires_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5)")
-            .bind(&r.audit_id).bind(&r.user_id).bind(r.issued_before).bind(r.expires_at).bind(now())
-            .execute(pool).await.map(|r| r.rows_affected()))?;
+        on_db!(self, pool => async {
+            let mut tx = pool.begin().await?;
+            if r.audit_id.is_none() {
+                sqlx::query(
+                    "DELETE FROM identity_revocation_events WHERE audit_id IS NULL \
+                     AND COALESCE(user_id, '') = $1 AND COALESCE(project_id, '') = $2 \
+                     AND issued_before <= $3 AND expires_at <= $4")
+                    .bind(r.user_id.as_deref().unwrap_or_default())
+                    .bind(r.project_id.as_deref().unwrap_or_default())
+                    .bind(r.issued_before).bind(r.expires_at)
+                    .execute(&mut *tx).await?;
+            }
+            sqlx::query(
+                "INSERT INTO identity_revocation_events \
+                 (audit_id, owner_id, user_id, project_id, issued_before, expires_at, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)")
+                .bind(&r.audit_id).bind(&r.owner_id).bind(&r.user_id).bind(&r.project_id)
+                .bind(r.issued_before).bind(r.expires_at).bind(now())
+                .execute(&mut *tx).await?;
+            tx.commit().await
+        }.await)?;
         Ok(())
+    }
+
+    /// How many single tokens of `owner` are revoked and not yet expired.
+    pub async fn token_revocations_of(&self, owner: &str, now: i64) -> Result<i64> {
+        Ok(on_db!(self, pool => sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM identity_revocation_events \
+             WHERE owner_id = $1 AND audit_id IS NOT NULL AND expires_at > $2")
+            .bind(owner).bind(now).fetch_one(pool).await)?)
+    }
+
+    /// Forgets the single-token revocations of `owner` issued before
+    /// `before` (a mark on all the user's tokens covers them).
+    pub async fn forget_token_revocations_of(&self, owner: &str, before: i64) -> Result<u64> {
+        Ok(on_db!(self, pool => sqlx::query(
+            "DELETE FROM identity_revocation_events \
+             WHERE owner_id = $1 AND audit_id IS NOT NULL AND issued_before <= $2")
+            .bind(owner).bind(before).execute(pool).await.map(|r| r.rows_affected()))?)
     }
 
     /// Revocations still in force at `now`; older ones are deleted.
     pub async fn revocations(&self, now: i64) -> Result<Vec<RevocationRow>> {
-        on_db!(self, pool => sqlx::query("DELETE FROM identity_revocations WHERE expires_at <= $1")
-            .bind(now).execute(pool).await.map(|r| r.rows_affected()))?;
+        for table in ["identity_revocations", "identity_revocation_events"] {
+            let sql = format!("DELETE FROM {table} WHERE expires_at <= $1");
+            on_db!(self, pool => sqlx::query(&sql)
+                .bind(now).execute(pool).await.map(|r| r.rows_affected()))?;
+        }
         Ok(on_db!(self, pool => sqlx::query_as::<_, RevocationRow>(
-            "SELECT audit_id, user_id, issued_before, expires_at FROM identity_revocations")
+            "SELECT audit_id, user_id, project_id, issued_before, expires_at \
+             FROM identity_revocation_events \
+             UNION ALL SELECT audit_id, user_id, CAST(NULL AS TEXT) AS project_id, issued_before, \
+             expires_at FROM identity_revocations")
             .fetch_all(pool).await)?)
     }
 }

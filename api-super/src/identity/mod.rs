@@ -15,6 +15,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod keyseal;
 pub mod password;
 pub mod policy;
 pub mod ratelimit;
@@ -66,6 +67,7 @@ impl Running {
 pub async fn serve_identity(cfg: IdentityConfig) -> anyhow::Result<Running> {
     let listener = TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
+    let http = cfg.http.clone();
     let identity = Arc::new(
         Identity::open(cfg)
             .await
@@ -75,12 +77,10 @@ pub async fn serve_identity(cfg: IdentityConfig) -> anyhow::Result<Running> {
         identity.set_public_url(format!("http://{addr}"));
     }
     let app = api::router(identity.clone());
-    let task = tokio::spawn(async move {
-        let svc = app.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(listener, svc).await {
-            tracing::error!(error = %e, "identity API stopped");
-        }
+    let server = httpd::Server::new("identity", http, |msg| {
+        error::error_response(axum::http::StatusCode::SERVICE_UNAVAILABLE, msg)
     });
+    let task = tokio::spawn(server.serve(listener, app));
     let reload_task = identity.spawn_reload();
     tracing::info!(%addr, "identity API listening");
     Ok(Running {

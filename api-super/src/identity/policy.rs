@@ -58,6 +58,7 @@ pub const IDENTITY_DEFAULTS: &[(&str, &str)] = &[
     ("identity:list_users", "rule:admin_required"),
     ("identity:create_user", "rule:admin_required"),
     ("identity:delete_user", "rule:admin_required"),
+    ("identity:update_user", "rule:admin_required"),
     ("identity:get_role", "rule:admin_required"),
     ("identity:list_roles", "rule:admin_required"),
     ("identity:create_role", "rule:admin_required"),

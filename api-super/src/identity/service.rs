@@ -82,6 +82,8 @@ pub struct Identity {
     hashing: tokio::sync::Semaphore,
     /// Password checks done (hash comparisons run), for tests and metrics.
     password_checks: std::sync::atomic::AtomicU64,
+    /// Seals the signing keys at rest ([`super::keyseal`]).
+    sealer: super::keyseal::Sealer,
     signer: RwLock<Arc<TokenSigner>>,
     dummy_hash: String,
     published: RwLock<(Vec<PublicKey>, Vec<Revocation>)>,
@@ -113,11 +115,25 @@ fn new_audit_id() -> String {
 impl Identity {
     /// Opens the store, loads (or creates) signing keys and revocations.
     pub async fn open(cfg: IdentityConfig) -> Result<Self> {
+        let sealer = super::keyseal::Sealer::open(&super::keyseal::kek_path(
+            &cfg.token.key_file,
+            &cfg.database.connection,
+        )?)?;
         let db = Db::open(&cfg.database.connection, cfg.database.max_connections).await?;
         let policy =
             Policy::load(&cfg.policy_file).map_err(|e| IdentityError::Config(e.to_string()))?;
-        if db.keys().await?.iter().all(|k| k.retired_at.is_some()) {
-            insert_new_key(&db).await?;
+        let keys = db.keys().await?;
+        // Seeds stored in the clear (before they were sealed) are sealed now.
+        for k in &keys {
+            let (seed, clear) = sealer.open_seed(&k.kid, &k.private_seed)?;
+            if clear {
+                db.set_key_seed(&k.kid, &sealer.seal(&k.kid, &seed)?)
+                    .await?;
+                tracing::info!(kid = %k.kid, "signing key sealed at rest");
+            }
+        }
+        if keys.iter().all(|k| k.retired_at.is_some()) {
+            insert_new_key(&db, &sealer).await?;
         }
         let limiter = RateLimiter::new(Limits {
             free_attempts: cfg.rate_limit.free_attempts.max(1),
@@ -138,6 +154,7 @@ impl Identity {
                 n => n as usize,
             }),
             password_checks: Default::default(),
+            sealer,
             signer: RwLock::new(Arc::new(TokenSigner::from_seed("none", &[0; 32]))),
             published: RwLock::new((Vec::new(), Vec::new())),
             public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
@@ -193,11 +210,7 @@ impl Identity {
             .iter()
             .find(|k| k.retired_at.is_none())
             .ok_or_else(|| IdentityError::Internal("no signing key".into()))?;
-        let seed: [u8; 32] = B64
-            .decode(&signing.private_seed)
-            .ok()
-            .and_then(|s| s.try_into().ok())
-            .ok_or_else(|| IdentityError::Internal("undecodable signing key".into()))?;
+        let (seed, _) = self.sealer.open_seed(&signing.kid, &signing.private_seed)?;
         let public: Vec<PublicKey> = live
             .iter()
             .map(|k| PublicKey {
@@ -214,6 +227,7 @@ impl Identity {
             .map(|r| Revocation {
                 audit_id: r.audit_id,
                 user_id: r.user_id,
+                project_id: r.project_id,
                 issued_before_ms: r.issued_before,
                 expires_at_ms: r.expires_at,
             })
@@ -233,7 +247,7 @@ impl Identity {
     /// Adds a new signing key and retires the others: they stay published
     /// (tokens they signed stay valid) until those tokens have expired.
     pub async fn rotate_keys(&self) -> Result<String> {
-        let kid = insert_new_key(&self.db).await?;
+        let kid = insert_new_key(&self.db, &self.sealer).await?;
         let now = now_ms();
         self.db.retire_keys_except(&kid, now).await?;
         self.db
@@ -544,35 +558,84 @@ impl Identity {
         password::hash_async(password, self.cfg.password_hash).await
     }
 
-    /// Revokes one token (by its audit id) everywhere.
+    /// Revokes one token (by its audit id) everywhere. A user who has
+    /// revoked [`super::config::TokenConfig::max_token_revocations_per_user`]
+    /// of their tokens still in force has all their tokens revoked instead
+    /// (one mark replaces the single ones), so the list every validator
+    /// downloads stays bounded however often tokens are re-scoped and
+    /// revoked.
     pub async fn revoke(&self, claims: &Claims) -> Result<()> {
+        let now = now_ms();
+        let owner = &claims.user.id;
+        let max = i64::from(self.cfg.token.max_token_revocations_per_user.max(1));
+        if self.db.token_revocations_of(owner, now).await? >= max {
+            tracing::warn!(target: "audit", user = %owner, max,
+                "too many single-token revocations: revoking all of the user's tokens");
+            self.revoke_all(Some(owner), None).await?;
+            self.db.forget_token_revocations_of(owner, now).await?;
+            return self.reload().await;
+        }
         let row = RevocationRow {
             audit_id: Some(claims.audit_id.clone()),
+            owner_id: Some(owner.clone()),
             user_id: None,
-            issued_before: now_ms(),
+            project_id: None,
+            issued_before: now,
             expires_at: claims.expires_at_ms + KEY_GRACE_MS,
         };
         self.db.insert_revocation(&row).await?;
         self.validator.revoke(&Revocation {
             audit_id: row.audit_id,
             user_id: None,
+            project_id: None,
             issued_before_ms: row.issued_before,
             expires_at_ms: row.expires_at,
         });
         self.reload().await
     }
 
-    /// Revokes every token of `user_id` issued until now (user deleted).
+    /// Revokes every token of `user_id` issued until now (user deleted or
+    /// disabled, password changed).
     pub async fn revoke_user(&self, user_id: &str) -> Result<()> {
+        self.revoke_all(Some(user_id), None).await?;
+        self.reload().await
+    }
+
+    /// Revokes `user_id`'s tokens scoped to `project_id` issued until now
+    /// (a grant removed: the roles in those tokens no longer hold).
+    pub async fn revoke_grant(&self, user_id: &str, project_id: &str) -> Result<()> {
+        self.revoke_all(Some(user_id), Some(project_id)).await?;
+        self.reload().await
+    }
+
+    /// Revokes everybody's tokens scoped to `project_id` issued until now
+    /// (project deleted or disabled).
+    pub async fn revoke_project(&self, project_id: &str) -> Result<()> {
+        self.revoke_all(None, Some(project_id)).await?;
+        self.reload().await
+    }
+
+    /// Records and applies a mark on the tokens of a user, a project or
+    /// both, issued until now.
+    async fn revoke_all(&self, user_id: Option<&str>, project_id: Option<&str>) -> Result<()> {
         let now = now_ms();
         let row = RevocationRow {
             audit_id: None,
-            user_id: Some(user_id.to_owned()),
+            owner_id: None,
+            user_id: user_id.map(str::to_owned),
+            project_id: project_id.map(str::to_owned),
             issued_before: now,
             expires_at: now + self.ttl_ms() + KEY_GRACE_MS,
         };
         self.db.insert_revocation(&row).await?;
-        self.reload().await
+        self.validator.revoke(&Revocation {
+            audit_id: None,
+            user_id: row.user_id,
+            project_id: row.project_id,
+            issued_before_ms: row.issued_before,
+            expires_at_ms: row.expires_at,
+        });
+        Ok(())
     }
 }
 
@@ -597,13 +660,13 @@ pub fn expand_roles(
     out
 }
 
-async fn insert_new_key(db: &Db) -> Result<String> {
+async fn insert_new_key(db: &Db, sealer: &super::keyseal::Sealer) -> Result<String> {
     let seed = random_bytes::<32>();
     let kid = B64.encode(random_bytes::<6>());
     let signer = TokenSigner::from_seed(kid.clone(), &seed);
     db.insert_key(&KeyRow {
         kid: kid.clone(),
-        private_seed: B64.encode(seed),
+        private_seed: sealer.seal(&kid, &seed)?,
         public_key: signer.public_key().public_key,
         created_at: now_ms(),
         retired_at: None,

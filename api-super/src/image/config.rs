@@ -48,6 +48,9 @@ pub struct ImageConfig {
     /// through this service drops the image's entry at once; a write by
     /// another process is seen within this time.
     pub boot_lookup_cache_ms: u64,
+    /// HTTP timeouts and limits (`[image.http]`, see [`httpd`]); the body
+    /// timeout is an hour by default, for uploads.
+    pub http: httpd::Limits,
 }
 
 impl Default for ImageConfig {
@@ -62,6 +65,10 @@ impl Default for ImageConfig {
             limit_param_default: 25,
             policy_file: String::new(),
             boot_lookup_cache_ms: 1000,
+            http: httpd::Limits {
+                body_timeout_ms: 3_600_000,
+                ..httpd::Limits::default()
+            },
         }
     }
 }

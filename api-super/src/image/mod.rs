@@ -78,6 +78,7 @@ pub async fn serve_image(
 ) -> anyhow::Result<Running> {
     let listener = TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
+    let http = cfg.http.clone();
     let service = Arc::new(
         ImageService::open(cfg, auth)
             .await
@@ -87,12 +88,10 @@ pub async fn serve_image(
         service.set_public_url(format!("http://{addr}"));
     }
     let app = api::router(service.clone());
-    let task = tokio::spawn(async move {
-        let svc = app.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(listener, svc).await {
-            tracing::error!(error = %e, "image API stopped");
-        }
+    let server = httpd::Server::new("image", http, |msg| {
+        error::error_response(axum::http::StatusCode::SERVICE_UNAVAILABLE, msg)
     });
+    let task = tokio::spawn(server.serve(listener, app));
     tracing::info!(%addr, "image API listening");
     Ok(Running {
         addr,

@@ -240,11 +240,19 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
         uuid: g.uuid.clone(),
         limit: group_members_limit,
     });
+    // A place among the creates being scheduled, before anything is
+    // written: a full scheduler refuses the create, it does not queue it.
+    let conductor = app.conductor();
+    let Some(slot) = conductor.reserve_create().await else {
+        return Err(ApiError::Unavailable(format!(
+            "The scheduler is handling its limit of {} server creates at once; try again.",
+            conductor.max_pending_creates()
+        )));
+    };
     app.db
         .create_builds(&builds, Some(&limits), join.as_ref())
         .await?;
-    let conductor = app.conductor().clone();
-    tokio::spawn(async move { conductor.schedule_and_build(builds).await });
+    conductor.spawn_create(slot, builds);
     Ok(Booted {
         uuids,
         reservation_id,

@@ -164,13 +164,25 @@ async fn local_delete(
     let placement = app.placement.clone();
     if let Err(e) = placement.delete_allocations(id).await {
         tracing::warn!(instance = %id, error = %e, "could not remove allocations; retrying in the background");
-        let id = id.clone();
-        tokio::spawn(async move {
-            remove_allocations(placement.as_ref(), &id, &ALLOCATION_RETRIES).await;
-        });
+        match ALLOCATION_RETRY_TASKS.try_acquire() {
+            Ok(place) => {
+                let id = id.clone();
+                tokio::spawn(async move {
+                    let _place = place;
+                    remove_allocations(placement.as_ref(), &id, &ALLOCATION_RETRIES).await;
+                });
+            }
+            // Bounded: the cell conductor's placement audit removes the
+            // orphan (`cell-manage placement audit` shows it meanwhile).
+            Err(_) => tracing::error!(instance = %id,
+                "allocations left in placement: too many removals are being retried already"),
+        }
     }
     Ok(())
 }
+
+/// Most allocation removals retried in the background at once.
+static ALLOCATION_RETRY_TASKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(256);
 
 /// Waits before each background retry of an allocation removal.
 const ALLOCATION_RETRIES: [std::time::Duration; 6] = [

@@ -38,6 +38,16 @@ pub async fn start_on(url: &str, tweak: impl FnOnce(&mut IdentityConfig)) -> Env
         ..Default::default()
     };
     cfg.database.connection = url.to_owned();
+    if !url.starts_with("sqlite") {
+        // On SQLite the key file goes beside the database; here one per
+        // database, shared by the processes on it.
+        let name: String = url
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let file = format!("identity-kek-{}-{name}", std::process::id());
+        cfg.token.key_file = std::env::temp_dir().join(file).display().to_string();
+    }
     // Debug builds hash slowly; the cost is not what these tests test.
     cfg.password_hash = identity::password::Cost::TEST;
     tweak(&mut cfg);

@@ -48,17 +48,17 @@ impl Region {
         hosts: usize,
         tweak: impl FnOnce(&mut ComputeConfig),
     ) -> Region {
-        Self::start_full(name, cells, hosts, tweak, None).await
+        Self::start_full(name, cells, hosts, tweak, None, Policy::defaults()).await
     }
 
-    /// [`Region::start_with`] and an image lookup (without one any
-    /// UUID-shaped imageRef boots, with no properties).
+    /// [`Region::start_with`], an image lookup (without one any UUID imageRef boots) and policy.
     pub(crate) async fn start_full(
         name: &str,
         cells: usize,
         hosts: usize,
         tweak: impl FnOnce(&mut ComputeConfig),
         images: Option<Arc<dyn api_super::compute_api::images::ImageLookup>>,
+        policy: Policy,
     ) -> Region {
         let env = common::start(&format!("{name}_id"), |_| {}).await;
         let other_spec = BootstrapSpec {
@@ -178,7 +178,7 @@ impl Region {
         let deps = ComputeDeps {
             api_database: api_url,
             auth: env.running.identity.validator.clone(),
-            policy: Arc::new(Policy::defaults()),
+            policy: Arc::new(policy),
             placement: Arc::new(HttpPlacement::new(&purl, "admin").unwrap()),
             images,
         };
@@ -758,7 +758,7 @@ async fn no_valid_host_lands_in_cell0_with_a_fault() {
     // Mapped to cell0; build request gone.
     let compute_db = api_super::compute_api::db::ComputeDb::new(region.api.clone());
     assert_eq!(compute_db.rows_for(&id).await.unwrap(), (0, 1, 1));
-    let (cell, _) = compute_db.mapping(&id).await.unwrap().unwrap();
+    let (cell, _, _) = compute_db.mapping(&id).await.unwrap().unwrap();
     let cell0 = region
         .api
         .cell(&fabric::ids::CELL0_UUID)

@@ -104,6 +104,7 @@ async fn image_properties_are_shown_from_2_98() {
         1,
         |c| c.build_heal.interval_secs = 0,
         Some(Arc::new(images)),
+        api_super::identity::policy::Policy::defaults(),
     )
     .await;
     let member = region.member.clone();

@@ -407,3 +407,71 @@ async fn postgres_backend_issues_and_validates() {
         200
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_keys_are_sealed_at_rest_and_clear_ones_are_sealed_at_start() {
+    use api_super::identity::keyseal::{kek_path, Sealer};
+    use sqlx::Connection;
+    let db = testkit::sqlite("sealed_keys");
+    let env = start_on(&db.url, |_| {}).await;
+    let (member, _) = token(env.addr(), "demo", MEMBER_PW, Some("demo")).await;
+    let read = || async {
+        let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT kid, private_seed FROM identity_signing_keys")
+                .fetch_all(&mut c)
+                .await
+                .unwrap();
+        rows
+    };
+    let rows = read().await;
+    assert_eq!(rows.len(), 1);
+    let (kid, stored) = rows[0].clone();
+    assert!(stored.starts_with("enc1."), "sealed: {stored}");
+    // The key file is beside the database, 0600.
+    let kek = kek_path("", &db.url).unwrap();
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&kek).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // As an earlier version stored it: in the clear.
+    let (seed, _) = Sealer::open(&kek)
+        .unwrap()
+        .open_seed(&kid, &stored)
+        .unwrap();
+    drop(env);
+    {
+        use base64::Engine;
+        let clear = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(seed);
+        let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+        sqlx::query("UPDATE identity_signing_keys SET private_seed = $1 WHERE kid = $2")
+            .bind(&clear)
+            .bind(&kid)
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    // Started again: sealed again, the same key (its tokens still hold).
+    let env = start_on(&db.url, |_| {}).await;
+    let rows = read().await;
+    assert_eq!(rows[0].0, kid);
+    assert!(
+        rows[0].1.starts_with("enc1.") && rows[0].1 != stored,
+        "{rows:?}"
+    );
+    assert!(env.running.identity.validator.validate(&member).is_ok());
+    // Another key file cannot open it: the start fails, saying why.
+    drop(env);
+    let other = testkit::temp_dir("sealed_keys_other").join("other.kek");
+    let mut cfg = api_super::identity::IdentityConfig {
+        listen: "127.0.0.1:0".into(),
+        ..Default::default()
+    };
+    cfg.database.connection = db.url.clone();
+    cfg.token.key_file = other.display().to_string();
+    cfg.password_hash = api_super::identity::password::Cost::TEST;
+    let e = api_super::identity::Identity::open(cfg)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another key file"), "{e}");
+}

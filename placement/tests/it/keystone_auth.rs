@@ -117,6 +117,7 @@ async fn keystone_tokens_are_validated_locally() {
     revocations.lock().unwrap().push(Revocation {
         audit_id: Some("a-admin".to_owned()),
         user_id: None,
+        project_id: None,
         issued_before_ms: now_ms(),
         expires_at_ms: now_ms() + 3_600_000,
     });

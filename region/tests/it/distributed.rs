@@ -182,6 +182,10 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         ),
         ("API_SUPER__IDENTITY__LISTEN", identity.clone()),
         (
+            "API_SUPER__IDENTITY__TOKEN__KEY_FILE",
+            dir.join("identity.kek").display().to_string(),
+        ),
+        (
             "API_SUPER__IDENTITY__ENDPOINTS__COMPUTE",
             format!("http://{compute}/v2.1"),
         ),

@@ -115,6 +115,9 @@ pub(super) struct LandedMappings {
 pub(super) struct Landed {
     cell_id: i64,
     project: Box<str>,
+    /// The server's user (`None`: its mapping does not say), the target of
+    /// `user_id` policy rules.
+    user: Option<Box<str>>,
     /// What a show needs beside the cell's row, when it cannot change:
     /// the key pair name of a server that landed here outside any server
     /// group (a server joins a group only when it is created, and no API
@@ -126,9 +129,15 @@ pub(super) struct Landed {
 }
 
 impl LandedMappings {
-    pub(super) fn get(&self, uuid: &str) -> Option<(i64, String)> {
+    pub(super) fn get(&self, uuid: &str) -> Option<(i64, String, Option<String>)> {
         let m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(uuid).map(|l| (l.cell_id, l.project.to_string()))
+        m.get(uuid).map(|l| {
+            (
+                l.cell_id,
+                l.project.to_string(),
+                l.user.as_deref().map(str::to_owned),
+            )
+        })
     }
 
     /// The key name (`Some(None)`: none) of a server remembered with it.
@@ -142,7 +151,14 @@ impl LandedMappings {
 
     /// Remembers a landing; `shown` as in [`Landed::shown`] (`None` keeps
     /// what an entry of the same cell and project already knew).
-    pub(super) fn put(&self, uuid: &str, cell_id: i64, project: &str, shown: Option<Option<&str>>) {
+    pub(super) fn put(
+        &self,
+        uuid: &str,
+        cell_id: i64,
+        project: &str,
+        user: Option<&str>,
+        shown: Option<Option<&str>>,
+    ) {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= LANDED_CACHE_MAX && !m.contains_key(uuid) {
             m.clear();
@@ -159,6 +175,7 @@ impl LandedMappings {
             Landed {
                 cell_id,
                 project: project.into(),
+                user: user.map(Box::from),
                 shown: kept,
             },
         );
@@ -185,32 +202,35 @@ mod tests {
     pub(super) fn landed_mappings_are_remembered_forgotten_and_bounded() {
         let l = LandedMappings::default();
         assert_eq!(l.get("a"), None);
-        l.put("a", 3, "p1", None);
-        assert_eq!(l.get("a"), Some((3, "p1".to_owned())));
+        l.put("a", 3, "p1", Some("u"), None);
+        assert_eq!(l.get("a"), Some((3, "p1".to_owned(), Some("u".to_owned()))));
         assert_eq!(l.shown("a"), None);
         // A key name remembered at landing is kept when the mapping is
         // read again (same cell and project), dropped when they differ.
-        l.put("a", 3, "p1", Some(Some("k")));
-        l.put("a", 3, "p1", None);
+        l.put("a", 3, "p1", Some("u"), Some(Some("k")));
+        l.put("a", 3, "p1", Some("u"), None);
         assert_eq!(l.shown("a"), Some(Some("k".to_owned())));
-        l.put("a", 4, "p1", None);
+        l.put("a", 4, "p1", Some("u"), None);
         assert_eq!(l.shown("a"), None);
-        l.put("a", 3, "p1", Some(None));
+        l.put("a", 3, "p1", Some("u"), Some(None));
         assert_eq!(l.shown("a"), Some(None));
         l.forget("a");
         assert_eq!(l.get("a"), None);
         for i in 0..LANDED_CACHE_MAX {
-            l.put(&i.to_string(), 1, "p", None);
+            l.put(&i.to_string(), 1, "p", Some("u"), None);
         }
         assert_eq!(l.len(), LANDED_CACHE_MAX);
         // Updating a remembered one keeps the rest.
-        l.put("0", 2, "p", None);
+        l.put("0", 2, "p", Some("u"), None);
         assert_eq!(l.len(), LANDED_CACHE_MAX);
-        assert_eq!(l.get("0"), Some((2, "p".to_owned())));
+        assert_eq!(l.get("0"), Some((2, "p".to_owned(), Some("u".to_owned()))));
         // One more than the most: emptied, then the new one remembered.
-        l.put("new", 1, "p", None);
+        l.put("new", 1, "p", Some("u"), None);
         assert_eq!(l.len(), 1);
-        assert_eq!(l.get("new"), Some((1, "p".to_owned())));
+        assert_eq!(
+            l.get("new"),
+            Some((1, "p".to_owned(), Some("u".to_owned())))
+        );
         assert_eq!(l.get("0"), None);
     }
 }

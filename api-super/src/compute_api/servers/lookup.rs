@@ -65,16 +65,16 @@ pub(crate) async fn locate_with(
     // landed server this process knows needs no mapping read (its cell and
     // project never change); its mapping row is read only for a down cell.
     for attempt in 0..2 {
-        let (cell_id, project, mut row) = match app.db.landed(id).filter(|_| attempt == 0) {
-            Some((cell, project)) => (Some(cell), project, None),
+        let (cell_id, project, user, mut row) = match app.db.landed(id).filter(|_| attempt == 0) {
+            Some((cell, project, user)) => (Some(cell), project, user, None),
             None => {
                 let Some(m) = app.db.mapping_row(id).await? else {
                     return Err(ApiError::server_not_found(id));
                 };
-                (m.cell_id, m.project_id.clone(), Some(m))
+                (m.cell_id, m.project_id.clone(), m.user_id.clone(), Some(m))
             }
         };
-        check_owner(app, ctx, action, &project, id)?;
+        check_owner(app, ctx, action, (&project, user.as_deref()), id)?;
         match cell_id {
             None => {
                 if let Some(b) = app.db.build_request(id).await? {
@@ -152,16 +152,19 @@ pub(crate) async fn locate_with(
     Err(ApiError::server_not_found(id))
 }
 
-/// Policy on a server of `project`: a non-admin denied on another
-/// project's server gets 404 (its existence is not disclosed), else 403.
+/// Policy on a server of `(project, user)` (its owners are the target of
+/// `project_id` and `user_id` rules, as in Nova; a user not known is
+/// unknown to the policy, which then denies a `user_id` rule): a non-admin
+/// denied on another project's server gets 404 (its existence is not
+/// disclosed), else 403.
 pub(crate) fn check_owner(
     app: &App,
     ctx: &Ctx,
     action: &str,
-    project: &str,
+    (project, user): (&str, Option<&str>),
     id: &str,
 ) -> ApiResult<()> {
-    match app.authorize(ctx, action, project) {
+    match app.authorize_owned(ctx, action, project, user) {
         Ok(()) => Ok(()),
         Err(_) if !ctx.is_admin() && project != ctx.project_id() => {
             Err(ApiError::server_not_found(id))

@@ -80,9 +80,25 @@ pub async fn revoke_grant(
         "identity:revoke_grant",
         &[("target.project.id", &project)],
     )?;
+    let found = id
+        .db
+        .assignments(&AssignmentFilter {
+            user_id: Some(user.clone()),
+            project_id: Some(project.clone()),
+            role_id: Some(role.clone()),
+        })
+        .await?;
+    if found.is_empty() {
+        return Err(IdentityError::not_found("role assignment", &role));
+    }
+    // The roles in the user's tokens on the project no longer hold. Marked
+    // before (a failure below leaves the grant and revoked tokens, which
+    // their user gets again) and after (a token issued in between).
+    id.revoke_grant(&user, &project).await?;
     if !id.db.revoke_grant(&user, &project, &role).await? {
         return Err(IdentityError::not_found("role assignment", &role));
     }
+    id.revoke_grant(&user, &project).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

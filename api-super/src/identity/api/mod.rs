@@ -60,7 +60,9 @@ pub fn router(identity: State) -> Router {
         )
         .route(
             "/v3/users/{id}",
-            get(resources::get_user).delete(resources::delete_user),
+            get(resources::get_user)
+                .patch(resources::update_user)
+                .delete(resources::delete_user),
         )
         .route("/v3/users/{id}/projects", get(resources::user_projects))
         .route(

@@ -125,9 +125,16 @@ pub async fn delete_project(
         "identity:delete_project",
         &[("target.project.id", &pid)],
     )?;
+    if id.db.project(&pid).await?.is_none() {
+        return Err(IdentityError::not_found("project", &pid));
+    }
+    // Marked before (a failed delete leaves the project, its tokens
+    // revoked) and after (a token issued in between).
+    id.revoke_project(&pid).await?;
     if !id.db.delete_project(&pid).await? {
         return Err(IdentityError::not_found("project", &pid));
     }
+    id.revoke_project(&pid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -205,6 +212,83 @@ pub async fn get_user(
         .await?
         .ok_or_else(|| IdentityError::not_found("user", &uid))?;
     Ok(Json(json!({"user": user_json(&id, &u)})))
+}
+
+/// `PATCH /v3/users/{id}`: name, password, enabled, default project.
+/// Disabling the user or changing the password revokes every token of
+/// the user, as Keystone does.
+pub async fn update_user(
+    S(id): S<State>,
+    caller: Caller,
+    Path(uid): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>> {
+    caller.authorize(&id, "identity:update_user", &[("target.user.id", &uid)])?;
+    let v = parse_body(&body)?;
+    let u = v
+        .get("user")
+        .and_then(Value::as_object)
+        .ok_or_else(|| IdentityError::BadRequest("'user' is a required property".into()))?;
+    if let Some(k) = u
+        .keys()
+        .find(|k| !["name", "password", "enabled", "default_project_id"].contains(&k.as_str()))
+    {
+        return Err(IdentityError::BadRequest(format!(
+            "updating '{k}' of a user is not supported here (name, password, enabled and \
+             default_project_id are)"
+        )));
+    }
+    let mut row = id
+        .db
+        .user(&uid)
+        .await?
+        .ok_or_else(|| IdentityError::not_found("user", &uid))?;
+    let mut revoke = false;
+    if let Some(name) = u.get("name") {
+        row.name = name
+            .as_str()
+            .filter(|n| !n.trim().is_empty() && n.len() <= 255)
+            .ok_or_else(|| IdentityError::BadRequest("Invalid input for field 'name'".into()))?
+            .to_owned();
+    }
+    if let Some(enabled) = u.get("enabled") {
+        row.enabled = enabled.as_bool().ok_or_else(|| {
+            IdentityError::BadRequest("Invalid input for field 'enabled': not a boolean".into())
+        })?;
+        // Asked again after a failure, a disable revokes again.
+        revoke |= !row.enabled;
+    }
+    if let Some(p) = u.get("default_project_id") {
+        row.default_project_id = match p {
+            Value::Null => None,
+            Value::String(p) if id.db.project(p).await?.is_some() => Some(p.clone()),
+            Value::String(p) => return Err(IdentityError::not_found("project", p)),
+            _ => {
+                return Err(IdentityError::BadRequest(
+                    "Invalid input for field 'default_project_id'".into(),
+                ))
+            }
+        };
+    }
+    if let Some(pw) = u.get("password") {
+        let pw = pw.as_str().ok_or_else(|| {
+            IdentityError::BadRequest("Invalid input for field 'password'".into())
+        })?;
+        row.password_hash = Some(id.hash_password(pw.to_owned()).await?);
+        revoke = true;
+    }
+    // Marked before (a failed update leaves the user, its tokens revoked)
+    // and after (a token issued in between).
+    if revoke {
+        id.revoke_user(&uid).await?;
+    }
+    if !id.db.update_user(&row).await? {
+        return Err(IdentityError::not_found("user", &uid));
+    }
+    if revoke {
+        id.revoke_user(&uid).await?;
+    }
+    Ok(Json(json!({"user": user_json(&id, &row)})))
 }
 
 /// `DELETE /v3/users/{id}`: also revokes every token of the user.

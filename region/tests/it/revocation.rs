@@ -1,0 +1,144 @@
+//! Removing a grant, disabling a user or deleting a project takes effect
+//! at once: the tokens it covers get 401 from compute, image and
+//! placement (the region's services validate in-process, so "within the
+//! poll interval" is at once; a polling validator is tested in api-super).
+
+use std::time::Duration;
+
+use fabric::token::TokenValidator;
+use region::{Region, RegionConfig};
+use serde_json::{json, Value};
+
+/// Status of `GET path` with `token` on `base` (placement at its newest
+/// microversion).
+async fn status(http: &reqwest::Client, base: &str, path: &str, token: &str) -> u16 {
+    http.get(format!("{base}{path}"))
+        .header("x-auth-token", token)
+        .header("openstack-api-version", "placement 1.39")
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// `[compute, image, placement]` statuses for `token`.
+async fn statuses(http: &reqwest::Client, region: &Region, token: &str) -> [u16; 3] {
+    [
+        status(
+            http,
+            &format!("http://{}", region.compute.addr),
+            "/v2.1/servers",
+            token,
+        )
+        .await,
+        status(
+            http,
+            &format!("http://{}", region.image.addr),
+            "/v2/images",
+            token,
+        )
+        .await,
+        status(
+            http,
+            &format!("http://{}", region.placement.addr),
+            "/resource_providers",
+            token,
+        )
+        .await,
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_grant_disabling_a_user_or_deleting_a_project_revokes_their_tokens() {
+    let mut cfg = RegionConfig::default();
+    cfg.region.data_dir = testkit::temp_dir("revocation");
+    cfg.region.cells = 1;
+    cfg.region.hosts_per_cell = 1;
+    crate::ephemeral_ports(&mut cfg);
+    let region = Region::start(&cfg, None).await.expect("start the region");
+    let identity = format!("http://{}", region.identity.addr);
+    let http = reqwest::Client::new();
+    let admin = region::password_token(&identity, &region.admin)
+        .await
+        .expect("admin token")
+        .0;
+    let login = || region::password_token(&identity, &region.member);
+    let member = login().await.expect("member token").0;
+    let (_, claims) = TokenValidator::decode_unverified(&member).unwrap();
+    let user = claims.user.id.clone();
+    let project = claims.project.as_ref().unwrap().project.id.clone();
+    let role = claims
+        .roles
+        .iter()
+        .find(|r| r.name == "member")
+        .expect("the member role")
+        .id
+        .clone();
+    // A member: compute and image serve it, placement forbids it.
+    assert_eq!(statuses(&http, &region, &member).await, [200, 200, 403]);
+    let grant = format!("{identity}/v3/projects/{project}/users/{user}/roles/{role}");
+    let admin_call = |method: reqwest::Method, url: String, body: Option<Value>| {
+        let mut r = http.request(method, url).header("x-auth-token", &admin);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        r.send()
+    };
+
+    // The grant removed: the token is refused everywhere, and no new one
+    // is issued on the project.
+    let r = admin_call(reqwest::Method::DELETE, grant.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(statuses(&http, &region, &member).await, [401, 401, 401]);
+    assert!(login().await.is_err(), "no role on the project: no token");
+    // Granted again: a new token works, the old one stays revoked.
+    let r = admin_call(reqwest::Method::PUT, grant.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let again = login().await.expect("a new token").0;
+    assert_eq!(statuses(&http, &region, &again).await, [200, 200, 403]);
+    assert_eq!(statuses(&http, &region, &member).await, [401, 401, 401]);
+
+    // The user disabled (`openstack user set --disable`): refused.
+    let r = admin_call(
+        reqwest::Method::PATCH,
+        format!("{identity}/v3/users/{user}"),
+        Some(json!({"user": {"enabled": false}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["user"]["enabled"], false);
+    assert_eq!(statuses(&http, &region, &again).await, [401, 401, 401]);
+    assert!(login().await.is_err(), "a disabled user gets no token");
+    let r = admin_call(
+        reqwest::Method::PATCH,
+        format!("{identity}/v3/users/{user}"),
+        Some(json!({"user": {"enabled": true}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let third = login().await.expect("enabled again").0;
+    assert_eq!(statuses(&http, &region, &third).await, [200, 200, 403]);
+
+    // The project deleted: everybody's tokens on it are refused; the
+    // admin's own token (another project) is not.
+    let r = admin_call(
+        reqwest::Method::DELETE,
+        format!("{identity}/v3/projects/{project}"),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(statuses(&http, &region, &third).await, [401, 401, 401]);
+    assert_eq!(statuses(&http, &region, &admin).await, [200, 200, 200]);
+    region.shutdown().await;
+}
