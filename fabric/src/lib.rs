@@ -6,6 +6,8 @@
 //!   implementations: RabbitMQ through lapin ([`bus::amqp`]) and in-process
 //!   channels ([`bus::inproc`]).
 //! - [`config`]: TOML configuration files with environment overrides.
+//! - [`policy`]: the policy engine (oslo.policy's rule language, policy
+//!   files); each service brings its own default rules.
 //! - [`telemetry`]: tracing (human or JSON) and a Prometheus metrics endpoint.
 //! - [`ids`]: newtype identifiers (`CellUuid`, `InstanceUuid`, ...).
 //!
@@ -19,6 +21,7 @@ pub mod config;
 pub mod failpoint;
 pub mod ids;
 pub mod login;
+pub mod policy;
 pub mod rpc;
 pub mod telemetry;
 pub mod token;

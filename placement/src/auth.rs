@@ -16,11 +16,15 @@
 //!
 //! Policy: upstream Placement's defaults make every API but the version
 //! document an administrator's API (roles `admin`, or `service` for the
-//! services' own users); anyone else gets 403.
+//! services' own users); anyone else gets 403. A policy file
+//! (`policy_file`) changes that ([`crate::policy`]). Under `noauth2` the
+//! caller holds the roles `admin`, `member` and `reader` when its user is
+//! `admin`, else `member` and `reader`.
 
 use std::sync::Arc;
 
-use fabric::token::{Authenticator, ExternalKeystone, TokenValidator};
+use fabric::policy::Policy;
+use fabric::token::{Authenticator, Claims, ExternalKeystone, Named, ProjectScope, TokenValidator};
 
 use axum::http::{HeaderMap, StatusCode};
 
@@ -119,8 +123,13 @@ impl AuthStrategy {
         }
     }
 
-    /// Authenticates a request from its headers, or says why not (401).
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, String> {
+    /// Authenticates a request from its headers, or says why not (401);
+    /// the caller is held to `policy`.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        policy: &Arc<Policy>,
+    ) -> Result<Caller, String> {
         let token = headers
             .get("x-auth-token")
             .and_then(|v| v.to_str().ok())
@@ -132,54 +141,72 @@ impl AuthStrategy {
                     tracing::warn!(reason = %e, "token refused");
                     AUTH_REQUIRED.to_owned()
                 })?;
-                Ok(Caller {
-                    user_id: claims.user.id.clone(),
-                    project_id: claims.project_id().unwrap_or_default().to_owned(),
-                    is_admin: claims.has_role("admin") || claims.has_role("service"),
-                })
+                Ok(Caller::new(claims, policy))
             }
             Self::Remote(r) => {
                 let claims = r.validator.authenticate(token).await.map_err(|e| {
                     tracing::warn!(reason = %e, "token refused");
                     AUTH_REQUIRED.to_owned()
                 })?;
-                Ok(Caller {
-                    user_id: claims.user.id.clone(),
-                    project_id: claims.project_id().unwrap_or_default().to_owned(),
-                    is_admin: claims.has_role("admin") || claims.has_role("service"),
-                })
+                Ok(Caller::new(claims, policy))
             }
             Self::NoAuth2 => {
                 let (user, project) = token.split_once(':').unwrap_or((token, token));
-                Ok(Caller {
-                    user_id: user.to_owned(),
-                    project_id: project.to_owned(),
-                    is_admin: user == "admin",
-                })
+                Ok(Caller::new(noauth_claims(user, project), policy))
             }
         }
     }
 }
 
-/// Who is calling.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The claims `noauth2` gives `user` on `project`.
+fn noauth_claims(user: &str, project: &str) -> Claims {
+    let named = |s: &str| Named {
+        id: s.to_owned(),
+        name: s.to_owned(),
+    };
+    let mut roles = vec![named("member"), named("reader")];
+    if user == "admin" {
+        roles.insert(0, named("admin"));
+    }
+    Claims {
+        user: named(user),
+        user_domain: named("default"),
+        project: Some(ProjectScope {
+            project: named(project),
+            domain: named("default"),
+        }),
+        roles,
+        methods: vec!["token".to_owned()],
+        issued_at_ms: 0,
+        expires_at_ms: i64::MAX,
+        audit_id: String::new(),
+        parent_audit_id: None,
+    }
+}
+
+/// Who is calling, and the policy it is held to.
+#[derive(Debug, Clone)]
 pub struct Caller {
-    /// User id.
-    pub user_id: String,
-    /// Project id.
-    pub project_id: String,
-    /// Whether the caller holds the admin role.
-    pub is_admin: bool,
+    /// What its token says.
+    pub claims: Claims,
+    policy: Arc<Policy>,
 }
 
 impl Caller {
-    /// Enforces `rule` (a policy name such as `placement:resource_providers:list`):
-    /// upstream's defaults require an administrator.
+    /// A caller with `claims` held to `policy`.
+    pub fn new(claims: Claims, policy: &Arc<Policy>) -> Self {
+        Self {
+            claims,
+            policy: policy.clone(),
+        }
+    }
+
+    /// Enforces `rule` (a policy name such as
+    /// `placement:resource_providers:list`); 403 when denied.
     pub fn authorize(&self, rule: &'static str) -> Result<(), PlacementError> {
-        if self.is_admin {
+        if self.policy.enforce(rule, &self.claims, &[], "-") {
             return Ok(());
         }
-        tracing::warn!(user = %self.user_id, project = %self.project_id, action = rule, "policy denied");
         Err(PlacementError::client(
             StatusCode::FORBIDDEN,
             ErrorCode::Undefined,

@@ -76,6 +76,9 @@ pub struct PlacementConfig {
     pub randomize_allocation_candidates: bool,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
+    /// A policy file (YAML or JSON) overriding upstream's default rules
+    /// ([`crate::policy`]); empty for none.
+    pub policy_file: String,
     /// HTTP timeouts and limits (`[http]`, see [`httpd`]).
     pub http: httpd::Limits,
 }
@@ -92,6 +95,7 @@ impl Default for PlacementConfig {
             index_reconcile_secs: 60,
             randomize_allocation_candidates: false,
             telemetry: TelemetryConfig::default(),
+            policy_file: String::new(),
             http: httpd::Limits::default(),
         }
     }

@@ -23,6 +23,7 @@ pub mod error;
 pub mod listener;
 pub mod metrics;
 pub mod microversion;
+pub mod policy;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -81,9 +82,14 @@ pub async fn serve_with(
     )
     .await?;
     let state_auth = Arc::new(auth);
+    let policy = Arc::new(
+        policy::load(&cfg.policy_file)
+            .map_err(|e| anyhow::anyhow!("placement: policy_file {}: {e}", cfg.policy_file))?,
+    );
     let state = api::AppState {
         placement: placement.clone(),
         auth: state_auth.clone(),
+        policy,
         randomize_allocation_candidates: cfg.randomize_allocation_candidates,
     };
     let mut app = api::router(state);

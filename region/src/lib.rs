@@ -84,6 +84,10 @@ pub struct RegionSection {
     pub discovery: cell_mapping::DiscoveryConfig,
     /// How often the Compute API re-reads the cell mappings (ms).
     pub cell_cache_refresh_ms: u64,
+    /// Where the image API keeps image data (its own disk or volume, so
+    /// uploads cannot fill the databases' disk); empty: `<data_dir>/images`.
+    /// Created private (0700).
+    pub image_store_dir: PathBuf,
     /// Every API's and console proxy's HTTP timeouts and limits
     /// (`[region.http]`, see `httpd`); the image API's body timeout is at
     /// least an hour, for uploads.
@@ -119,6 +123,7 @@ impl Default for RegionSection {
             },
             cell_cache_refresh_ms: 2000,
             http: httpd::Limits::default(),
+            image_store_dir: PathBuf::new(),
         }
     }
 }
@@ -535,7 +540,12 @@ impl Region {
             ..r.http.clone()
         };
         imcfg.database.connection = r.prepare_db("image").await?;
-        imcfg.filesystem_store_datadir = dir.join("images").display().to_string();
+        let store = if r.image_store_dir.as_os_str().is_empty() {
+            dir.join("images")
+        } else {
+            r.image_store_dir.clone()
+        };
+        imcfg.filesystem_store_datadir = store.display().to_string();
         let image = api_super::serve_image(imcfg, identity.identity.validator.clone())
             .await
             .context("start images")?;

@@ -48,6 +48,8 @@ pub struct ImageConfig {
     /// through this service drops the image's entry at once; a write by
     /// another process is seen within this time.
     pub boot_lookup_cache_ms: u64,
+    /// Per-project limits (`[image.quota]`, Glance's unified limits).
+    pub quota: ImageQuota,
     /// HTTP timeouts and limits (`[image.http]`, see [`httpd`]); the body
     /// timeout is an hour by default, for uploads.
     pub http: httpd::Limits,
@@ -65,10 +67,36 @@ impl Default for ImageConfig {
             limit_param_default: 25,
             policy_file: String::new(),
             boot_lookup_cache_ms: 1000,
+            quota: ImageQuota::default(),
             http: httpd::Limits {
                 body_timeout_ms: 3_600_000,
                 ..httpd::Limits::default()
             },
+        }
+    }
+}
+
+/// `[image.quota]`: what one project may hold, as Glance's unified limits
+/// (`use_keystone_limits`) name them; the same for every project (there
+/// are no per-project limits in identity yet). -1: unlimited.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageQuota {
+    /// Images of any status (checked at create).
+    pub image_count_total: i64,
+    /// Images whose data is being uploaded at once (checked at upload).
+    pub image_count_uploading: i64,
+    /// Bytes of image data held, in MiB (checked at upload; unlike Glance,
+    /// an upload stops when it would pass the limit instead of after).
+    pub image_size_total: i64,
+}
+
+impl Default for ImageQuota {
+    fn default() -> Self {
+        Self {
+            image_count_total: 100,
+            image_count_uploading: 10,
+            image_size_total: 100 * 1024,
         }
     }
 }

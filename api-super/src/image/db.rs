@@ -205,6 +205,15 @@ impl Db {
         Ok(db)
     }
 
+    /// What project `owner` holds: images, images being uploaded, bytes.
+    pub async fn usage(&self, owner: &str) -> Result<(i64, i64, i64)> {
+        Ok(on_db!(self, pool => sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT COUNT(*), \
+             CAST(COALESCE(SUM(CASE WHEN status IN ('saving', 'importing') THEN 1 ELSE 0 END), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM images WHERE owner = $1")
+            .bind(owner).fetch_one(pool).await)?)
+    }
+
     /// Stores a new image with its properties and tags (409 when the id is taken).
     pub async fn insert(&self, img: &Image) -> Result<()> {
         let r = &img.row;

@@ -19,6 +19,7 @@ pub mod error;
 pub mod lookup;
 pub mod model;
 pub mod policy;
+mod quota;
 pub mod seed;
 pub mod service;
 pub mod store;

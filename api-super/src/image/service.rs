@@ -523,6 +523,7 @@ impl ImageService {
         }
         self.authorize(caller, "add_image", &img.row.owner)?;
         self.check_visibility_change(caller, &img, None)?;
+        super::quota::check_create(&self.db, &self.cfg, &img.row.owner).await?;
         self.db.insert(&img).await?;
         tracing::info!(image_id = %img.row.id, owner = %img.row.owner, "image created");
         Ok(img)
@@ -698,6 +699,7 @@ impl ImageService {
         E: std::fmt::Display,
     {
         let id = img.row.id.clone();
+        let cap = super::quota::upload_cap(&self.db, &self.cfg, &img.row.owner).await?;
         // Every status change of the upload below goes through this guard.
         let _forget = ForgetOnDrop(&self.boot_cache, &id);
         if !self.db.transition(&id, "queued", "saving", now()).await? {
@@ -711,9 +713,13 @@ impl ImageService {
                 "Image status transition from {status} to saving is not allowed"
             )));
         }
-        let uploaded = match self.store.write(&id, data, self.cfg.image_size_cap).await {
+        let uploaded = match self.store.write(&id, data, cap.bytes).await {
             Ok(u) => u,
             Err(e) => {
+                let e = match (e, &cap.quota) {
+                    (ImageError::TooLarge(_), Some(msg)) => ImageError::TooLarge(msg.clone()),
+                    (e, _) => e,
+                };
                 if let Err(e2) = self.db.transition(&id, "saving", "queued", now()).await {
                     tracing::error!(image_id = %id, error = ?e2, "cannot put a failed upload's image back to queued");
                 }

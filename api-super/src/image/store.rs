@@ -25,12 +25,34 @@ pub struct FileStore {
 }
 
 impl FileStore {
-    /// A store in `dir` (created if missing).
+    /// A store in `dir`, private to this user (0700): created so when
+    /// missing, narrowed to it (with a warning) when wider.
     pub async fn open(dir: impl Into<PathBuf>) -> Result<Self> {
         let dir = dir.into();
-        tokio::fs::create_dir_all(&dir).await.map_err(|e| {
+        let config = |e: std::io::Error| {
             ImageError::Config(format!("cannot create the image directory {dir:?}: {e}"))
-        })?;
+        };
+        let mut builder = tokio::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        builder.mode(0o700);
+        builder.create(&dir).await.map_err(config)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = tokio::fs::metadata(&dir)
+                .await
+                .map_err(config)?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                tracing::warn!(dir = %dir.display(), mode = format!("{:o}", mode & 0o777),
+                    "the image directory was open to other users: narrowed to 0700");
+                tokio::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                    .await
+                    .map_err(config)?;
+            }
+        }
         Ok(Self { dir })
     }
 

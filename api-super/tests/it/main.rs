@@ -9,6 +9,7 @@ mod down_cell;
 mod heal;
 mod image;
 mod image_properties;
+mod image_quota;
 mod matrix;
 mod operator;
 mod owner_policy;

@@ -40,6 +40,8 @@ pub struct AppState {
     pub placement: Arc<Placement>,
     /// How requests are authenticated.
     pub auth: Arc<AuthStrategy>,
+    /// The rules callers are held to ([`crate::policy`]).
+    pub policy: Arc<fabric::policy::Policy>,
     /// `randomize_allocation_candidates`: shuffle candidates before `limit`.
     pub randomize_allocation_candidates: bool,
 }
@@ -164,7 +166,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     let early = match early {
         Some(e) => Some(e),
         None if path == "/" => None,
-        None => match state.auth.authenticate(req.headers()).await {
+        None => match state.auth.authenticate(req.headers(), &state.policy).await {
             Ok(caller) => {
                 req.extensions_mut().insert(caller);
                 None

@@ -15,6 +15,7 @@ mod inventory_rules;
 mod keystone_auth;
 mod noauth_remote;
 mod orphans;
+mod policy_file;
 mod randomize;
 mod request_heads;
 mod reshaper;

@@ -2,7 +2,7 @@
 //! both console proxies) is served by `httpd`: a half-sent request head is
 //! closed at the header timeout while new clients are served, and a
 //! request beyond the concurrency limit gets the API's own 503 with
-//! `Retry-After`.
+//! `Retry-After`. The image store lives where `image_store_dir` says.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -66,8 +66,19 @@ async fn every_server_closes_half_sent_heads_and_answers_its_own_503_when_full()
         retry_after_secs: 2,
         ..httpd::Limits::default()
     };
+    // The image store on a path of its own, outside the data directory.
+    let store = testkit::temp_dir("http_limits_images").join("store");
+    cfg.region.image_store_dir = store.clone();
     crate::ephemeral_ports(&mut cfg);
     let region = Region::start(&cfg, None).await.expect("start the region");
+    let mode = std::fs::metadata(&store).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+    let files = std::fs::read_dir(&store).unwrap().count();
+    assert!(files >= 1, "the seeded image's data is in the store");
+    assert!(!cfg.region.data_dir.join("images").exists());
     let servers = [
         ("identity", region.identity.addr),
         ("placement", region.placement.addr),
