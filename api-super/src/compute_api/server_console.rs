@@ -77,6 +77,9 @@ async fn console_url(
     rule: &str,
     kind: ConsoleKind,
 ) -> ApiResult<String> {
+    // The server first: another project's server is a 404 whatever the
+    // proxies, as Nova (which looks the instance up before the console).
+    let guest = console::locate(app, ctx, id, rule).await?;
     let base = match kind {
         ConsoleKind::Serial => app.serial_proxy_url.as_deref(),
         ConsoleKind::Novnc => app.novnc_proxy_url.as_deref(),
@@ -92,10 +95,7 @@ async fn console_url(
             kind.name()
         )));
     };
-    let token = console::locate(app, ctx, id, rule)
-        .await?
-        .token(app, kind)
-        .await?;
+    let token = guest.token(app, kind).await?;
     Ok(match kind {
         ConsoleKind::Serial => format!("{base}?token={token}"),
         ConsoleKind::Novnc => format!("{base}?path=%3Ftoken%3D{token}"),

@@ -10,6 +10,7 @@ mod heal;
 mod image;
 mod image_properties;
 mod image_quota;
+mod isolation;
 mod matrix;
 mod operator;
 mod owner_policy;

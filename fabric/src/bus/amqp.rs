@@ -102,6 +102,24 @@ struct Live {
 }
 
 impl Live {
+    /// Fails when the broker said `connection.blocked` and has not said
+    /// `connection.unblocked` since: a publish would wait for its alarm.
+    fn unblocked(&self) -> Result<()> {
+        if self.conn.status().blocked() {
+            return Err(BusError::Blocked);
+        }
+        Ok(())
+    }
+
+    /// Resolves once the broker has said `connection.blocked` (lapin
+    /// keeps it as a flag of the connection's status, without a
+    /// notification: looked at every 50 ms).
+    async fn until_blocked(&self) {
+        while !self.conn.status().blocked() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn is_healthy(&self) -> bool {
         self.conn.status().connected()
             && self.confirm_ch.status().connected()
@@ -590,17 +608,25 @@ impl Inner {
         let mut failed_generation = None;
         loop {
             let live = self.live(failed_generation, deadline).await?;
+            live.unblocked()?;
             // Bounded as a whole: a publish or its confirm on a channel
             // that broke without saying so would otherwise wait forever
             // (seen after a vhost's connections were closed: heartbeat
             // casts hung from then on).
             let once = self.cast_once(&live, queue, &payload, env.remaining());
-            let res = match tokio::time::timeout_at(deadline, once).await {
-                Ok(r) => r,
-                Err(_) => {
-                    live.lost.notify_one();
-                    return Err(BusError::Timeout(self.options.publish_wait));
-                }
+            let res = tokio::select! {
+                r = tokio::time::timeout_at(deadline, once) => match r {
+                    Ok(r) => r,
+                    // A blocked broker reads nothing until its alarm
+                    // clears: the connection is not lost.
+                    Err(_) if live.conn.status().blocked() => return Err(BusError::Blocked),
+                    Err(_) => {
+                        live.lost.notify_one();
+                        return Err(BusError::Timeout(self.options.publish_wait));
+                    }
+                },
+                // Blocked while this publish waited for its confirm.
+                () = live.until_blocked() => return Err(BusError::Blocked),
             };
             match res {
                 Ok(()) => {
@@ -641,6 +667,7 @@ impl Inner {
         if !live.is_healthy() {
             return Err(BusError::Disconnected);
         }
+        live.unblocked()?;
         self.declare(&live, &Target::Queue(queue.to_owned()))
             .await
             .map_err(|e| {
@@ -654,15 +681,13 @@ impl Inner {
         let props = BasicProperties::default()
             .with_content_type(CONTENT_TYPE.into())
             .with_expiration(ShortString::from(expiration.to_string()));
-        live.fast_ch
-            .basic_publish(
-                "",
-                queue,
-                BasicPublishOptions::default(),
-                &env.to_bytes(),
-                props,
-            )
+        let bytes = env.to_bytes();
+        let publish =
+            live.fast_ch
+                .basic_publish("", queue, BasicPublishOptions::default(), &bytes, props);
+        tokio::time::timeout_at(deadline, publish)
             .await
+            .map_err(|_| BusError::Timeout(timeout))?
             .map_err(|e| {
                 if live.is_healthy() {
                     BusError::Broker(e)
@@ -681,18 +706,22 @@ impl Inner {
     async fn fanout(&self, topic: &str, env: &Envelope) -> Result<()> {
         let deadline = Instant::now() + self.options.publish_wait;
         let live = self.live(None, deadline).await?;
+        live.unblocked()?;
         let target = Target::Topic(topic.to_owned());
         self.declare(&live, &target).await?;
         let props = BasicProperties::default().with_content_type(CONTENT_TYPE.into());
-        live.fast_ch
-            .basic_publish(
-                &fanout_exchange(topic),
-                "",
-                BasicPublishOptions::default(),
-                &env.to_bytes(),
-                props,
-            )
+        let exchange = fanout_exchange(topic);
+        let bytes = env.to_bytes();
+        let publish = live.fast_ch.basic_publish(
+            &exchange,
+            "",
+            BasicPublishOptions::default(),
+            &bytes,
+            props,
+        );
+        tokio::time::timeout_at(deadline, publish)
             .await
+            .map_err(|_| BusError::Timeout(self.options.publish_wait))?
             .map_err(BusError::Broker)?;
         metrics::published(KIND, Op::Fanout, topic);
         Ok(())
@@ -701,16 +730,15 @@ impl Inner {
     async fn reply(&self, to: &str, reply: &Envelope) -> Result<()> {
         let deadline = Instant::now() + self.options.publish_wait;
         let live = self.live(None, deadline).await?;
+        live.unblocked()?;
         let props = BasicProperties::default().with_content_type(CONTENT_TYPE.into());
-        live.fast_ch
-            .basic_publish(
-                "",
-                to,
-                BasicPublishOptions::default(),
-                &reply.to_bytes(),
-                props,
-            )
+        let bytes = reply.to_bytes();
+        let publish =
+            live.fast_ch
+                .basic_publish("", to, BasicPublishOptions::default(), &bytes, props);
+        tokio::time::timeout_at(deadline, publish)
             .await
+            .map_err(|_| BusError::Timeout(self.options.publish_wait))?
             .map_err(BusError::Broker)?;
         metrics::published(KIND, Op::Reply, to);
         Ok(())

@@ -96,6 +96,11 @@ pub enum BusError {
     /// The broker refused a publish (negative confirm or unroutable).
     #[error("broker refused the message")]
     Refused,
+    /// The broker is blocking publishers (`connection.blocked`: a memory
+    /// or disk alarm); nothing was sent. Fails at once instead of waiting
+    /// for a broker that reads nothing until its alarm clears.
+    #[error("the broker is blocking publishers (connection.blocked: a memory or disk alarm); nothing was sent")]
+    Blocked,
     /// The bus URL is not one we understand.
     #[error("invalid bus url {0:?} (expected amqp://... or inproc://<name>)")]
     InvalidUrl(String),

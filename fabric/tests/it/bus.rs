@@ -12,7 +12,7 @@ use fabric::wire::{now_unix_ms, Envelope};
 const WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug)]
-enum Backend {
+pub(crate) enum Backend {
     Inproc,
     Amqp,
 }
@@ -23,7 +23,7 @@ async fn transports(backend: Backend, test: &str, n: usize) -> Option<Vec<Arc<dy
     transports_with(backend, test, n, BusOptions::default()).await
 }
 
-async fn transports_with(
+pub(crate) async fn transports_with(
     backend: Backend,
     test: &str,
     n: usize,
@@ -57,7 +57,7 @@ async fn nothing_more(sub: &mut Subscription) {
     }
 }
 
-fn msg(method: &str, payload: impl Into<bytes::Bytes>) -> Envelope {
+pub(crate) fn msg(method: &str, payload: impl Into<bytes::Bytes>) -> Envelope {
     Envelope::new(method).with_payload(payload)
 }
 
@@ -351,9 +351,15 @@ suite!(
     closed_transport_fails,
 );
 
-fn rabbitmqctl(arg: &str) {
+pub(crate) fn rabbitmqctl(arg: &str) {
+    rabbitmqctl_args(&[arg]);
+}
+
+pub(crate) fn rabbitmqctl_args(args: &[&str]) {
+    let arg = args.join(" ");
     let out = std::process::Command::new("rabbitmqctl")
-        .args(["-q", arg])
+        .arg("-q")
+        .args(args)
         .output()
         .expect("run rabbitmqctl");
     assert!(

@@ -1,3 +1,4 @@
 //! Integration tests of `fabric` (one test binary per crate).
 
+mod blocked;
 mod bus;

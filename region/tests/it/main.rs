@@ -6,6 +6,7 @@ mod console_output;
 mod dead_host;
 mod distributed;
 mod down_cell;
+mod fuzz;
 mod http_limits;
 mod image_properties;
 mod libvirt_cli;
