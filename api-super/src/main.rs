@@ -62,6 +62,16 @@ enum Command {
         /// ...on this project.
         #[arg(long, default_value = "demo")]
         member_project_name: String,
+        /// Also create a service user (role `service` only, what compute
+        /// hosts and conductors log in as) with this name...
+        #[arg(long)]
+        service_username: Option<String>,
+        /// ...this password...
+        #[arg(long, env = "OS_SERVICE_PASSWORD")]
+        service_password: Option<String>,
+        /// ...on this project.
+        #[arg(long, default_value = "service")]
+        service_project_name: String,
     },
     /// Add a new token signing key; older keys keep validating until their
     /// tokens have expired.
@@ -149,6 +159,9 @@ async fn main() -> anyhow::Result<()> {
             member_username,
             member_password,
             member_project_name,
+            service_username,
+            service_password,
+            service_project_name,
         } => {
             let _t = fabric::telemetry::init("api-super", &cfg.telemetry)?;
             let db = identity::db::Db::open(
@@ -161,11 +174,17 @@ async fn main() -> anyhow::Result<()> {
                 (Some(_), None) => anyhow::bail!("--member-username needs --member-password"),
                 _ => None,
             };
+            let service = match (service_username, service_password) {
+                (Some(u), Some(p)) => Some((u, p, service_project_name)),
+                (Some(_), None) => anyhow::bail!("--service-username needs --service-password"),
+                _ => None,
+            };
             let spec = BootstrapSpec {
                 admin_username: bootstrap_username,
                 admin_password: bootstrap_password,
                 admin_project: bootstrap_project_name,
                 member,
+                service,
             };
             let done = identity::bootstrap(&db, &spec, cfg.identity.password_hash).await?;
             println!(
@@ -174,6 +193,9 @@ async fn main() -> anyhow::Result<()> {
             );
             if let Some((u, p)) = done.member {
                 println!("member user {u} on project {p}");
+            }
+            if let Some((u, p)) = done.service {
+                println!("service user {u} on project {p}");
             }
         }
         Command::RotateKeys => {

@@ -470,6 +470,14 @@ impl Region {
             password_file: Some(secret_path(dir, "demo")),
             project: "demo".into(),
         };
+        // The compute hosts' and conductors' own user: the role `service`
+        // only (placement and image reads), not the administrator.
+        let service = Credentials {
+            username: "nova".into(),
+            password: secret(dir, "nova")?,
+            password_file: Some(secret_path(dir, "nova")),
+            project: "service".into(),
+        };
         let mut icfg = api_super::identity::IdentityConfig {
             listen: r.identity_listen.clone(),
             http: r.http.clone(),
@@ -495,6 +503,11 @@ impl Region {
                     member.username.clone(),
                     member.password.clone(),
                     member.project.clone(),
+                )),
+                service: Some((
+                    service.username.clone(),
+                    service.password.clone(),
+                    service.project.clone(),
                 )),
             })
             .await
@@ -525,7 +538,7 @@ impl Region {
         let placement_url = format!("http://{}", placement.addr);
 
         // The services' own token, renewed at half its lifetime.
-        let kept = fabric::login::keep_token(admin.service(&identity_url))
+        let kept = fabric::login::keep_token(service.service(&identity_url))
             .await
             .context("the services' login")?;
         let service_token = kept.token.clone();

@@ -24,6 +24,11 @@ pub struct BootstrapSpec {
     pub admin_project: String,
     /// An optional member user: (user name, password, project name).
     pub member: Option<(String, String, String)>,
+    /// An optional service user, with the role `service` only: (user
+    /// name, password, project name). What compute hosts and cell
+    /// conductors log in as (placement and image reads), instead of the
+    /// cloud administrator.
+    pub service: Option<(String, String, String)>,
 }
 
 impl std::fmt::Debug for BootstrapSpec {
@@ -43,6 +48,7 @@ impl BootstrapSpec {
             admin_password: password.into(),
             admin_project: "admin".into(),
             member: None,
+            service: None,
         }
     }
 }
@@ -56,6 +62,8 @@ pub struct Bootstrapped {
     pub admin_project_id: String,
     /// Member user and project ids, when asked for.
     pub member: Option<(String, String)>,
+    /// Service user and project ids, when asked for.
+    pub service: Option<(String, String)>,
     /// Role ids by name.
     pub roles: Vec<(String, String)>,
 }
@@ -144,10 +152,20 @@ pub async fn bootstrap(db: &Db, spec: &BootstrapSpec, cost: Cost) -> Result<Boot
             Some((u, p))
         }
     };
+    let service_ids = match &spec.service {
+        None => None,
+        Some((user, pw, project)) => {
+            let p = ensure_project(db, project).await?;
+            let u = ensure_user(db, user, pw, &p, cost).await?;
+            db.grant(&u, &p, &service).await?;
+            Some((u, p))
+        }
+    };
     Ok(Bootstrapped {
         admin_user_id,
         admin_project_id,
         member: member_ids,
+        service: service_ids,
         roles: vec![
             ("admin".into(), admin),
             ("member".into(), member),

@@ -13,9 +13,9 @@ use crate::identity::policy::{Policy, PolicyError};
 
 /// Glance's rules served here.
 pub const GLANCE_DEFAULTS: &[(&str, &str)] = &[
-    ("get_images", "role:reader"),
-    ("get_image", "role:reader"),
-    ("download_image", "role:member"),
+    ("get_images", "role:reader or role:service"),
+    ("get_image", "role:reader or role:service"),
+    ("download_image", "role:member or role:service"),
     (
         "add_image",
         "role:admin or (role:member and project_id:%(project_id)s)",

@@ -41,11 +41,15 @@ impl Caller {
     }
 }
 
-/// Whether `claims` may see `img` at all (otherwise: 404). Admins see
-/// everything; others their project's images and public and community ones.
+/// Whether `claims` may see `img` at all (otherwise: 404). Admins and the
+/// service role see everything; others their project's images and public
+/// and community ones.
 /// (`shared` images are the owner's only: image members are not built.)
 pub fn visible(claims: &Claims, img: &ImageRow) -> bool {
+    // The service role reads any image: compute hosts download the image
+    // a server boots from, whoever owns it (Glance's service role).
     claims.has_role("admin")
+        || claims.has_role("service")
         || claims.project_id() == Some(img.owner.as_str())
         || matches!(img.visibility.as_str(), "public" | "community")
 }

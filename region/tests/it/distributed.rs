@@ -173,8 +173,10 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
     let (identity, compute, image, placement) = (port(), port(), port(), port());
     let admin_pw = uuid::Uuid::new_v4().simple().to_string();
     let demo_pw = uuid::Uuid::new_v4().simple().to_string();
+    // The services' own user (role `service` only), not the admin.
+    let nova_pw = uuid::Uuid::new_v4().simple().to_string();
 
-    // Identity: bootstrap the admin (also the services' user) and a member.
+    // Identity: bootstrap the admin, a member and the services' user.
     let identity_env = vec![
         (
             "API_SUPER__IDENTITY__DATABASE__CONNECTION",
@@ -205,15 +207,15 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         ),
         (
             "API_SUPER__EXTERNAL_IDENTITY__AUTH__USERNAME",
-            "admin".into(),
+            "nova".into(),
         ),
         (
             "API_SUPER__EXTERNAL_IDENTITY__AUTH__PASSWORD",
-            admin_pw.clone(),
+            nova_pw.clone(),
         ),
         (
             "API_SUPER__EXTERNAL_IDENTITY__AUTH__PROJECT_NAME",
-            "admin".into(),
+            "service".into(),
         ),
         ("API_SUPER__API_DATABASE__CONNECTION", db["api"].clone()),
         ("API_SUPER__COMPUTE__LISTEN", compute.clone()),
@@ -230,9 +232,9 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             "API_SUPER__PLACEMENT__ENDPOINT",
             format!("http://{placement}"),
         ),
-        ("API_SUPER__PLACEMENT__AUTH__USERNAME", "admin".into()),
-        ("API_SUPER__PLACEMENT__AUTH__PASSWORD", admin_pw.clone()),
-        ("API_SUPER__PLACEMENT__AUTH__PROJECT_NAME", "admin".into()),
+        ("API_SUPER__PLACEMENT__AUTH__USERNAME", "nova".into()),
+        ("API_SUPER__PLACEMENT__AUTH__PASSWORD", nova_pw.clone()),
+        ("API_SUPER__PLACEMENT__AUTH__PROJECT_NAME", "service".into()),
         ("API_SUPER__DISCOVERY__INTERVAL_SECS", "2".into()),
         ("API_SUPER__SEED_FLAVORS", "true".into()),
     ];
@@ -245,6 +247,10 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             "demo",
             "--member-password",
             &demo_pw,
+            "--service-username",
+            "nova",
+            "--service-password",
+            &nova_pw,
         ])
         .envs(identity_env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
@@ -303,14 +309,14 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         ],
         &[
             ("PLACEMENT__IDENTITY_URL", format!("http://{identity}")),
-            ("PLACEMENT__KEYSTONE_REMOTE__AUTH__USERNAME", "admin".into()),
+            ("PLACEMENT__KEYSTONE_REMOTE__AUTH__USERNAME", "nova".into()),
             (
                 "PLACEMENT__KEYSTONE_REMOTE__AUTH__PASSWORD",
-                admin_pw.clone(),
+                nova_pw.clone(),
             ),
             (
                 "PLACEMENT__KEYSTONE_REMOTE__AUTH__PROJECT_NAME",
-                "admin".into(),
+                "service".into(),
             ),
         ],
     );
@@ -328,15 +334,15 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             ),
             (
                 format!("{prefix}__PLACEMENT__AUTH__USERNAME"),
-                "admin".into(),
+                "nova".into(),
             ),
             (
                 format!("{prefix}__PLACEMENT__AUTH__PASSWORD"),
-                admin_pw.clone(),
+                nova_pw.clone(),
             ),
             (
                 format!("{prefix}__PLACEMENT__AUTH__PROJECT_NAME"),
-                "admin".into(),
+                "service".into(),
             ),
         ]
     };
@@ -766,7 +772,7 @@ after_boots = 4
     for p in procs.iter().chain(std::iter::once(&api)) {
         let log = std::fs::read_to_string(&p.log).unwrap_or_default();
         assert!(
-            !log.contains(&admin_pw) && !log.contains(&demo_pw),
+            !log.contains(&admin_pw) && !log.contains(&demo_pw) && !log.contains(&nova_pw),
             "{} logged a password",
             p.name
         );

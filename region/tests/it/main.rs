@@ -20,6 +20,7 @@ mod revocation;
 mod server_actions;
 mod server_actions_cli;
 mod servers_cli;
+mod service_user;
 mod steps;
 mod user_apis_cli;
 
