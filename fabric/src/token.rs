@@ -427,12 +427,16 @@ impl TokenValidator {
     }
 
     /// Fetches keys and revocations from the identity service once.
-    /// `identity_url` is its base (`http://127.0.0.1:5000` or `…/v3`).
-    pub async fn refresh_from(&self, identity_url: &str) -> Result<(), RefreshError> {
+    /// `identity_url` is its base (`http://127.0.0.1:5000` or `…/v3`);
+    /// `token` (of the `service` role) reads the revocations.
+    pub async fn refresh_from(&self, identity_url: &str, token: &str) -> Result<(), RefreshError> {
         let base = identity_url.trim_end_matches('/').trim_end_matches("/v3");
-        let keys: KeysDocument = http_get_json(&format!("{base}/v3/auth/keys")).await?;
-        let revs: RevocationsDocument =
-            http_get_json(&format!("{base}/v3/auth/revocations")).await?;
+        let keys: KeysDocument = http_get_json(&format!("{base}/v3/auth/keys"), &[]).await?;
+        let revs: RevocationsDocument = http_get_json(
+            &format!("{base}/v3/auth/revocations"),
+            &[("x-auth-token", token)],
+        )
+        .await?;
         if keys.keys.is_empty() {
             return Err(RefreshError::Protocol("identity published no keys".into()));
         }
@@ -448,12 +452,13 @@ impl TokenValidator {
         self: &Arc<Self>,
         identity_url: String,
         every: Duration,
+        token: SharedToken,
     ) -> tokio::task::JoinHandle<()> {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let mut failing = false;
             loop {
-                match me.refresh_from(&identity_url).await {
+                match me.refresh_from(&identity_url, &token.get()).await {
                     Ok(()) => {
                         if failing {
                             tracing::info!("token key and revocation refresh recovered");
@@ -865,8 +870,11 @@ pub(crate) async fn http_request_with(
 }
 
 /// GET `url` and parse the JSON answer (200 only).
-async fn http_get_json<T: serde::de::DeserializeOwned>(url: &str) -> Result<T, RefreshError> {
-    let a = http_request("GET", url, None).await?;
+async fn http_get_json<T: serde::de::DeserializeOwned>(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<T, RefreshError> {
+    let a = http_request_with("GET", url, headers, None).await?;
     if a.status != 200 {
         return Err(RefreshError::Protocol(format!("status {}", a.status)));
     }

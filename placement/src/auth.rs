@@ -6,8 +6,10 @@
 //!
 //! `keystone` validates the region's Ed25519-signed tokens locally with
 //! `fabric::token::TokenValidator` (public keys and revocations polled from
-//! the identity service every two seconds; no database or identity round
-//! trip per request). Unscoped, forged, expired and revoked tokens are 401.
+//! the identity service every two seconds, the revocations with the token
+//! of the service user `[keystone_remote.auth]`; no database or identity
+//! round trip per request). Unscoped, forged, expired and revoked tokens
+//! are 401.
 //!
 //! `keystone_remote` asks a Keystone over HTTP (`GET /v3/auth/tokens`) for
 //! each token, with a service user's token, and caches answers for
@@ -95,18 +97,36 @@ impl AuthStrategy {
                 })))
             }
             "keystone" => {
-                if identity_url.is_empty() {
-                    return Err("auth_strategy \"keystone\" needs identity_url".into());
+                if identity_url.is_empty() || !remote.auth.is_set() {
+                    return Err(
+                        "auth_strategy \"keystone\" needs identity_url and keystone_remote.auth.username/password/project_name (the service user whose token reads the identity service's revocation list)".into(),
+                    );
                 }
+                let mut creds = remote.auth.clone();
+                if creds.auth_url.is_empty() {
+                    creds.auth_url = identity_url.to_owned();
+                }
+                let login = fabric::login::keep_token(creds)
+                    .await
+                    .map_err(|e| format!("the service login at {identity_url} failed: {e}"))?;
                 let validator = Arc::new(TokenValidator::new());
                 let mut last = String::new();
                 for _ in 0..20 {
-                    match validator.refresh_from(identity_url).await {
+                    match validator
+                        .refresh_from(identity_url, &login.token.get())
+                        .await
+                    {
                         Ok(()) => {
-                            validator.spawn_refresh(
+                            let poll = validator.spawn_refresh(
                                 identity_url.to_owned(),
                                 fabric::token::DEFAULT_REFRESH,
+                                login.token.clone(),
                             );
+                            // The login is renewed for as long as the poll runs.
+                            tokio::spawn(async move {
+                                let _login = login;
+                                let _ = poll.await;
+                            });
                             return Ok(Self::Keystone(validator));
                         }
                         Err(e) => last = e.to_string(),

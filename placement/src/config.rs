@@ -58,9 +58,10 @@ pub struct PlacementConfig {
     /// The identity service (for `keystone` and `keystone_remote`), e.g.
     /// `http://127.0.0.1:5000`.
     pub identity_url: String,
-    /// For `keystone_remote`: the service user whose token authorizes the
-    /// token checks (`[keystone_remote.auth]`), and how long an answer is
-    /// cached.
+    /// Placement's service user (`[keystone_remote.auth]`): for
+    /// `keystone_remote` its token authorizes the token checks (answers
+    /// cached `cache_ttl_secs`); for `keystone` it reads the revocation
+    /// list.
     pub keystone_remote: KeystoneRemoteConfig,
     /// The database.
     pub database: DatabaseConfig,

@@ -35,6 +35,10 @@ pub const IDENTITY_DEFAULTS: &[(&str, &str)] = &[
     ("identity:check_token", "rule:service_admin_or_token_subject"),
     ("identity:revoke_token", "rule:service_admin_or_token_subject"),
     (
+        "identity:list_revoke_events",
+        "rule:admin_required or rule:service_role",
+    ),
+    (
         "identity:get_domain",
         "rule:admin_required or token.project.domain.id:%(target.domain.id)s or token.user.domain.id:%(target.domain.id)s",
     ),

@@ -32,9 +32,19 @@ async fn grant_removal_and_project_deletion_reach_a_polling_validator() {
     let env = start("revocation_remote", |_| {}).await;
     let a = env.addr();
     let remote = Arc::new(TokenValidator::new());
-    let poll = remote.spawn_refresh(format!("http://{a}/v3"), POLL);
     let (admin, _) = token(a, "admin", ADMIN_PW, Some("admin")).await;
     let (member, _) = token(a, "demo", MEMBER_PW, Some("demo")).await;
+    // The list names users and projects: a token of the service role (or
+    // an admin's) reads it, a member's or none does not.
+    let r = req(a, "GET", "/v3/auth/revocations", &[], None).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = authed(a, &member, "GET", "/v3/auth/revocations", None).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let poll = remote.spawn_refresh(
+        format!("http://{a}/v3"),
+        POLL,
+        fabric::token::SharedToken::fixed(admin.clone()),
+    );
     let since = Instant::now();
     while remote.validate(&member).is_err() {
         assert!(since.elapsed() < Duration::from_secs(5), "no keys");
@@ -78,7 +88,7 @@ async fn grant_removal_and_project_deletion_reach_a_polling_validator() {
     assert_eq!(r.status, 204, "{}", r.body);
     until_revoked(&remote, &fresh, "project deleted").await;
     // The published list holds one mark per key, not one per event.
-    let r = req(a, "GET", "/v3/auth/revocations", &[], None).await;
+    let r = authed(a, &admin, "GET", "/v3/auth/revocations", None).await;
     let events = json(&r)["revocations"].as_array().unwrap().clone();
     let grants = events
         .iter()
@@ -119,8 +129,9 @@ async fn single_token_revocations_are_bounded_per_user() {
     for t in &tokens[..3] {
         assert_eq!(revoke(t.clone()).await, 204);
     }
+    let (admin, _) = token(a, "admin", ADMIN_PW, Some("admin")).await;
     let list = || async {
-        let r = req(a, "GET", "/v3/auth/revocations", &[], None).await;
+        let r = authed(a, &admin, "GET", "/v3/auth/revocations", None).await;
         json(&r)["revocations"].as_array().unwrap().clone()
     };
     let singles = |l: &[Value]| l.iter().filter(|e| e.get("audit_id").is_some()).count();

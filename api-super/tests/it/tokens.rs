@@ -270,8 +270,12 @@ async fn revocation_reaches_a_remote_validator_within_seconds() {
     let env = start("propagation", |_| {}).await;
     let a = env.addr();
     let remote = Arc::new(TokenValidator::new());
-    let poll = remote.spawn_refresh(format!("http://{a}/v3"), Duration::from_millis(200));
     let (admin, _) = token(a, "admin", ADMIN_PW, Some("admin")).await;
+    let poll = remote.spawn_refresh(
+        format!("http://{a}/v3"),
+        Duration::from_millis(200),
+        fabric::token::SharedToken::fixed(admin.clone()),
+    );
     let (member, _) = token(a, "demo", MEMBER_PW, Some("demo")).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while remote.validate(&member).is_err() {

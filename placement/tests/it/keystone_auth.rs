@@ -39,6 +39,7 @@ fn claims(roles: &[&str], scoped: bool, expires_in_ms: i64, audit: &str) -> Clai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keystone_tokens_are_validated_locally() {
+    use axum::response::IntoResponse;
     let signer = TokenSigner::from_seed("k1", &[7u8; 32]);
     let forger = TokenSigner::from_seed("k1", &[8u8; 32]);
     let keys = KeysDocument {
@@ -51,11 +52,34 @@ async fn keystone_tokens_are_validated_locally() {
             "/v3/auth/keys",
             get(move || std::future::ready(Json(keys.clone()))),
         )
+        // Placement's service user logs in...
+        .route(
+            "/v3/auth/tokens",
+            axum::routing::post(|| async {
+                let mut r = (
+                    axum::http::StatusCode::CREATED,
+                    Json(
+                        serde_json::json!({"token": {"expires_at": "2099-01-01T00:00:00.000000Z"}}),
+                    ),
+                )
+                    .into_response();
+                r.headers_mut()
+                    .insert("x-subject-token", "svc-token".parse().unwrap());
+                r
+            }),
+        )
+        // ...and reads the revocations with its token, never without.
         .route(
             "/v3/auth/revocations",
-            get(move || {
+            get(move |headers: axum::http::HeaderMap| {
                 let r = revs.lock().unwrap().clone();
-                std::future::ready(Json(RevocationsDocument { revocations: r }))
+                let authed =
+                    headers.get("x-auth-token").and_then(|v| v.to_str().ok()) == Some("svc-token");
+                std::future::ready(if authed {
+                    Json(RevocationsDocument { revocations: r }).into_response()
+                } else {
+                    axum::http::StatusCode::UNAUTHORIZED.into_response()
+                })
             }),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -63,7 +87,7 @@ async fn keystone_tokens_are_validated_locally() {
     tokio::spawn(async move { axum::serve(listener, identity).await.unwrap() });
 
     let db = testkit::sqlite("placement_keystone_auth");
-    let cfg = placement::PlacementConfig {
+    let mut cfg = placement::PlacementConfig {
         listen: "127.0.0.1:0".to_owned(),
         auth_strategy: "keystone".to_owned(),
         identity_url: format!("http://{identity_addr}"),
@@ -73,6 +97,12 @@ async fn keystone_tokens_are_validated_locally() {
         },
         ..Default::default()
     };
+    // Without a service user to read the revocations, it refuses to start.
+    let err = placement::serve(&cfg, None).await.err().expect("refused");
+    assert!(err.to_string().contains("revocation list"), "{err}");
+    cfg.keystone_remote.auth.username = "placement".into();
+    cfg.keystone_remote.auth.password = "s3cret".into();
+    cfg.keystone_remote.auth.project_name = "service".into();
     let running = placement::serve(&cfg, None).await.expect("placement");
     let addr = running.addr;
 

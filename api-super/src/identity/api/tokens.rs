@@ -230,10 +230,13 @@ pub async fn keys(S(id): S<State>) -> Json<KeysDocument> {
     })
 }
 
-/// `GET /v3/auth/revocations`: revocations still in force (audit ids and
-/// user ids; no token needed, nothing secret).
-pub async fn revocations(S(id): S<State>) -> Json<RevocationsDocument> {
-    Json(RevocationsDocument {
+/// `GET /v3/auth/revocations`: revocations still in force, for the
+/// services that validate tokens themselves. It names users, projects and
+/// audit ids, so it takes a token of the `service` role or an admin's
+/// (Keystone's `identity:list_revoke_events`).
+pub async fn revocations(S(id): S<State>, caller: Caller) -> Result<Json<RevocationsDocument>> {
+    caller.authorize(&id, "identity:list_revoke_events", &[])?;
+    Ok(Json(RevocationsDocument {
         revocations: id.revocations(),
-    })
+    }))
 }
