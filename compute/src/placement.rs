@@ -149,6 +149,43 @@ fn status_err(what: &'static str, status: u16, body: String) -> PlacementError {
     }
 }
 
+/// How often a request placement answered 503 (full) is sent again.
+const FULL_RETRIES: u32 = 4;
+
+/// Sending a request again while placement is full: a 503 with
+/// `Retry-After` (its HTTP concurrency limit) is sent again after that
+/// wait (at most 2 s, with jitter), at most [`FULL_RETRIES`] times; a
+/// burst (10,000 hosts reporting at once) then waits its turn instead of
+/// failing.
+trait SendRetrying {
+    async fn send_retrying(self) -> Result<reqwest::Response, reqwest::Error>;
+}
+
+impl SendRetrying for reqwest::RequestBuilder {
+    async fn send_retrying(self) -> Result<reqwest::Response, reqwest::Error> {
+        let mut next = self;
+        let mut attempt = 0;
+        loop {
+            let again = (attempt < FULL_RETRIES).then(|| next.try_clone()).flatten();
+            let resp = next.send().await?;
+            let Some(again) = again.filter(|_| resp.status().as_u16() == 503) else {
+                return Ok(resp);
+            };
+            let secs = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(1.0)
+                .clamp(0.05, 2.0);
+            let jitter = f64::from(uuid::Uuid::new_v4().as_bytes()[0]) / 255.0 * 0.25;
+            tokio::time::sleep(Duration::from_secs_f64(secs * (0.75 + jitter))).await;
+            attempt += 1;
+            next = again;
+        }
+    }
+}
+
 impl HttpPlacement {
     /// A client of the placement API at `base` (`http://127.0.0.1:8778`),
     /// authenticating with `token`.
@@ -191,7 +228,7 @@ impl HttpPlacement {
     async fn generation(&self, uuid: ProviderUuid) -> Result<Option<i64>, PlacementError> {
         let resp = self
             .req(reqwest::Method::GET, &format!("/resource_providers/{uuid}"))
-            .send()
+            .send_retrying()
             .await
             .map_err(PlacementError::Http)?;
         match resp.status().as_u16() {
@@ -222,7 +259,7 @@ impl Placement for HttpPlacement {
             let resp = self
                 .req(reqwest::Method::POST, "/resource_providers")
                 .json(&json!({ "name": name, "uuid": uuid.to_string() }))
-                .send()
+                .send_retrying()
                 .await
                 .map_err(PlacementError::Http)?;
             match resp.status().as_u16() {
@@ -261,7 +298,7 @@ impl Placement for HttpPlacement {
                         "resource_provider_generation": generation,
                         "inventories": inventory.as_json(),
                     }))
-                    .send()
+                    .send_retrying()
                     .await
                     .map_err(PlacementError::Http)?;
                 match resp.status().as_u16() {
@@ -291,7 +328,7 @@ impl Placement for HttpPlacement {
             for _ in 0..5 {
                 let resp = self
                     .req(reqwest::Method::GET, &path)
-                    .send()
+                    .send_retrying()
                     .await
                     .map_err(PlacementError::Http)?;
                 let status = resp.status().as_u16();
@@ -321,7 +358,7 @@ impl Placement for HttpPlacement {
                         "resource_provider_generation": v["resource_provider_generation"],
                         "traits": traits,
                     }))
-                    .send()
+                    .send_retrying()
                     .await
                     .map_err(PlacementError::Http)?;
                 match resp.status().as_u16() {

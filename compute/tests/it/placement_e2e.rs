@@ -225,3 +225,58 @@ async fn a_libvirt_host_reports_its_own_inventory_and_traits() {
     h.shutdown().await;
     running.task.abort();
 }
+
+/// Placement full (its one request place held by a request whose body is
+/// slow): the host's report waits its turn on the 503s' `Retry-After`
+/// instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_placement_is_waited_for_not_failed() {
+    use compute::placement::Placement;
+    use tokio::io::AsyncWriteExt;
+    let db = testkit::sqlite("compute_placement_full");
+    let running = placement::serve(
+        &PlacementConfig {
+            listen: "127.0.0.1:0".into(),
+            database: DatabaseConfig {
+                connection: db.url.clone(),
+                max_connections: 1,
+            },
+            http: httpd::Limits {
+                max_concurrent_requests: 1,
+                retry_after_secs: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", running.addr);
+    // Hold the only place for 1.5 s: a create whose body comes late.
+    let mut held = tokio::net::TcpStream::connect(running.addr).await.unwrap();
+    held.write_all(
+        b"POST /resource_providers HTTP/1.1\r\nHost: x\r\nX-Auth-Token: admin\r\n\
+          Content-Type: application/json\r\nContent-Length: 40\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        drop(held);
+    });
+    let p = HttpPlacement::new(&base, "admin").unwrap();
+    let uuid = fabric::ids::ProviderUuid::new_random();
+    let started = std::time::Instant::now();
+    p.ensure_provider(uuid, "full-host")
+        .await
+        .expect("reported once placement had room");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "it waited for the place: {:?}",
+        started.elapsed()
+    );
+    release.await.unwrap();
+    running.task.abort();
+}

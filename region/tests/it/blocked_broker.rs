@@ -1,0 +1,94 @@
+//! A cell whose RabbitMQ blocks publishers (a memory alarm): a DELETE
+//! fails in bounded time with a 503 and changes nothing; once the broker
+//! unblocks, heartbeats go on and the DELETE goes through. Runs alone (see
+//! `.config/nextest.toml`): the alarm is the whole broker's.
+
+use std::time::{Duration, Instant};
+
+use region::Region;
+
+use crate::local_delete::Api;
+
+fn rabbitmqctl(args: &[&str]) {
+    let out = std::process::Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .expect("run rabbitmqctl");
+    assert!(out.status.success(), "rabbitmqctl {args:?}: {out:?}");
+}
+
+/// Clears the alarm even if the test panics half way.
+struct RestoreWatermark;
+
+impl Drop for RestoreWatermark {
+    fn drop(&mut self) {
+        rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
+    let Some(mut cfg) = crate::production_config("blocked_broker").await else {
+        return;
+    };
+    cfg.region.data_dir = testkit::temp_dir("blocked_broker");
+    cfg.region.cells = 1;
+    cfg.region.hosts_per_cell = 1;
+    cfg.region.fake_spawn_latency_ms = 20;
+    crate::ephemeral_ports(&mut cfg);
+    let region = Region::start(&cfg, None).await.expect("start the region");
+    let api = Api::admin_of(&region).await;
+    let (id, s) = api.boot("kept", "").await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    let path = format!("/v2.1/servers/{id}");
+
+    let restore = RestoreWatermark;
+    tokio::task::spawn_blocking(|| rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", "1"]))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (status, body) = api.call("DELETE", &path, "2.1", None).await;
+    let took = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    // Bounded by the publish wait (10 s), in practice at once.
+    assert!(took < Duration::from_secs(12), "the DELETE took {took:?}");
+    let (_, v) = api.show(&id).await;
+    assert_eq!(v["server"]["status"], "ACTIVE", "unchanged: {v}");
+    assert_eq!(
+        v["server"]["OS-EXT-STS:task_state"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+
+    tokio::task::spawn_blocking(move || drop(restore))
+        .await
+        .unwrap();
+    // The host's heartbeats go on: it is up, and takes the delete.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = api.call("DELETE", &path, "2.1", None).await;
+        if status == 204 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while api.show(&id).await.0 != 404 {
+        assert!(Instant::now() < deadline, "{id} not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, services) = api.call("GET", "/v2.1/os-services", "2.1", None).await;
+    let computes: Vec<_> = services["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["binary"] == "nova-compute")
+        .collect();
+    assert!(!computes.is_empty());
+    for c in computes {
+        assert_eq!(c["state"], "up", "{c}");
+    }
+    region.shutdown().await;
+}
