@@ -115,20 +115,22 @@ async fn every_server_closes_half_sent_heads_and_answers_its_own_503_when_full()
         .await
         .expect("admin token")
         .0;
-    // An image to upload to: its upload's body never comes.
-    let created: Value = reqwest::Client::new()
-        .post(format!("http://{}/v2/images", region.image.addr))
-        .header("x-auth-token", &token)
-        .json(
-            &serde_json::json!({"name": "held", "disk_format": "raw", "container_format": "bare"}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let image = created["id"].as_str().expect("an image id").to_owned();
+    // Images to upload to, one per held request (an image takes one upload
+    // at a time): their uploads' bodies never come.
+    let mut images = Vec::new();
+    for _ in 0..CONCURRENT {
+        let created: Value = reqwest::Client::new()
+            .post(format!("http://{}/v2/images", region.image.addr))
+            .header("x-auth-token", &token)
+            .json(&serde_json::json!({"name": "held", "disk_format": "raw", "container_format": "bare"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        images.push(created["id"].as_str().expect("an image id").to_owned());
+    }
     let apis: [(&str, SocketAddr, &str, String, ErrorMessage); 4] = [
         (
             "identity",
@@ -167,13 +169,14 @@ async fn every_server_closes_half_sent_heads_and_answers_its_own_503_when_full()
             "image",
             region.image.addr,
             "PUT",
-            format!("/v2/images/{image}/file"),
+            "/v2/images/IMAGE/file".to_owned(),
             |v| v["message"].as_str().filter(|_| v["code"] == 503),
         ),
     ];
     for (name, addr, method, path, message) in apis {
         let mut holding = Vec::new();
-        for _ in 0..CONCURRENT {
+        for image in &images {
+            let path = path.replace("IMAGE", image);
             holding.push(held(addr, method, &path, &token).await);
         }
         // The held requests reach their handlers in their own time.
@@ -189,7 +192,18 @@ async fn every_server_closes_half_sent_heads_and_answers_its_own_503_when_full()
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        assert!(answer.starts_with("HTTP/1.1 503"), "{name}: {answer}");
+        if !answer.starts_with("HTTP/1.1 503") {
+            for mut h in holding {
+                let mut b = vec![0u8; 2048];
+                let n = tokio::time::timeout(std::time::Duration::from_secs(1), h.read(&mut b))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(0);
+                eprintln!("held: {}", String::from_utf8_lossy(&b[..n]));
+            }
+            panic!("{name}: {answer}");
+        }
         assert!(
             answer.to_ascii_lowercase().contains("retry-after: 2\r\n"),
             "{name}: {answer}"
