@@ -74,18 +74,7 @@ impl AuthStrategy {
         match name {
             "noauth2" => Ok(Self::NoAuth2),
             "keystone_remote" => {
-                if identity_url.is_empty() || !remote.auth.is_set() {
-                    return Err(
-                        "auth_strategy \"keystone_remote\" needs identity_url and keystone_remote.auth.username/password/project_name".into(),
-                    );
-                }
-                let mut creds = remote.auth.clone();
-                if creds.auth_url.is_empty() {
-                    creds.auth_url = identity_url.to_owned();
-                }
-                let login = fabric::login::keep_token(creds)
-                    .await
-                    .map_err(|e| format!("the service login at {identity_url} failed: {e}"))?;
+                let login = service_login(name, identity_url, remote, "").await?;
                 let validator = ExternalKeystone::new(
                     identity_url,
                     std::time::Duration::from_secs(remote.cache_ttl_secs),
@@ -97,18 +86,9 @@ impl AuthStrategy {
                 })))
             }
             "keystone" => {
-                if identity_url.is_empty() || !remote.auth.is_set() {
-                    return Err(
-                        "auth_strategy \"keystone\" needs identity_url and keystone_remote.auth.username/password/project_name (the service user whose token reads the identity service's revocation list)".into(),
-                    );
-                }
-                let mut creds = remote.auth.clone();
-                if creds.auth_url.is_empty() {
-                    creds.auth_url = identity_url.to_owned();
-                }
-                let login = fabric::login::keep_token(creds)
-                    .await
-                    .map_err(|e| format!("the service login at {identity_url} failed: {e}"))?;
+                let why =
+                    " (the service user whose token reads the identity service's revocation list)";
+                let login = service_login(name, identity_url, remote, why).await?;
                 let validator = Arc::new(TokenValidator::new());
                 let mut last = String::new();
                 for _ in 0..20 {
@@ -176,6 +156,29 @@ impl AuthStrategy {
             }
         }
     }
+}
+
+/// Placement's service user logged in (`[keystone_remote.auth]`, its
+/// `auth_url` defaulting to `identity_url`), its token kept fresh; the
+/// strategy `name` refuses to start without it, saying `why` it needs one.
+async fn service_login(
+    name: &str,
+    identity_url: &str,
+    remote: &crate::config::KeystoneRemoteConfig,
+    why: &str,
+) -> Result<fabric::login::KeptToken, String> {
+    if identity_url.is_empty() || !remote.auth.is_set() {
+        return Err(format!(
+            "auth_strategy {name:?} needs identity_url and keystone_remote.auth.username/password/project_name{why}"
+        ));
+    }
+    let mut creds = remote.auth.clone();
+    if creds.auth_url.is_empty() {
+        creds.auth_url = identity_url.to_owned();
+    }
+    fabric::login::keep_token(creds)
+        .await
+        .map_err(|e| format!("the service login at {identity_url} failed: {e}"))
 }
 
 /// The claims `noauth2` gives `user` on `project`.

@@ -20,7 +20,6 @@ pub const LONG_FILES: &[(&str, usize)] = &[
     ("api-super/tests/it/operator.rs", 1739),
     ("api-super/tests/it/server_list.rs", 1174),
     ("api-super/tests/it/user_apis.rs", 1736),
-    ("fabric/src/token.rs", 1091),
     ("loadtest/tests/it/scenario.rs", 1180),
 ];
 

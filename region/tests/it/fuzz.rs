@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use region::{Region, RegionConfig};
+use region::Region;
 use serde_json::{Map, Value};
 
 /// One request.
@@ -373,11 +373,7 @@ fn send(addr: SocketAddr, token: &str, header: &str, r: &Req) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_four_apis_answer_random_requests_without_a_5xx() {
-    let mut cfg = RegionConfig::default();
-    cfg.region.data_dir = testkit::temp_dir("fuzz");
-    cfg.region.cells = 1;
-    cfg.region.hosts_per_cell = 1;
-    crate::ephemeral_ports(&mut cfg);
+    let cfg = crate::one_host("fuzz");
     let region = Region::start(&cfg, None).await.expect("start the region");
     let identity = format!("http://{}", region.identity.addr);
     let admin = region::password_token(&identity, &region.admin)

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use region::{Region, RegionConfig};
+use region::Region;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -56,10 +56,7 @@ async fn held(addr: SocketAddr, method: &str, path: &str, token: &str) -> TcpStr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_server_closes_half_sent_heads_and_answers_its_own_503_when_full() {
-    let mut cfg = RegionConfig::default();
-    cfg.region.data_dir = testkit::temp_dir("http_limits");
-    cfg.region.cells = 1;
-    cfg.region.hosts_per_cell = 1;
+    let mut cfg = crate::one_host("http_limits");
     cfg.region.http = httpd::Limits {
         header_timeout_ms: 500,
         max_concurrent_requests: CONCURRENT,
@@ -69,7 +66,6 @@ async fn every_server_closes_half_sent_heads_and_answers_its_own_503_when_full()
     // The image store on a path of its own, outside the data directory.
     let store = testkit::temp_dir("http_limits_images").join("store");
     cfg.region.image_store_dir = store.clone();
-    crate::ephemeral_ports(&mut cfg);
     let region = Region::start(&cfg, None).await.expect("start the region");
     let mode = std::fs::metadata(&store).unwrap().permissions();
     assert_eq!(

@@ -38,6 +38,17 @@ fn ephemeral_ports(cfg: &mut region::RegionConfig) {
     cfg.telemetry.metrics_listen = "127.0.0.1:0".to_owned();
 }
 
+/// A one-cell, one-host in-process region's configuration in a fresh data
+/// directory named after `test`, every listener on a free port.
+fn one_host(test: &str) -> region::RegionConfig {
+    let mut cfg = region::RegionConfig::default();
+    cfg.region.data_dir = testkit::temp_dir(test);
+    cfg.region.cells = 1;
+    cfg.region.hosts_per_cell = 1;
+    ephemeral_ports(&mut cfg);
+    cfg
+}
+
 /// A one-cell in-process region's configuration on fresh PostgreSQL
 /// databases `<name>_{db}` and the RabbitMQ vhost `<name>_cell1`; `None`
 /// (with a printed reason) when either server is missing and not required.

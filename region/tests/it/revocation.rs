@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fabric::token::TokenValidator;
-use region::{Region, RegionConfig};
+use region::Region;
 use serde_json::{json, Value};
 
 /// Status of `GET path` with `token` on `base` (placement at its newest
@@ -52,11 +52,7 @@ async fn statuses(http: &reqwest::Client, region: &Region, token: &str) -> [u16;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_grant_disabling_a_user_or_deleting_a_project_revokes_their_tokens() {
-    let mut cfg = RegionConfig::default();
-    cfg.region.data_dir = testkit::temp_dir("revocation");
-    cfg.region.cells = 1;
-    cfg.region.hosts_per_cell = 1;
-    crate::ephemeral_ports(&mut cfg);
+    let cfg = crate::one_host("revocation");
     let region = Region::start(&cfg, None).await.expect("start the region");
     let identity = format!("http://{}", region.identity.addr);
     let http = reqwest::Client::new();

@@ -3,16 +3,12 @@
 //! any image a server boots from, not for the administrator's APIs.
 
 use fabric::token::TokenValidator;
-use region::{Region, RegionConfig};
+use region::Region;
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_services_token_holds_the_service_role_only() {
-    let mut cfg = RegionConfig::default();
-    cfg.region.data_dir = testkit::temp_dir("service_user");
-    cfg.region.cells = 1;
-    cfg.region.hosts_per_cell = 1;
-    crate::ephemeral_ports(&mut cfg);
+    let cfg = crate::one_host("service_user");
     let region = Region::start(&cfg, None).await.expect("start the region");
     let token = region.service_token.get();
     let (_, claims) = TokenValidator::decode_unverified(&token).unwrap();
