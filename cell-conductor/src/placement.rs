@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use fabric::http::SendRetrying;
 use fabric::ids::{InstanceUuid, ProviderUuid};
 use futures_util::future::BoxFuture;
 use serde_json::json;
@@ -48,6 +48,9 @@ pub enum PlacementError {
     /// The HTTP request failed.
     #[error("placement request failed")]
     Http(#[source] reqwest::Error),
+    /// The HTTP client could not be built (its TLS settings).
+    #[error("placement client")]
+    Client(#[source] fabric::http::ClientError),
     /// Placement answered an unexpected status.
     #[error("placement answered {status} to {what}: {body}")]
     Status {
@@ -139,10 +142,8 @@ const MICROVERSION: &str = "placement 1.28";
 impl HttpPlacement {
     /// A client of the placement API at `base` (e.g. `http://127.0.0.1:8778`).
     pub fn new(base: &str, token: &str) -> Result<Self, PlacementError> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(PlacementError::Http)?;
+        let http = fabric::http::client(&fabric::http::ClientOptions::default())
+            .map_err(PlacementError::Client)?;
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
@@ -180,7 +181,7 @@ impl HttpPlacement {
         let path = format!("/allocations/{consumer}");
         let resp = self
             .req(reqwest::Method::GET, &path)
-            .send()
+            .send_retrying()
             .await
             .map_err(PlacementError::Http)?;
         let status = resp.status().as_u16();
@@ -205,7 +206,7 @@ impl HttpPlacement {
         let resp = self
             .req(reqwest::Method::PUT, &path)
             .json(&body)
-            .send()
+            .send_retrying()
             .await
             .map_err(PlacementError::Http)?;
         match resp.status().as_u16() {
@@ -253,7 +254,7 @@ impl PlacementClient for HttpPlacement {
         Box::pin(async move {
             let resp = self
                 .req(reqwest::Method::DELETE, &format!("/allocations/{consumer}"))
-                .send()
+                .send_retrying()
                 .await
                 .map_err(PlacementError::Http)?;
             match resp.status().as_u16() {
@@ -281,7 +282,7 @@ impl HttpPlacement {
                 reqwest::Method::GET,
                 &format!("/resource_providers/{provider}/allocations"),
             )
-            .send()
+            .send_retrying()
             .await
             .map_err(PlacementError::Http)?;
         match resp.status().as_u16() {

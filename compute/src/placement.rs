@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use fabric::http::SendRetrying;
 use fabric::ids::ProviderUuid;
 use futures_util::future::BoxFuture;
 use serde_json::json;
@@ -53,6 +53,9 @@ pub enum PlacementError {
     /// The HTTP request failed.
     #[error("placement request failed")]
     Http(#[source] reqwest::Error),
+    /// The HTTP client could not be built (its TLS settings).
+    #[error("placement client")]
+    Client(#[source] fabric::http::ClientError),
     /// Placement answered an unexpected status.
     #[error("placement answered {status} to {what}: {body}")]
     Status {
@@ -149,56 +152,14 @@ fn status_err(what: &'static str, status: u16, body: String) -> PlacementError {
     }
 }
 
-/// How often a request placement answered 503 (full) is sent again.
-const FULL_RETRIES: u32 = 4;
-
-/// Sending a request again while placement is full: a 503 with
-/// `Retry-After` (its HTTP concurrency limit) is sent again after that
-/// wait (at most 2 s, with jitter), at most [`FULL_RETRIES`] times; a
-/// burst (10,000 hosts reporting at once) then waits its turn instead of
-/// failing.
-trait SendRetrying {
-    async fn send_retrying(self) -> Result<reqwest::Response, reqwest::Error>;
-}
-
-impl SendRetrying for reqwest::RequestBuilder {
-    async fn send_retrying(self) -> Result<reqwest::Response, reqwest::Error> {
-        let mut next = self;
-        let mut attempt = 0;
-        loop {
-            let again = (attempt < FULL_RETRIES).then(|| next.try_clone()).flatten();
-            let resp = next.send().await?;
-            let Some(again) = again.filter(|_| resp.status().as_u16() == 503) else {
-                return Ok(resp);
-            };
-            let secs = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(1.0)
-                .clamp(0.05, 2.0);
-            let jitter = f64::from(uuid::Uuid::new_v4().as_bytes()[0]) / 255.0 * 0.25;
-            tokio::time::sleep(Duration::from_secs_f64(secs * (0.75 + jitter))).await;
-            attempt += 1;
-            next = again;
-        }
-    }
-}
-
 impl HttpPlacement {
     /// A client of the placement API at `base` (`http://127.0.0.1:8778`),
     /// authenticating with `token`.
     pub fn new(base: &str, token: &str) -> Result<Self, PlacementError> {
-        // One client serves every fake host of a process (hundreds): keep
-        // few idle connections, or 10,000 hosts hold 10,000 sockets open
-        // on each side and run the process out of file descriptors.
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(4)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(PlacementError::Http)?;
+        // One client serves every fake host of a process (hundreds): the
+        // shared options keep few idle connections.
+        let http = fabric::http::client(&fabric::http::ClientOptions::default())
+            .map_err(PlacementError::Client)?;
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),

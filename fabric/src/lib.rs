@@ -10,15 +10,18 @@
 //!   files); each service brings its own default rules.
 //! - [`telemetry`]: tracing (human or JSON) and a Prometheus metrics endpoint.
 //! - [`ids`]: newtype identifiers (`CellUuid`, `InstanceUuid`, ...).
+//! - [`http`]: the HTTP client side every service shares (timeouts, TLS
+//!   with a region's CA, bounded retries while an API is full).
 //!
 //! May depend on: tokio, prost, lapin, tracing, metrics (with the exporter's
-//! own small `/metrics` listener). Must not depend on sqlx, on axum or on any
-//! service crate: `compute` depends on this crate and must stay free of
+//! own small `/metrics` listener), reqwest (HTTP clients). Must not depend
+//! on sqlx, on axum or on any service crate: `compute` depends on this crate and must stay free of
 //! database drivers and HTTP-server frameworks.
 
 pub mod bus;
 pub mod config;
 pub mod failpoint;
+pub mod http;
 pub mod ids;
 pub mod login;
 pub mod policy;

@@ -672,6 +672,12 @@ pub enum RefreshError {
     /// Connecting, sending or reading failed.
     #[error("cannot reach the identity service")]
     Io(#[source] std::io::Error),
+    /// The HTTP request failed (connect, TLS, timeout, reading).
+    #[error("cannot reach the identity service")]
+    Http(#[source] reqwest::Error),
+    /// The HTTP client could not be built (its TLS settings).
+    #[error("the identity client")]
+    Client(#[source] crate::http::ClientError),
     /// An answer we do not understand.
     #[error("unexpected answer from the identity service: {0}")]
     Protocol(String),

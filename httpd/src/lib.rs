@@ -37,11 +37,18 @@
 //! Each API gives the body of its own `503` ([`Server::new`]'s `refuse`),
 //! in its own OpenStack error format.
 //!
-//! May depend on: tokio, hyper, hyper-util, axum, serde, tracing. Must not
-//! depend on any service crate.
+//! **TLS** ([`Limits::tls_cert_file`], [`Limits::tls_key_file`]): the
+//! server speaks only https, TLS 1.2 or later, through the system's
+//! OpenSSL; the handshake runs in the connection's task within the header
+//! timeout. A connection refused for a full TLS server is closed without
+//! an answer (a plain-text `503` would be noise to a TLS client).
+//!
+//! May depend on: tokio, hyper, hyper-util, axum, serde, tracing,
+//! native-tls and openssl. Must not depend on any service crate.
 
 mod body;
 mod conns;
+mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -64,8 +71,9 @@ use tokio::sync::Semaphore;
 
 pub use body::BodyTimeout;
 use conns::{Conn, Conns, Counted};
+pub use tls::TlsError;
 
-/// A server's timeouts and limits (`[<service>.http]`).
+/// A server's timeouts, limits and TLS (`[<service>.http]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -84,6 +92,12 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
     /// The `Retry-After` of a `503` for a full server, in seconds.
     pub retry_after_secs: u64,
+    /// Serve https with this PEM certificate chain (leaf first); needs
+    /// [`Self::tls_key_file`].
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// The certificate's PKCS#8 PEM private key, readable by its owner
+    /// only (a key others may read is refused).
+    pub tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Limits {
@@ -94,6 +108,8 @@ impl Default for Limits {
             max_connections: 1024,
             max_concurrent_requests: 512,
             retry_after_secs: 1,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -136,6 +152,7 @@ pub struct Server {
     requests: Arc<Semaphore>,
     refusing: Arc<Semaphore>,
     stats: Arc<Stats>,
+    tls: Option<tokio_native_tls::TlsAcceptor>,
 }
 
 impl std::fmt::Debug for Server {
@@ -149,13 +166,18 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// A server named `name` (in logs) with `limits`, whose `503` bodies
-    /// `refuse` writes. A limit of 0 is taken as 1.
+    /// `refuse` writes. A limit of 0 is taken as 1. Fails only on its TLS
+    /// files.
     pub fn new(
         name: &'static str,
         limits: Limits,
         refuse: impl Fn(&str) -> Response<Body> + Send + Sync + 'static,
-    ) -> Arc<Self> {
-        Arc::new(Self {
+    ) -> Result<Arc<Self>, TlsError> {
+        let tls = tls::acceptor(
+            limits.tls_cert_file.as_deref(),
+            limits.tls_key_file.as_deref(),
+        )?;
+        Ok(Arc::new(Self {
             name,
             connections: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             requests: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
@@ -164,7 +186,17 @@ impl Server {
             refuse: Arc::new(refuse),
             conns: Conns::default(),
             stats: Arc::default(),
-        })
+            tls,
+        }))
+    }
+
+    /// `https` when the server speaks TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// What the server has counted.
@@ -212,7 +244,20 @@ impl Server {
                         .accepted
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let io = Counted::new(wrap(tcp), permit);
-                    tokio::spawn(self.clone().connection(io, peer, router.clone()));
+                    match &self.tls {
+                        None => {
+                            tokio::spawn(self.clone().connection(io, peer, router.clone()));
+                        }
+                        Some(acceptor) => {
+                            let (server, acceptor) = (self.clone(), acceptor.clone());
+                            tokio::spawn(server.handshake(acceptor, io, peer, router.clone()));
+                        }
+                    }
+                }
+                None if self.tls.is_some() => {
+                    self.stats
+                        .refused_connections
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 None => self.refuse_connection(tcp),
             }
@@ -243,6 +288,29 @@ impl Server {
         b.timer(TokioTimer::new())
             .header_read_timeout(Duration::from_millis(self.limits.header_timeout_ms.max(1)));
         b
+    }
+
+    /// The TLS handshake of a new connection (within the header timeout),
+    /// then the connection.
+    async fn handshake<Io>(
+        self: Arc<Self>,
+        acceptor: tokio_native_tls::TlsAcceptor,
+        io: Io,
+        peer: SocketAddr,
+        router: Router,
+    ) where
+        Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let limit = Duration::from_millis(self.limits.header_timeout_ms.max(1));
+        match tokio::time::timeout(limit, acceptor.accept(io)).await {
+            Ok(Ok(tls)) => self.connection(tls, peer, router).await,
+            Ok(Err(e)) => {
+                tracing::debug!(server = self.name, %peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                tracing::debug!(server = self.name, %peer, "TLS handshake timed out");
+            }
+        }
     }
 
     /// Serves one connection until it closes, times out or is evicted.

@@ -123,7 +123,7 @@ pub async fn serve_with(
             axum::http::HeaderValue::from_static("application/json"),
         );
         resp
-    });
+    })?;
     let task = tokio::spawn(server.serve_wrapped(listener, app, crate::listener::Guarded::new));
     tracing::info!(%addr, "placement API listening");
     Ok(Running {

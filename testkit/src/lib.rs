@@ -12,9 +12,12 @@
 //! [`proxy::TcpProxy`] stands in front of a real server so that a test can
 //! take it away (refused or hanging connections) and bring it back.
 //!
-//! May depend on: sqlx and tokio. Only ever a dev-dependency.
+//! [`pki::TestPki`] makes a CA and a server certificate for https tests.
+//!
+//! May depend on: sqlx, tokio and openssl. Only ever a dev-dependency.
 
 pub mod http;
+pub mod pki;
 pub mod proxy;
 pub mod python;
 

@@ -146,10 +146,10 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         stated_in: "testkit",
-        says: "May depend on: sqlx and tokio",
+        says: "May depend on: sqlx, tokio and openssl",
         crates: Crates::Only(&["testkit"]),
         tables: Tables::Normal,
-        deps: Deps::OnlyFrom(&["sqlx", "tokio"]),
+        deps: Deps::OnlyFrom(&["sqlx", "tokio", "openssl"]),
     },
     Rule {
         stated_in: "testkit",

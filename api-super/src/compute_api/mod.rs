@@ -66,7 +66,8 @@ use microversion::Version;
 pub struct ComputeConfig {
     /// Address (port 0 picks one).
     pub listen: String,
-    /// Base URL in links; empty: `http://<bound address>`.
+    /// Base URL in links; empty: `http://<bound address>` (`https://` with
+    /// TLS).
     pub public_url: String,
     /// Largest page of a listing (Nova's `max_limit`).
     pub max_limit: usize,
@@ -100,7 +101,8 @@ pub struct ComputeConfig {
     /// `[serial_console] serialproxy_port` 6083); empty: no proxy, and
     /// remote serial consoles answer that none runs.
     pub serial_proxy_listen: String,
-    /// The proxy's URL in the consoles' URLs; empty: `ws://<bound address>/`.
+    /// The proxy's URL in the consoles' URLs; empty: `ws://<bound address>/`
+    /// (`wss://` with TLS).
     pub serial_proxy_base_url: String,
     /// Where the noVNC proxy listens (Nova's `[vnc] novncproxy_port`
     /// 6080); empty: no proxy, and noVNC consoles answer that none runs.
@@ -586,6 +588,9 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
             .with_max_pending_creates(cfg.max_pending_creates),
     );
     let listener = TcpListener::bind(&cfg.listen).await?;
+    // Fails on bad TLS files before anything runs.
+    let server = http_server("compute", &cfg.http)?;
+    let tls = server.scheme() == "https";
     let mut background = crate::conductor::heal::start(conductor.clone(), &cfg.build_heal);
     // Tokens live 10 minutes by default; 10,000 live at once is far more
     // than operators open consoles.
@@ -602,7 +607,9 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         &mut background,
     )
     .await?;
-    let serial_proxy_url = proxy_url(serial, &cfg.serial_proxy_base_url, |a| format!("ws://{a}/"));
+    let serial_proxy_url = proxy_url(serial, &cfg.serial_proxy_base_url, |a| {
+        format!("{}://{a}/", if tls { "wss" } else { "ws" })
+    });
     let serial_proxy = serial;
     let web = Some(std::path::PathBuf::from(&cfg.novnc_web_dir)).filter(|d| d.is_dir());
     if web.is_none() && !cfg.novnc_proxy_listen.is_empty() {
@@ -617,13 +624,13 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
     )
     .await?;
     let novnc_proxy_url = proxy_url(novnc, &cfg.novnc_proxy_base_url, |a| {
-        format!("http://{a}/vnc_lite.html")
+        format!("{}://{a}/vnc_lite.html", server.scheme())
     });
     let novnc_proxy = novnc;
     let addr = listener.local_addr()?;
     let public_url = OnceLock::new();
     let _ = public_url.set(if cfg.public_url.is_empty() {
-        format!("http://{addr}")
+        format!("{}://{addr}", server.scheme())
     } else {
         cfg.public_url.trim_end_matches('/').to_owned()
     });
@@ -644,7 +651,7 @@ pub async fn serve_compute(cfg: ComputeConfig, deps: ComputeDeps) -> anyhow::Res
         novnc_proxy_url,
     }));
     let routes = router(app.clone());
-    let task = tokio::spawn(http_server("compute", &cfg.http).serve(listener, routes));
+    let task = tokio::spawn(server.serve(listener, routes));
     tracing::info!(%addr, scheduler = %me, "compute API listening");
     Ok(Running {
         addr,
@@ -674,7 +681,10 @@ fn proxy_url(
 
 /// The server of the compute API or a console proxy (named `name`), with
 /// `limits` and Nova's `503` body.
-fn http_server(name: &'static str, limits: &httpd::Limits) -> Arc<httpd::Server> {
+fn http_server(
+    name: &'static str,
+    limits: &httpd::Limits,
+) -> Result<Arc<httpd::Server>, httpd::TlsError> {
     httpd::Server::new(name, limits.clone(), |msg| {
         axum::response::IntoResponse::into_response(ApiError::Unavailable(msg.to_owned()))
     })
@@ -694,7 +704,7 @@ async fn start_proxy(
     }
     let l = TcpListener::bind(listen).await?;
     let addr = l.local_addr()?;
-    background.push(tokio::spawn(http_server(name, limits).serve(l, routes)));
+    background.push(tokio::spawn(http_server(name, limits)?.serve(l, routes)));
     tracing::info!(%addr, "console proxy listening");
     Ok(Some(addr))
 }

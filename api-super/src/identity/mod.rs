@@ -73,13 +73,13 @@ pub async fn serve_identity(cfg: IdentityConfig) -> anyhow::Result<Running> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot open the identity store: {e}"))?,
     );
-    if identity.public_url().is_empty() {
-        identity.set_public_url(format!("http://{addr}"));
-    }
-    let app = api::router(identity.clone());
     let server = httpd::Server::new("identity", http, |msg| {
         error::error_response(axum::http::StatusCode::SERVICE_UNAVAILABLE, msg)
-    });
+    })?;
+    if identity.public_url().is_empty() {
+        identity.set_public_url(format!("{}://{addr}", server.scheme()));
+    }
+    let app = api::router(identity.clone());
     let task = tokio::spawn(server.serve(listener, app));
     let reload_task = identity.spawn_reload();
     tracing::info!(%addr, "identity API listening");

@@ -85,13 +85,13 @@ pub async fn serve_image(
             .await
             .map_err(|e| anyhow::Error::new(e).context("cannot open the image service"))?,
     );
-    if service.public_url().is_empty() {
-        service.set_public_url(format!("http://{addr}"));
-    }
-    let app = api::router(service.clone());
     let server = httpd::Server::new("image", http, |msg| {
         error::error_response(axum::http::StatusCode::SERVICE_UNAVAILABLE, msg)
-    });
+    })?;
+    if service.public_url().is_empty() {
+        service.set_public_url(format!("{}://{addr}", server.scheme()));
+    }
+    let app = api::router(service.clone());
     let task = tokio::spawn(server.serve(listener, app));
     tracing::info!(%addr, "image API listening");
     Ok(Running {

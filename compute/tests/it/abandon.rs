@@ -141,13 +141,13 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
                     && u.vm_state.as_deref() == Some(rpc::vm_state::ERROR)
                     && u.task_state.as_ref().is_some_and(|t| t.value.is_none())
             });
-            if errored {
-                assert!(
-                    g.faults.iter().any(|f| f.instance_uuid == instance
-                        && f.host == "abandon-host"
-                        && f.message.contains("database is locked")),
-                    "no fault recorded"
-                );
+            // The agent sets ERROR, then records the fault: wait for both.
+            let faulted = g.faults.iter().any(|f| {
+                f.instance_uuid == instance
+                    && f.host == "abandon-host"
+                    && f.message.contains("database is locked")
+            });
+            if errored && faulted {
                 // The guest was never spawned (the first step failed).
                 assert!(!g.updates.iter().any(|u| u
                     .task_state
@@ -156,11 +156,11 @@ async fn an_unreportable_build_ends_in_error_with_a_fault() {
                     == Some(rpc::task_state::SPAWNING)));
                 break;
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after 10 s: set to ERROR {errored}, fault naming the host recorded {faulted}"
+            );
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the instance was never set to ERROR"
-        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     host.shutdown().await;

@@ -13,6 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+mod tls;
+
 /// Bounds every wait of these tests (a hang guard, not a measurement).
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -73,7 +75,7 @@ async fn start(limits: Limits) -> (SocketAddr, Arc<Server>, Arc<Semaphore>) {
 async fn start_with(limits: Limits, app: Router) -> (SocketAddr, Arc<Server>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let server = Server::new("test", limits, refuse);
+    let server = Server::new("test", limits, refuse).unwrap();
     tokio::spawn(server.clone().serve(l, app));
     (addr, server)
 }
@@ -314,7 +316,11 @@ async fn requests_carry_their_peer_address() {
             },
         ),
     );
-    tokio::spawn(Server::new("test", Limits::default(), refuse).serve(l, app));
+    tokio::spawn(
+        Server::new("test", Limits::default(), refuse)
+            .unwrap()
+            .serve(l, app),
+    );
     let r = reqwest::get(format!("http://{addr}/peer")).await.unwrap();
     assert_eq!(r.text().await.unwrap(), "127.0.0.1");
 }

@@ -1,22 +1,11 @@
-//! https in tests: a CA and a server certificate for 127.0.0.1 and
-//! localhost made in-process with OpenSSL, and a TLS-terminating TCP proxy
-//! in front of a plain-http service, counting the handshakes it finished
-//! and those the client broke off.
+//! https in tests: a TLS-terminating TCP proxy (with `testkit::pki`'s
+//! certificate) in front of a plain-http service, counting the handshakes
+//! it finished and those the client broke off.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use openssl::asn1::Asn1Time;
-use openssl::bn::BigNum;
-use openssl::ec::{EcGroup, EcKey};
-use openssl::hash::MessageDigest;
-use openssl::nid::Nid;
-use openssl::pkey::{PKey, Private};
-use openssl::x509::extension::{
-    BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
-};
-use openssl::x509::{X509Builder, X509Name, X509};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_native_tls::{native_tls, TlsAcceptor};
 
@@ -29,88 +18,13 @@ pub struct TestPki {
     pub acceptor: TlsAcceptor,
 }
 
-fn p256_key() -> PKey<Private> {
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
-    PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
-}
-
-fn common_name(cn: &str) -> X509Name {
-    let mut n = X509Name::builder().unwrap();
-    n.append_entry_by_text("CN", cn).unwrap();
-    n.build()
-}
-
-/// A certificate of `subject`'s `key`, valid from now for a day, with
-/// everything but the issuer and the extensions.
-fn builder(subject: &str, key: &PKey<Private>, serial: u32) -> X509Builder {
-    let mut b = X509::builder().unwrap();
-    b.set_version(2).unwrap();
-    let serial = BigNum::from_u32(serial).unwrap().to_asn1_integer().unwrap();
-    b.set_serial_number(&serial).unwrap();
-    b.set_subject_name(&common_name(subject)).unwrap();
-    b.set_pubkey(key).unwrap();
-    b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
-        .unwrap();
-    b.set_not_after(&Asn1Time::days_from_now(1).unwrap())
-        .unwrap();
-    b
-}
-
 impl TestPki {
     /// A fresh CA and server certificate.
     pub fn new() -> Self {
-        let ca_key = p256_key();
-        let mut ca = builder("loadtest test CA", &ca_key, 1);
-        ca.set_issuer_name(&common_name("loadtest test CA"))
-            .unwrap();
-        ca.append_extension(BasicConstraints::new().critical().ca().build().unwrap())
-            .unwrap();
-        ca.append_extension(
-            KeyUsage::new()
-                .critical()
-                .key_cert_sign()
-                .crl_sign()
-                .build()
-                .unwrap(),
-        )
-        .unwrap();
-        ca.sign(&ca_key, MessageDigest::sha256()).unwrap();
-        let ca = ca.build();
-
-        let key = p256_key();
-        let mut server = builder("localhost", &key, 2);
-        server.set_issuer_name(ca.subject_name()).unwrap();
-        let san = SubjectAlternativeName::new()
-            .ip("127.0.0.1")
-            .dns("localhost")
-            .build(&server.x509v3_context(Some(&ca), None))
-            .unwrap();
-        server.append_extension(san).unwrap();
-        server
-            .append_extension(BasicConstraints::new().build().unwrap())
-            .unwrap();
-        server
-            .append_extension(
-                KeyUsage::new()
-                    .critical()
-                    .digital_signature()
-                    .build()
-                    .unwrap(),
-            )
-            .unwrap();
-        server
-            .append_extension(ExtendedKeyUsage::new().server_auth().build().unwrap())
-            .unwrap();
-        server.sign(&ca_key, MessageDigest::sha256()).unwrap();
-        let server = server.build();
-
-        let identity = native_tls::Identity::from_pkcs8(
-            &server.to_pem().unwrap(),
-            &key.private_key_to_pem_pkcs8().unwrap(),
-        )
-        .unwrap();
+        let pki = testkit::pki::TestPki::new();
+        let identity = native_tls::Identity::from_pkcs8(&pki.cert_pem, &pki.key_pem).unwrap();
         Self {
-            ca_pem: ca.to_pem().unwrap(),
+            ca_pem: pki.ca_pem,
             acceptor: TlsAcceptor::from(native_tls::TlsAcceptor::new(identity).unwrap()),
         }
     }

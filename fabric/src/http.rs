@@ -1,0 +1,185 @@
+//! The HTTP client side every service shares: how a client of another
+//! service's API is built (bounded timeouts, a small idle pool, TLS through
+//! the system's OpenSSL trusting an extra CA when one is configured) and
+//! how a request is sent again while that API says it is full (503 with
+//! `Retry-After`, as every API of the region answers at its HTTP limits).
+//!
+//! reqwest does the HTTP/1.1 and TLS work; what is ours is only the
+//! retry policy, which no client crate knows (it must read our APIs'
+//! `Retry-After`, stay bounded and spread the retries of a burst).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a client of another service's API is built.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// The whole request, body included.
+    pub timeout: Duration,
+    /// Opening the connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// Idle connections kept per peer. One client may serve hundreds of
+    /// simulated hosts: few idle connections keep a process of 10,000
+    /// hosts from holding 10,000 sockets open on each side.
+    pub pool_max_idle_per_host: usize,
+    /// A PEM file of CA certificates trusted besides the system's (a
+    /// region's private CA); `None`: the system's only (OpenSSL also reads
+    /// `SSL_CERT_FILE`).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for ClientOptions {
+    /// 30 s per request, 5 s to connect, 4 idle connections per peer, and
+    /// the process's CA ([`trust_ca_file`]) when one was set.
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            pool_max_idle_per_host: 4,
+            ca_file: process_ca_file(),
+        }
+    }
+}
+
+static PROCESS_CA: std::sync::RwLock<Option<PathBuf>> = std::sync::RwLock::new(None);
+
+/// Makes every client this process builds from then on (placement,
+/// identity, image, ...) trust the CA certificates in the PEM file `path`
+/// besides the system's: a region's private CA, set once at start-up
+/// from the service's `[tls] ca_file`. The file is read and checked now.
+pub fn trust_ca_file(path: &std::path::Path) -> Result<(), ClientError> {
+    client(&ClientOptions {
+        ca_file: Some(path.to_owned()),
+        ..ClientOptions::default()
+    })?;
+    *PROCESS_CA.write().unwrap_or_else(|p| p.into_inner()) = Some(path.to_owned());
+    Ok(())
+}
+
+/// The CA file set with [`trust_ca_file`], if any.
+pub fn process_ca_file() -> Option<PathBuf> {
+    PROCESS_CA.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Building a client failed (an unreadable or malformed CA file, or the
+/// TLS backend could not start).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read the CA file {path}: {source}")]
+    CaFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the CA file {path} holds no usable PEM certificate: {source}")]
+    CaCert {
+        path: PathBuf,
+        source: reqwest::Error,
+    },
+    #[error("cannot build the HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+}
+
+/// A client built as `options` say.
+pub fn client(options: &ClientOptions) -> Result<reqwest::Client, ClientError> {
+    let mut b = reqwest::Client::builder()
+        .timeout(options.timeout)
+        .connect_timeout(options.connect_timeout)
+        .pool_max_idle_per_host(options.pool_max_idle_per_host)
+        .pool_idle_timeout(Duration::from_secs(30));
+    if let Some(path) = &options.ca_file {
+        let pem = std::fs::read(path).map_err(|source| ClientError::CaFile {
+            path: path.clone(),
+            source,
+        })?;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| ClientError::CaCert {
+                path: path.clone(),
+                source,
+            })?;
+        if certs.is_empty() {
+            return Err(ClientError::CaFile {
+                path: path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no certificate"),
+            });
+        }
+        for c in certs {
+            b = b.add_root_certificate(c);
+        }
+    }
+    b.build().map_err(ClientError::Build)
+}
+
+/// How often a request answered 503 (full) is sent again.
+pub const FULL_RETRIES: u32 = 4;
+
+/// The longest wait before a retry, whatever `Retry-After` says.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
+
+/// The wait before sending again after a 503 whose `Retry-After` says
+/// `retry_after` (seconds; 1 s when absent or not a number), bounded to
+/// [`MAX_RETRY_WAIT`], times a factor in 0.75–1.0 from `jitter_byte` so a
+/// burst spreads out.
+pub fn retry_wait(retry_after: Option<&str>, jitter_byte: u8) -> Duration {
+    let secs = retry_after
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite())
+        .unwrap_or(1.0)
+        .clamp(0.05, MAX_RETRY_WAIT.as_secs_f64());
+    let jitter = f64::from(jitter_byte) / 255.0 * 0.25;
+    Duration::from_secs_f64(secs * (0.75 + jitter))
+}
+
+/// Sending a request again while the API is full: a 503 is sent again
+/// after [`retry_wait`], at most [`FULL_RETRIES`] times, so a burst (10,000
+/// hosts reporting at once, a fleet's deletes) waits its turn instead of
+/// failing. Only the 503 the HTTP limits answer is repeated: nothing was
+/// done for it. A request whose body cannot be cloned (a stream) is sent
+/// once.
+pub trait SendRetrying {
+    fn send_retrying(
+        self,
+    ) -> impl Future<Output = Result<reqwest::Response, reqwest::Error>> + Send;
+}
+
+impl SendRetrying for reqwest::RequestBuilder {
+    async fn send_retrying(self) -> Result<reqwest::Response, reqwest::Error> {
+        let mut next = self;
+        let mut attempt = 0;
+        loop {
+            let again = (attempt < FULL_RETRIES).then(|| next.try_clone()).flatten();
+            let resp = next.send().await?;
+            let Some(again) = again.filter(|_| resp.status().as_u16() == 503) else {
+                return Ok(resp);
+            };
+            let wait = retry_wait(
+                resp.headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok()),
+                uuid::Uuid::new_v4().as_bytes()[0],
+            );
+            metrics::counter!("http_client_full_retries_total").increment(1);
+            tracing::debug!(url = %resp.url(), attempt, ?wait, "the API is full (503); sending again");
+            drop(resp);
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+            next = again;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_follow_retry_after_bounded_and_spread() {
+        assert_eq!(retry_wait(Some("1"), 255), Duration::from_secs(1));
+        assert_eq!(retry_wait(Some("1"), 0), Duration::from_millis(750));
+        assert_eq!(retry_wait(None, 255), Duration::from_secs(1));
+        assert_eq!(retry_wait(Some("soon"), 255), Duration::from_secs(1));
+        assert_eq!(retry_wait(Some("3600"), 255), MAX_RETRY_WAIT);
+        assert_eq!(retry_wait(Some("NaN"), 255), Duration::from_secs(1));
+        assert_eq!(retry_wait(Some("0"), 255), Duration::from_millis(50));
+    }
+}
