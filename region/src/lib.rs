@@ -90,8 +90,15 @@ pub struct RegionSection {
     pub image_store_dir: PathBuf,
     /// Every API's and console proxy's HTTP timeouts and limits
     /// (`[region.http]`, see `httpd`); the image API's body timeout is at
-    /// least an hour, for uploads.
+    /// least an hour, for uploads. With `tls_cert_file` and
+    /// `tls_key_file` set, every API and proxy speaks https only and the
+    /// catalog names `https://` endpoints.
     pub http: httpd::Limits,
+    /// A PEM bundle of the CA that signed `[region.http]`'s certificate:
+    /// every client in the region (the services' logins, placement and
+    /// image clients) trusts it besides the system's roots, and
+    /// [`Region::openrc`] names it as `OS_CACERT`. Empty: none.
+    pub tls_ca_file: PathBuf,
 }
 
 impl Default for RegionSection {
@@ -124,6 +131,7 @@ impl Default for RegionSection {
             cell_cache_refresh_ms: 2000,
             http: httpd::Limits::default(),
             image_store_dir: PathBuf::new(),
+            tls_ca_file: PathBuf::new(),
         }
     }
 }
@@ -223,6 +231,9 @@ pub struct Region {
     pub member: Credentials,
     /// The services' own token (refreshed in the background).
     pub service_token: SharedToken,
+    /// `https` when `[region.http]` has a certificate, else `http`.
+    pub scheme: &'static str,
+    tls_ca_file: PathBuf,
     _service_login: fabric::login::KeptToken,
     discovery: tokio::task::JoinHandle<()>,
 }
@@ -238,6 +249,16 @@ fn sqlite_url(dir: &Path, name: &str) -> String {
 }
 
 impl RegionSection {
+    /// `https` when every API serves TLS (`[region.http]` names a
+    /// certificate), else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.http.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// Every listener of the region on a port of the system's choosing
     /// (regions side by side: tests, the loadtest's embedded target).
     pub fn listen_on_free_ports(&mut self) {
@@ -456,6 +477,9 @@ impl Region {
         r.check()?;
         let dir = &r.data_dir;
         private_dir(dir)?;
+        if !r.tls_ca_file.as_os_str().is_empty() {
+            fabric::http::trust_ca_file(&r.tls_ca_file).context("region.tls_ca_file")?;
+        }
 
         // Identity, with an admin and a member.
         let admin = Credentials {
@@ -487,9 +511,10 @@ impl Region {
         // The signing keys' encryption key, private to the region's user.
         icfg.token.key_file = dir.join("identity.kek").display().to_string();
         icfg.database.max_connections = r.pool_size();
-        icfg.endpoints.placement = format!("http://{}", r.placement_listen);
-        icfg.endpoints.compute = format!("http://{}/v2.1", r.compute_listen);
-        icfg.endpoints.image = format!("http://{}", r.image_listen);
+        let scheme = r.scheme();
+        icfg.endpoints.placement = format!("{scheme}://{}", r.placement_listen);
+        icfg.endpoints.compute = format!("{scheme}://{}/v2.1", r.compute_listen);
+        icfg.endpoints.image = format!("{scheme}://{}", r.image_listen);
         let identity = api_super::serve_identity(icfg)
             .await
             .context("start identity")?;
@@ -512,7 +537,7 @@ impl Region {
             })
             .await
             .context("bootstrap identity")?;
-        let identity_url = format!("http://{}", identity.addr);
+        let identity_url = format!("{scheme}://{}", identity.addr);
 
         // Placement, validating the identity's tokens in-process.
         let pcfg = placement::PlacementConfig {
@@ -535,7 +560,7 @@ impl Region {
         )
         .await
         .context("start placement")?;
-        let placement_url = format!("http://{}", placement.addr);
+        let placement_url = format!("{scheme}://{}", placement.addr);
 
         // The services' own token, renewed at half its lifetime.
         let kept = fabric::login::keep_token(service.service(&identity_url))
@@ -575,7 +600,7 @@ impl Region {
             .context("register the guest image")?;
             tracing::info!(image = %g.row.id, "guest image registered");
         }
-        let image_url = format!("http://{}", image.addr);
+        let image_url = format!("{scheme}://{}", image.addr);
 
         // API database, cell0 and the cells.
         let api_db_url = r.prepare_db("api").await?;
@@ -741,9 +766,9 @@ impl Region {
         identity
             .identity
             .set_endpoints(api_super::identity::EndpointsConfig {
-                compute: format!("http://{}/v2.1", bound(&r.compute_listen, compute.addr)),
-                placement: format!("http://{}", bound(&r.placement_listen, placement.addr)),
-                image: format!("http://{}", bound(&r.image_listen, image.addr)),
+                compute: format!("{scheme}://{}/v2.1", bound(&r.compute_listen, compute.addr)),
+                placement: format!("{scheme}://{}", bound(&r.placement_listen, placement.addr)),
+                image: format!("{scheme}://{}", bound(&r.image_listen, image.addr)),
             });
         Ok(Region {
             identity,
@@ -756,9 +781,31 @@ impl Region {
             admin,
             member,
             service_token,
+            scheme,
+            tls_ca_file: r.tls_ca_file.clone(),
             _service_login: kept,
             discovery,
         })
+    }
+
+    /// The identity API's URL (`http(s)://<address>`, no version).
+    pub fn identity_url(&self) -> String {
+        format!("{}://{}", self.scheme, self.identity.addr)
+    }
+
+    /// The Compute API's URL (`…/v2.1`).
+    pub fn compute_url(&self) -> String {
+        format!("{}://{}/v2.1", self.scheme, self.compute.addr)
+    }
+
+    /// The placement API's URL.
+    pub fn placement_url(&self) -> String {
+        format!("{}://{}", self.scheme, self.placement.addr)
+    }
+
+    /// The image API's URL.
+    pub fn image_url(&self) -> String {
+        format!("{}://{}", self.scheme, self.image.addr)
     }
 
     /// `export OS_…` lines that let the `openstack` CLI act as `c`. The
@@ -769,11 +816,18 @@ impl Region {
             Some(f) => format!("\"$(cat '{}')\"", f.display()),
             None => c.password.clone(),
         };
-        format!(
-            "export OS_AUTH_URL=http://{}/v3\nexport OS_IDENTITY_API_VERSION=3\nexport OS_USERNAME={}\nexport OS_PASSWORD={password}\n\
+        let mut rc = format!(
+            "export OS_AUTH_URL={}/v3\nexport OS_IDENTITY_API_VERSION=3\nexport OS_USERNAME={}\nexport OS_PASSWORD={password}\n\
              export OS_PROJECT_NAME={}\nexport OS_USER_DOMAIN_NAME=Default\nexport OS_PROJECT_DOMAIN_NAME=Default\n",
-            self.identity.addr, c.username, c.project
-        )
+            self.identity_url(), c.username, c.project
+        );
+        if !self.tls_ca_file.as_os_str().is_empty() {
+            rc.push_str(&format!(
+                "export OS_CACERT='{}'\n",
+                self.tls_ca_file.display()
+            ));
+        }
+        rc
     }
 
     /// Stops the Compute API (closing its cell buses), the cells' agents

@@ -60,25 +60,24 @@ async fn main() -> Result<()> {
         );
     }
     let region = Region::start(&cfg, Some(telemetry)).await?;
-    println!("  identity  http://{}/v3", region.identity.addr);
+    let scheme = region.scheme;
+    println!("  identity  {}/v3", region.identity_url());
+    println!("  placement {} (identity tokens)", region.placement_url());
     println!(
-        "  placement http://{} (identity tokens)",
-        region.placement.addr
+        "  compute   {} (flavors m1.tiny … m1.xlarge)",
+        region.compute_url()
     );
     println!(
-        "  compute   http://{}/v2.1 (flavors m1.tiny … m1.xlarge)",
-        region.compute.addr
-    );
-    println!(
-        "  image     http://{} (image {})",
-        region.image.addr,
+        "  image     {} (image {})",
+        region.image_url(),
         api_super::image::CIRROS_NAME
     );
+    let ws = if scheme == "https" { "wss" } else { "ws" };
     if let Some(p) = region.compute.serial_proxy {
-        println!("  consoles  ws://{p}/ (serial console proxy)");
+        println!("  consoles  {ws}://{p}/ (serial console proxy)");
     }
     if let Some(p) = region.compute.novnc_proxy {
-        println!("  consoles  http://{p}/vnc_lite.html (noVNC proxy)");
+        println!("  consoles  {scheme}://{p}/vnc_lite.html (noVNC proxy)");
     }
     let db_kind = if cfg.region.on_postgres() {
         "postgresql"

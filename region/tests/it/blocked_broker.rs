@@ -39,7 +39,9 @@ async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
     crate::ephemeral_ports(&mut cfg);
     let region = Region::start(&cfg, None).await.expect("start the region");
     let api = Api::admin_of(&region).await;
+    let t = Instant::now();
     let (id, s) = api.boot("kept", "").await;
+    eprintln!("booted in {:?}", t.elapsed());
     assert_eq!(s["status"], "ACTIVE", "{s}");
     let path = format!("/v2.1/servers/{id}");
 
@@ -50,6 +52,7 @@ async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
     let started = Instant::now();
     let (status, body) = api.call("DELETE", &path, "2.1", None).await;
     let took = started.elapsed();
+    eprintln!("while blocked: DELETE answered {status} in {took:?}");
     assert_eq!(status, 503, "{body}");
     // Bounded by the publish wait (10 s), in practice at once.
     assert!(took < Duration::from_secs(12), "the DELETE took {took:?}");
@@ -64,10 +67,21 @@ async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
     tokio::task::spawn_blocking(move || drop(restore))
         .await
         .unwrap();
+    let unblocked = Instant::now();
+    eprintln!(
+        "alarm cleared {:?} after the blocked DELETE",
+        started.elapsed()
+    );
     // The host's heartbeats go on: it is up, and takes the delete.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        let t = Instant::now();
         let (status, body) = api.call("DELETE", &path, "2.1", None).await;
+        eprintln!(
+            "{:?} after the alarm cleared: DELETE answered {status} in {:?}: {body}",
+            unblocked.elapsed(),
+            t.elapsed()
+        );
         if status == 204 {
             break;
         }
@@ -79,6 +93,7 @@ async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
         assert!(Instant::now() < deadline, "{id} not deleted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    eprintln!("{:?} after the alarm cleared: deleted", unblocked.elapsed());
     let (_, services) = api.call("GET", "/v2.1/os-services", "2.1", None).await;
     let computes: Vec<_> = services["services"]
         .as_array()

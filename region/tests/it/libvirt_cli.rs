@@ -147,13 +147,9 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
     // read them (a temp dir of their own, world-traversable; the region's
     // data directory is private to its owner).
     let instances = testkit::temp_dir("region_libvirt_cli_instances");
-    let port = || format!("127.0.0.1:{}", testkit::free_port());
-    let r = super::start_with(
+    let r = super::start_catalog(
         &dir,
         &[
-            ("REGION__REGION__PLACEMENT_LISTEN", port()),
-            ("REGION__REGION__COMPUTE_LISTEN", port()),
-            ("REGION__REGION__IMAGE_LISTEN", port()),
             ("REGION__REGION__COMPUTE_DRIVER", "libvirt".into()),
             ("REGION__REGION__CELLS", "1".into()),
             ("REGION__REGION__HOSTS_PER_CELL", "1".into()),

@@ -23,6 +23,7 @@ mod server_actions_cli;
 mod servers_cli;
 mod service_user;
 mod steps;
+mod tls;
 mod user_apis_cli;
 
 use std::io::{BufRead, BufReader};
@@ -181,20 +182,24 @@ impl Drop for Running {
 }
 
 impl Running {
-    fn addr(&self, prefix: &str) -> SocketAddr {
+    /// The URL the region printed on its `prefix` line (`identity  https://…/v3`).
+    fn url(&self, prefix: &str) -> String {
         self.lines
             .iter()
             .find_map(|l| l.trim().strip_prefix(prefix))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_start_matches("http://")
-                    .split(['/', ' '])
-                    .next()
-                    .map(str::to_owned)
-            })
+            .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
             .unwrap_or_else(|| panic!("no {prefix} line in {:?}", self.lines))
+    }
+
+    fn addr(&self, prefix: &str) -> SocketAddr {
+        let url = self.url(prefix);
+        url.split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default()
             .parse()
-            .expect("address")
+            .unwrap_or_else(|e| panic!("no address in {url}: {e}"))
     }
     /// The `nth` value the region printed for `var`; a password is
     /// printed as `"$(cat '<file>')"` (never itself), read here as the
@@ -221,6 +226,19 @@ impl Running {
 
 fn start(dir: &std::path::Path) -> Running {
     start_with(dir, &[])
+}
+
+/// Starts the region binary in `dir` with `extra` settings, on ports the
+/// catalog can name before they are bound (placement, compute, image).
+fn start_catalog(dir: &std::path::Path, extra: &[(&str, String)]) -> Running {
+    let port = || format!("127.0.0.1:{}", testkit::free_port());
+    let mut env = vec![
+        ("REGION__REGION__PLACEMENT_LISTEN", port()),
+        ("REGION__REGION__COMPUTE_LISTEN", port()),
+        ("REGION__REGION__IMAGE_LISTEN", port()),
+    ];
+    env.extend(extra.iter().cloned());
+    start_with(dir, &env)
 }
 
 fn start_with(dir: &std::path::Path, env: &[(&str, String)]) -> Running {

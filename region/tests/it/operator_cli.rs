@@ -32,18 +32,7 @@ fn openstack_cli_runs_the_operator_apis_with(extra: &[(&'static str, String)]) {
     };
     let dir = testkit::temp_dir("region_operator_cli");
     // The catalog must name the ports really used.
-    let port = || format!("127.0.0.1:{}", testkit::free_port());
-    let r = super::start_with(
-        &dir,
-        &[
-            ("REGION__REGION__PLACEMENT_LISTEN", port()),
-            ("REGION__REGION__COMPUTE_LISTEN", port()),
-            ("REGION__REGION__IMAGE_LISTEN", port()),
-        ]
-        .into_iter()
-        .chain(extra.iter().cloned())
-        .collect::<Vec<_>>(),
-    );
+    let r = super::start_catalog(&dir, extra);
     let admin = Cli {
         bin: bin.clone(),
         env: os_env(&r, "admin", 0, "admin"),

@@ -24,10 +24,7 @@ pub(crate) fn os_env(
     project: &str,
 ) -> Vec<(String, String)> {
     vec![
-        (
-            "OS_AUTH_URL".into(),
-            format!("http://{}/v3", r.addr("identity")),
-        ),
+        ("OS_AUTH_URL".into(), r.url("identity")),
         ("OS_IDENTITY_API_VERSION".into(), "3".into()),
         ("OS_USERNAME".into(), user.into()),
         ("OS_PASSWORD".into(), r.export("OS_PASSWORD", nth)),

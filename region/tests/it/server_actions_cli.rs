@@ -54,18 +54,7 @@ fn openstack_cli_server_actions_properties_tags_and_events_with(extra: &[(&'stat
         return;
     };
     let dir = testkit::temp_dir("region_server_actions_cli");
-    let port = || format!("127.0.0.1:{}", testkit::free_port());
-    let r = super::start_with(
-        &dir,
-        &[
-            ("REGION__REGION__PLACEMENT_LISTEN", port()),
-            ("REGION__REGION__COMPUTE_LISTEN", port()),
-            ("REGION__REGION__IMAGE_LISTEN", port()),
-        ]
-        .into_iter()
-        .chain(extra.iter().cloned())
-        .collect::<Vec<_>>(),
-    );
+    let r = super::start_catalog(&dir, extra);
     let member = Cli {
         bin: bin.clone(),
         env: os_env(&r, "demo", 1, "demo"),

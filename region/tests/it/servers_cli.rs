@@ -9,26 +9,13 @@ use std::process::Command;
 
 use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
 
-/// Starts the region binary in `dir` with `extra` settings, on ports the
-/// catalog can name before they are bound.
-fn start(dir: &Path, extra: &[(&str, String)]) -> super::Running {
-    let port = || format!("127.0.0.1:{}", testkit::free_port());
-    let mut env = vec![
-        ("REGION__REGION__PLACEMENT_LISTEN", port()),
-        ("REGION__REGION__COMPUTE_LISTEN", port()),
-        ("REGION__REGION__IMAGE_LISTEN", port()),
-    ];
-    env.extend(extra.iter().cloned());
-    super::start_with(dir, &env)
-}
-
 #[test]
 fn openstack_cli_boots_lists_shows_and_deletes_servers() {
     let Some(bin) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
         return;
     };
     let dir = testkit::temp_dir("region_servers_cli");
-    let r = start(&dir, &[]);
+    let r = super::start_catalog(&dir, &[]);
     boot_list_show_delete(&r, &bin);
     drop(r);
     std::fs::remove_dir_all(&dir).ok();
@@ -46,7 +33,7 @@ fn openstack_cli_boots_servers_on_postgresql_and_rabbitmq() {
         return;
     };
     let dir = testkit::temp_dir("region_servers_pg");
-    let r = start(&dir, &backends);
+    let r = super::start_catalog(&dir, &backends);
     assert!(
         r.lines
             .iter()

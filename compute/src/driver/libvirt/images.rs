@@ -156,11 +156,12 @@ impl GlanceImages {
         token: fabric::token::SharedToken,
         timeout: Duration,
     ) -> Result<Self, ImageError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(timeout)
-            .build()
-            .map_err(|e| ImageError::Service(format!("HTTP client: {e}")))?;
+        let http = fabric::http::client(&fabric::http::ClientOptions {
+            connect_timeout: Duration::from_secs(10),
+            timeout,
+            ..Default::default()
+        })
+        .map_err(|e| ImageError::Service(format!("HTTP client: {e}")))?;
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
