@@ -100,6 +100,8 @@ struct ApiSuperConfig {
     /// An external Keystone instead of serving identity here.
     external_identity: ExternalIdentitySection,
     telemetry: TelemetryConfig,
+    /// What this process's clients trust (`[tls] ca_file`).
+    tls: fabric::config::TlsConfig,
 }
 
 /// `[api_database]`.
@@ -209,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
                 cfg.identity.listen = l;
             }
             let _t = fabric::telemetry::init("api-super", &cfg.telemetry)?;
+            cfg.tls.apply()?;
             // Identity here, or an external Keystone asked per token.
             let mut kept = None;
             let (identity_running, auth, identity_url): (

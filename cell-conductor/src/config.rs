@@ -115,4 +115,6 @@ pub struct ConductorConfig {
     pub placement: PlacementSection,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
+    /// What this process's clients trust (`[tls] ca_file`: https, amqps).
+    pub tls: fabric::config::TlsConfig,
 }

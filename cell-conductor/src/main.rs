@@ -36,6 +36,7 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     fabric::telemetry::init("cell-conductor", &cfg.telemetry)?;
+    cfg.tls.apply()?;
     let bus = fabric::bus::connect(&cfg.bus.transport_url)
         .await
         .context("connect to the cell's bus")?;

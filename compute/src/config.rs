@@ -144,6 +144,8 @@ pub struct ComputeConfig {
     pub libvirt: crate::driver::libvirt::config::LibvirtSection,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
+    /// What this process's clients trust (`[tls] ca_file`: https, amqps).
+    pub tls: fabric::config::TlsConfig,
 }
 
 impl ComputeConfig {

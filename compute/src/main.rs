@@ -42,6 +42,7 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     fabric::telemetry::init("compute", &cfg.telemetry)?;
+    cfg.tls.apply()?;
     if !matches!(cfg.compute.driver.as_str(), "fake" | "libvirt") {
         bail!(
             "compute.driver {:?} is not a driver: fake or libvirt",

@@ -168,6 +168,28 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// The `[tls]` section every service shares: what its clients trust.
+/// Servers take their certificate in their own `[<service>.http]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// A PEM bundle of CA certificates every client of this process trusts
+    /// besides the system's roots (https to identity, placement and image;
+    /// `amqps://` to the broker). Empty: the system's roots only.
+    pub ca_file: std::path::PathBuf,
+}
+
+impl TlsConfig {
+    /// Makes the process trust `ca_file` (read and checked now); nothing
+    /// when it is empty. Call before any client is built.
+    pub fn apply(&self) -> Result<(), crate::http::ClientError> {
+        if self.ca_file.as_os_str().is_empty() {
+            return Ok(());
+        }
+        crate::http::trust_ca_file(&self.ca_file)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

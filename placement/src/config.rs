@@ -77,6 +77,8 @@ pub struct PlacementConfig {
     pub randomize_allocation_candidates: bool,
     /// Logging and metrics.
     pub telemetry: TelemetryConfig,
+    /// What this process's clients trust (`[tls] ca_file`: https, amqps).
+    pub tls: fabric::config::TlsConfig,
     /// A policy file (YAML or JSON) overriding upstream's default rules
     /// ([`crate::policy`]); empty for none.
     pub policy_file: String,
@@ -96,6 +98,7 @@ impl Default for PlacementConfig {
             index_reconcile_secs: 60,
             randomize_allocation_candidates: false,
             telemetry: TelemetryConfig::default(),
+            tls: Default::default(),
             policy_file: String::new(),
             http: httpd::Limits::default(),
         }

@@ -49,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let telemetry = fabric::telemetry::init("placement", &cfg.telemetry)?;
+    cfg.tls.apply()?;
     let running = placement::serve(&cfg, Some(telemetry)).await?;
     println!("placement listening on http://{}", running.addr);
     tokio::select! {

@@ -12,9 +12,10 @@
 //! [`proxy::TcpProxy`] stands in front of a real server so that a test can
 //! take it away (refused or hanging connections) and bring it back.
 //!
-//! [`pki::TestPki`] makes a CA and a server certificate for https tests.
+//! [`pki::TestPki`] makes a CA and a server certificate for TLS tests, and
+//! [`pki::TlsProxy`] puts TLS in front of a plain service.
 //!
-//! May depend on: sqlx, tokio and openssl. Only ever a dev-dependency.
+//! May depend on: sqlx, tokio, openssl and tokio-native-tls. Only ever a dev-dependency.
 
 pub mod http;
 pub mod pki;

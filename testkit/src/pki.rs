@@ -1,8 +1,14 @@
-//! https in tests: a CA and a server certificate for 127.0.0.1 and
+//! TLS in tests: a CA and a server certificate for 127.0.0.1 and
 //! localhost, made in-process with OpenSSL (P-256 keys, valid for a day),
-//! as PEM and as files a server and its clients are configured with.
+//! as PEM and as files a server and its clients are configured with; and
+//! [`TlsProxy`], a TLS-terminating TCP proxy in front of a plain service
+//! (a real RabbitMQ for `amqps://`, a plain-http API), counting the
+//! handshakes it finished and those the client broke off.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use openssl::asn1::Asn1Time;
 use openssl::bn::BigNum;
@@ -14,6 +20,8 @@ use openssl::x509::extension::{
     BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
 };
 use openssl::x509::{X509Builder, X509Name, X509};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_native_tls::{native_tls, TlsAcceptor};
 
 /// A CA and a server certificate it signed, all PEM.
 pub struct TestPki {
@@ -118,6 +126,12 @@ impl TestPki {
         }
     }
 
+    /// An acceptor serving the server certificate.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        let identity = native_tls::Identity::from_pkcs8(&self.cert_pem, &self.key_pem).unwrap();
+        TlsAcceptor::from(native_tls::TlsAcceptor::new(identity).unwrap())
+    }
+
     /// Writes `ca.pem`, `cert.pem` and `key.pem` (0600) into `dir`.
     pub fn write_to(&self, dir: &Path) -> PkiFiles {
         use std::os::unix::fs::PermissionsExt;
@@ -132,5 +146,72 @@ impl TestPki {
         std::fs::write(&files.key_file, &self.key_pem).unwrap();
         std::fs::set_permissions(&files.key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
         files
+    }
+}
+
+/// A TLS-terminating proxy on 127.0.0.1 in front of a plain TCP service;
+/// stops when dropped.
+pub struct TlsProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    handshakes: Arc<AtomicUsize>,
+    broken_off: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsProxy {
+    /// Listens on a free port, carries each connection whose handshake
+    /// succeeds to `upstream`.
+    pub async fn start(upstream: SocketAddr, acceptor: TlsAcceptor) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let broken_off = Arc::new(AtomicUsize::new(0));
+        let (ok, failed) = (handshakes.clone(), broken_off.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, ok, failed) = (acceptor.clone(), ok.clone(), failed.clone());
+                tokio::spawn(async move {
+                    let mut tls = match acceptor.accept(tcp).await {
+                        Ok(tls) => tls,
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    };
+                    ok.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(mut plain) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            handshakes,
+            broken_off,
+            task,
+        }
+    }
+
+    /// `https://` and the address.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// Handshakes finished so far.
+    pub fn handshakes(&self) -> usize {
+        self.handshakes.load(Ordering::SeqCst)
+    }
+
+    /// Handshakes the client broke off (or that failed) so far.
+    pub fn broken_off(&self) -> usize {
+        self.broken_off.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

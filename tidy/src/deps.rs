@@ -146,10 +146,10 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         stated_in: "testkit",
-        says: "May depend on: sqlx, tokio and openssl",
+        says: "May depend on: sqlx, tokio, openssl and tokio-native-tls",
         crates: Crates::Only(&["testkit"]),
         tables: Tables::Normal,
-        deps: Deps::OnlyFrom(&["sqlx", "tokio", "openssl"]),
+        deps: Deps::OnlyFrom(&["sqlx", "tokio", "openssl", "tokio-native-tls"]),
     },
     Rule {
         stated_in: "testkit",

@@ -39,6 +39,9 @@ pub struct Config {
     /// `[database] connection`: default cell database for `create-cell`
     /// and `simple-cell-setup`, and the base of cell0's default URL.
     pub database: DbSection,
+    /// `[tls] ca_file`: the CA trusted for `amqps://` brokers (checked by
+    /// `create-cell`) besides the system's roots.
+    pub tls: fabric::config::TlsConfig,
 }
 
 /// A `connection = "URL"` section.
@@ -335,6 +338,10 @@ pub async fn run(cli: Cli) -> i32 {
             return 1;
         }
     };
+    if let Err(e) = config.tls.apply() {
+        eprintln!("error: [tls] ca_file: {e}");
+        return 1;
+    }
     let api_url = cli
         .api_database_connection
         .clone()

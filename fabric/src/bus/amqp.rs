@@ -155,7 +155,8 @@ struct Inner {
 }
 
 impl AmqpTransport {
-    /// Connects to `uri` (`amqp://user:pass@host:port/vhost`). The first
+    /// Connects to `uri` (`amqp://user:pass@host:port/vhost`, or `amqps://`
+    /// for TLS, port 5671 by default). The first
     /// connection attempt must succeed; later losses are retried forever.
     pub async fn connect(uri: &str, options: BusOptions) -> Result<Self> {
         let inner = Arc::new(Inner {
@@ -195,7 +196,19 @@ impl Inner {
             .with_connection_name(self.options.connection_name.clone().into())
             .with_executor(tokio_executor_trait::Tokio::current())
             .with_reactor(tokio_reactor_trait::Tokio);
-        let conn = Connection::connect(&self.uri, props)
+        // `amqps://`: TLS through the system's OpenSSL, trusting the
+        // process's CA (`http::trust_ca_file`) besides the system's roots.
+        let tls = lapin::tcp::OwnedTLSConfig {
+            identity: None,
+            cert_chain: match crate::http::process_ca_file() {
+                Some(path) if self.uri.starts_with("amqps://") => Some(
+                    std::fs::read_to_string(&path)
+                        .map_err(|e| BusError::Tls(format!("{}: {e}", path.display())))?,
+                ),
+                _ => None,
+            },
+        };
+        let conn = Connection::connect_with_config(&self.uri, props, tls)
             .await
             .map_err(BusError::Broker)?;
         let lost = Arc::new(Notify::new());

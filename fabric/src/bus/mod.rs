@@ -96,6 +96,9 @@ pub enum BusError {
     /// The broker refused a publish (negative confirm or unroutable).
     #[error("broker refused the message")]
     Refused,
+    /// The CA to trust for `amqps://` could not be read.
+    #[error("cannot read the CA file for amqps: {0}")]
+    Tls(String),
     /// The broker is blocking publishers (`connection.blocked`: a memory
     /// or disk alarm); nothing was sent. Fails at once instead of waiting
     /// for a broker that reads nothing until its alarm clears.

@@ -2,3 +2,4 @@
 
 mod blocked;
 mod bus;
+mod tls;

@@ -5,7 +5,6 @@ mod faults;
 mod fleet;
 mod kill_host;
 mod scenario;
-mod tls;
 
 use std::time::Duration;
 

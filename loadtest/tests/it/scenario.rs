@@ -832,15 +832,15 @@ list_runs = 1
 /// certificate is an error at start naming the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_target_over_https_trusts_the_ca_file_or_insecure() {
-    use crate::tls::{TestPki, TlsProxy};
+    use testkit::pki::{TestPki, TlsProxy};
 
     let dir = testkit::temp_dir("loadtest_url_https");
     let region = url_region(dir.join("region")).await;
     let pki = TestPki::new();
     std::fs::write(dir.join("ca.pem"), &pki.ca_pem).unwrap();
     std::fs::write(dir.join("empty.pem"), "no certificate here\n").unwrap();
-    let identity = TlsProxy::start(region.identity.addr, pki.acceptor.clone()).await;
-    let compute = TlsProxy::start(region.compute.addr, pki.acceptor.clone()).await;
+    let identity = TlsProxy::start(region.identity.addr, pki.acceptor()).await;
+    let compute = TlsProxy::start(region.compute.addr, pki.acceptor()).await;
     std::env::set_var("LOADTEST_IT_HTTPS_PASSWORD", &region.admin.password);
     std::env::remove_var("OS_CACERT");
     let scenario = |trust: &str| {
@@ -1062,15 +1062,15 @@ concurrency = 1
 /// does not serve is refused by it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boot_command_attaches_over_https_with_domains_and_microversion() {
-    use crate::tls::{TestPki, TlsProxy};
+    use testkit::pki::{TestPki, TlsProxy};
 
     let dir = testkit::temp_dir("loadtest_boot_https");
     let region = url_region(dir.join("region")).await;
     let pki = TestPki::new();
     let ca = dir.join("ca.pem");
     std::fs::write(&ca, &pki.ca_pem).unwrap();
-    let identity = TlsProxy::start(region.identity.addr, pki.acceptor.clone()).await;
-    let compute = TlsProxy::start(region.compute.addr, pki.acceptor.clone()).await;
+    let identity = TlsProxy::start(region.identity.addr, pki.acceptor()).await;
+    let compute = TlsProxy::start(region.compute.addr, pki.acceptor()).await;
     let boot = |extra: &[&str]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loadtest"));
         cmd.args([

@@ -21,6 +21,10 @@
 //! to notice and to recover; and `cell-manage placement audit` finds
 //! nothing orphaned (issue 31).
 //!
+//! All of it over TLS: every API on https with a test CA's certificate,
+//! every process trusting that CA (`[tls] ca_file`), the cells' brokers
+//! reached over `amqps://` through a TLS proxy in front of RabbitMQ.
+//!
 //! The binaries of the other crates are found next to the `region` binary
 //! (the workspace build puts them there; `scripts/test.sh` builds them).
 
@@ -86,10 +90,42 @@ fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The test CA's files, set once by the test.
+static TLS: std::sync::OnceLock<testkit::pki::PkiFiles> = std::sync::OnceLock::new();
+
+fn tls() -> &'static testkit::pki::PkiFiles {
+    TLS.get().expect("the test CA is made first")
+}
+
+/// The TLS settings of a process of binary `exe`: the CA its clients
+/// trust, and the certificate of each API it serves.
+fn tls_env(exe: &str) -> Vec<(String, String)> {
+    let t = tls();
+    let (prefix, servers): (&str, &[&str]) = match exe {
+        "api-super" => (
+            "API_SUPER",
+            &["IDENTITY__HTTP", "COMPUTE__HTTP", "IMAGE__HTTP"],
+        ),
+        "placement" => ("PLACEMENT", &["HTTP"]),
+        "compute" => ("COMPUTE", &[]),
+        "cell-conductor" => ("CELL_CONDUCTOR", &[]),
+        "cell-manage" => ("CELL_MANAGE", &[]),
+        other => panic!("no TLS settings for {other}"),
+    };
+    let path = |p: &Path| p.display().to_string();
+    let mut env = vec![(format!("{prefix}__TLS__CA_FILE"), path(&t.ca_file))];
+    for s in servers {
+        env.push((format!("{prefix}__{s}__TLS_CERT_FILE"), path(&t.cert_file)));
+        env.push((format!("{prefix}__{s}__TLS_KEY_FILE"), path(&t.key_file)));
+    }
+    env
+}
+
 fn spawn(dir: &Path, name: &str, exe: &str, args: &[&str], env: &[(&str, String)]) -> Proc {
     let log = dir.join(format!("{name}.log"));
     let child = Command::new(bin(exe))
         .args(args)
+        .envs(tls_env(exe))
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).expect("log file"))
@@ -124,6 +160,7 @@ fn port() -> String {
 
 fn cell_manage(api_db: &str, args: &[&str]) -> String {
     let out = Command::new(bin("cell-manage"))
+        .envs(tls_env("cell-manage"))
         .arg("--api-database-connection")
         .arg(api_db)
         .args(args)
@@ -143,7 +180,9 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
     let Some(py) = testkit::python::venv_or_skip(VENV, PACKAGES) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Multi-threaded: the brokers' TLS proxy runs on it in the background.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
@@ -162,12 +201,27 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         };
         db.insert(name, pg.url);
     }
+    // TLS everywhere: every API serves https with a certificate of a test
+    // CA, every process trusts that CA (`[tls] ca_file`), and the cells'
+    // brokers are reached over amqps:// (a TLS proxy in front of RabbitMQ).
+    let pki = testkit::pki::TestPki::new();
+    let _ = TLS.set(pki.write_to(&testkit::temp_dir("distributed_pki")));
+    let broker_tls = rt.block_on(testkit::pki::TlsProxy::start(
+        "127.0.0.1:5672".parse().unwrap(),
+        pki.acceptor(),
+    ));
     let mut mq = std::collections::HashMap::new();
     for cell in ["cell1", "cell2"] {
         let Some(url) = testkit::rabbitmq(&format!("dist_{cell}")) else {
             return;
         };
-        mq.insert(cell, url);
+        let amqps = url.replacen("amqp://", "amqps://", 1).replacen(
+            "127.0.0.1:5672",
+            &broker_tls.addr.to_string(),
+            1,
+        );
+        assert!(amqps.starts_with("amqps://"), "{amqps}");
+        mq.insert(cell, amqps);
     }
     let dir = testkit::temp_dir("distributed");
     let (identity, compute, image, placement) = (port(), port(), port(), port());
@@ -189,21 +243,21 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         ),
         (
             "API_SUPER__IDENTITY__ENDPOINTS__COMPUTE",
-            format!("http://{compute}/v2.1"),
+            format!("https://{compute}/v2.1"),
         ),
         (
             "API_SUPER__IDENTITY__ENDPOINTS__PLACEMENT",
-            format!("http://{placement}"),
+            format!("https://{placement}"),
         ),
         (
             "API_SUPER__IDENTITY__ENDPOINTS__IMAGE",
-            format!("http://{image}"),
+            format!("https://{image}"),
         ),
     ];
     let api_env = vec![
         (
             "API_SUPER__EXTERNAL_IDENTITY__URL",
-            format!("http://{identity}/v3"),
+            format!("https://{identity}/v3"),
         ),
         (
             "API_SUPER__EXTERNAL_IDENTITY__AUTH__USERNAME",
@@ -230,7 +284,7 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         ),
         (
             "API_SUPER__PLACEMENT__ENDPOINT",
-            format!("http://{placement}"),
+            format!("https://{placement}"),
         ),
         ("API_SUPER__PLACEMENT__AUTH__USERNAME", "nova".into()),
         ("API_SUPER__PLACEMENT__AUTH__PASSWORD", nova_pw.clone()),
@@ -308,7 +362,7 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             "keystone_remote",
         ],
         &[
-            ("PLACEMENT__IDENTITY_URL", format!("http://{identity}")),
+            ("PLACEMENT__IDENTITY_URL", format!("https://{identity}")),
             ("PLACEMENT__KEYSTONE_REMOTE__AUTH__USERNAME", "nova".into()),
             (
                 "PLACEMENT__KEYSTONE_REMOTE__AUTH__PASSWORD",
@@ -326,11 +380,11 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
         vec![
             (
                 format!("{prefix}__PLACEMENT__ENDPOINT"),
-                format!("http://{placement}"),
+                format!("https://{placement}"),
             ),
             (
                 format!("{prefix}__PLACEMENT__AUTH__AUTH_URL"),
-                format!("http://{identity}/v3"),
+                format!("https://{identity}/v3"),
             ),
             (
                 format!("{prefix}__PLACEMENT__AUTH__USERNAME"),
@@ -409,7 +463,8 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
 
     let env = |user: &str, pw: &str| -> Vec<(String, String)> {
         vec![
-            ("OS_AUTH_URL".into(), format!("http://{identity}/v3")),
+            ("OS_AUTH_URL".into(), format!("https://{identity}/v3")),
+            ("OS_CACERT".into(), tls().ca_file.display().to_string()),
             ("OS_IDENTITY_API_VERSION".into(), "3".into()),
             ("OS_USERNAME".into(), user.into()),
             ("OS_PASSWORD".into(), pw.into()),
@@ -690,8 +745,9 @@ fn openstack_cli_boots_on_the_distributed_deployment() {
             r#"name = "kill-host"
 [target]
 kind = "url"
-compute_url = "http://{compute}/v2.1"
-identity_url = "http://{identity}/v3"
+compute_url = "https://{compute}/v2.1"
+identity_url = "https://{identity}/v3"
+ca_file = "{ca}"
 username = "admin"
 project = "admin"
 password_env = "LT_ADMIN_PASSWORD"
@@ -709,7 +765,8 @@ host = "{spare_host}"
 command = ["kill", "-9", "{pid}"]
 after_boots = 4
 "#,
-            pid = victim.child.id()
+            pid = victim.child.id(),
+            ca = tls().ca_file.display()
         ),
     )
     .unwrap();
@@ -751,6 +808,7 @@ after_boots = 4
     // Nothing left in placement: the conductors audit their cells when
     // asked (`cell-manage placement audit` over each cell's bus).
     let audit = Command::new(bin("cell-manage"))
+        .envs(tls_env("cell-manage"))
         .args([
             "--api-database-connection",
             api_db,
@@ -777,6 +835,13 @@ after_boots = 4
             p.name
         );
     }
+    // The cells' conductors, computes and the API reached the brokers
+    // through the TLS proxy only.
+    assert!(
+        broker_tls.handshakes() >= 5,
+        "{} TLS handshakes with the brokers",
+        broker_tls.handshakes()
+    );
     drop(procs);
     drop(api);
     std::fs::remove_dir_all(&dir).ok();
