@@ -91,6 +91,11 @@ pub async fn serve_with(
         auth: state_auth.clone(),
         policy,
         randomize_allocation_candidates: cfg.randomize_allocation_candidates,
+        scheme: if cfg.http.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        },
     };
     let mut app = api::router(state);
     if let Some(t) = telemetry {

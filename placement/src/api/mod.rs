@@ -44,6 +44,9 @@ pub struct AppState {
     pub policy: Arc<fabric::policy::Policy>,
     /// `randomize_allocation_candidates`: shuffle candidates before `limit`.
     pub randomize_allocation_candidates: bool,
+    /// `https` when the server speaks TLS, else `http` (absolute
+    /// `Location` headers).
+    pub scheme: &'static str,
 }
 
 /// Builds the placement REST API.
@@ -261,7 +264,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         HeaderValue::from_str(&mv.header_value()).expect("ascii"),
     );
     h.insert(header::VARY, HeaderValue::from_static(microversion::HEADER));
-    absolute_location(h, host.as_deref());
+    absolute_location(h, state.scheme, host.as_deref());
     // Upstream sends the cache headers (1.15+) with GET answers and with
     // PUT/POST answers that carry a body (handlers add them to others).
     let cacheable = match method {
@@ -353,13 +356,13 @@ fn normalize_allow(headers: &mut HeaderMap) {
 }
 
 /// Upstream's `Location` headers are absolute URLs (webob makes them so).
-fn absolute_location(headers: &mut HeaderMap, host: Option<&str>) {
+fn absolute_location(headers: &mut HeaderMap, scheme: &str, host: Option<&str>) {
     let Some(host) = host else { return };
     let Some(loc) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) else {
         return;
     };
     if loc.starts_with('/') {
-        if let Ok(v) = HeaderValue::from_str(&format!("http://{host}{loc}")) {
+        if let Ok(v) = HeaderValue::from_str(&format!("{scheme}://{host}{loc}")) {
             headers.insert(header::LOCATION, v);
         }
     }

@@ -93,11 +93,33 @@ fn openstack_cli_drives_the_region_over_https() {
         "expected a certificate error: {err}"
     );
 
-    // Plain http to the identity port gets no HTTP answer.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    // Placement's absolute `Location` names https.
+    let token = admin.ok(&["token", "issue", "-f", "value", "-c", "id"]);
+    let created = rt.block_on(async {
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca_file).unwrap()).unwrap();
+        reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .build()
+            .unwrap()
+            .post(format!("{}/resource_providers", r.url("placement")))
+            .header("X-Auth-Token", token.trim())
+            .json(&serde_json::json!({"name": "tls-rp"}))
+            .send()
+            .await
+            .unwrap()
+    });
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap();
+    assert!(
+        location.starts_with(&format!("{}/resource_providers/", r.url("placement"))),
+        "{location}"
+    );
+
+    // Plain http to the identity port gets no HTTP answer.
     let plain = rt.block_on(async {
         reqwest::Client::new()
             .get(format!("http://{}/v3", r.addr("identity")))
