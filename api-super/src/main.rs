@@ -123,6 +123,10 @@ struct ExternalIdentitySection {
     auth: fabric::login::ServiceCredentials,
     /// Seconds a validation is cached.
     cache_ttl_secs: u64,
+    /// Accept an `http://` URL on another machine (whoever is on the path
+    /// could then answer for any token). Default: https, or http on a
+    /// loopback address only.
+    allow_plain_http: bool,
 }
 
 impl Default for ExternalIdentitySection {
@@ -131,6 +135,7 @@ impl Default for ExternalIdentitySection {
             url: String::new(),
             auth: Default::default(),
             cache_ttl_secs: 60,
+            allow_plain_http: false,
         }
     }
 }
@@ -220,13 +225,23 @@ async fn main() -> anyhow::Result<()> {
                 String,
             ) = if cfg.external_identity.url.is_empty() {
                 let running = identity::serve_identity(cfg.identity.clone()).await?;
-                println!("identity listening on http://{}", running.addr);
-                let url = format!("http://{}", running.addr);
+                let scheme = if cfg.identity.http.tls_cert_file.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                let url = format!("{scheme}://{}", running.addr);
+                println!("identity listening on {url}");
                 let auth = running.identity.validator.clone();
                 (Some(running), auth, url)
             } else {
                 use anyhow::Context;
                 let ext = &cfg.external_identity;
+                fabric::http::refuse_plain_http_off_loopback(
+                    "external_identity.url",
+                    &ext.url,
+                    ext.allow_plain_http,
+                )?;
                 if !ext.auth.is_set() {
                     anyhow::bail!(
                         "external_identity.url needs a service user in [external_identity.auth]"

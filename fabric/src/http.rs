@@ -110,6 +110,56 @@ pub fn client(options: &ClientOptions) -> Result<reqwest::Client, ClientError> {
     b.build().map_err(ClientError::Build)
 }
 
+/// Refuses `url` (named `option` in the error) when it is not an http(s)
+/// URL, or is plain `http://` to a host that is not this machine's loopback (127.0.0.0/8,
+/// `::1`, `localhost`), unless `allowed`: the identity service's keys and
+/// token checks must come over TLS or from this machine, or whoever is on
+/// the path could install its own key or vouch for any token.
+pub fn refuse_plain_http_off_loopback(
+    option: &str,
+    url: &str,
+    allowed: bool,
+) -> Result<(), PlainHttpRefused> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| PlainHttpRefused {
+        option: option.to_owned(),
+        url: url.to_owned(),
+        why: format!("not a URL: {e}"),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(PlainHttpRefused {
+            option: option.to_owned(),
+            url: url.to_owned(),
+            why: "not an http:// or https:// URL with a host".to_owned(),
+        });
+    }
+    let host = parsed.host_str().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if parsed.scheme() == "http" && !loopback && !allowed {
+        return Err(PlainHttpRefused {
+            option: option.to_owned(),
+            url: url.to_owned(),
+            why: "plain http to another machine: anyone on the path could answer for the \
+                  identity service. Use https (with [tls] ca_file for a private CA), a \
+                  loopback address, or set allow_plain_http = true"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// [`refuse_plain_http_off_loopback`]'s refusal.
+#[derive(Debug, thiserror::Error)]
+#[error("{option} = {url}: {why}")]
+pub struct PlainHttpRefused {
+    option: String,
+    url: String,
+    why: String,
+}
+
 /// How long a request answered 503 (full) is sent again for, from its
 /// first 503: long enough for a burst to drain (the 1,757 deletes of a
 /// 10,000-host fleet at once: placement takes them 512 at a time on one
@@ -262,6 +312,33 @@ mod tests {
         // 0.1 s waits (0.075–0.1 with jitter) within 0.4 s: 4 to 6 sends.
         let n = seen.lock().unwrap().len();
         assert!((4..=6).contains(&n), "{n} requests");
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback_unless_allowed() {
+        let ok = |u: &str, allowed| refuse_plain_http_off_loopback("identity_url", u, allowed);
+        for u in [
+            "https://keystone.example:5000",
+            "http://127.0.0.1:5000",
+            "http://127.9.9.9:5000/v3",
+            "http://[::1]:5000",
+            "http://localhost:5000",
+            "https://10.0.0.5/identity",
+        ] {
+            assert!(ok(u, false).is_ok(), "{u}");
+        }
+        for u in [
+            "http://10.0.0.5/identity",
+            "http://keystone.example:5000/v3",
+        ] {
+            let e = ok(u, false).unwrap_err().to_string();
+            assert!(
+                e.contains("identity_url") && e.contains("plain http"),
+                "{e}"
+            );
+            assert!(ok(u, true).is_ok(), "{u} allowed");
+        }
+        assert!(ok("keystone:5000", false).is_err());
     }
 
     #[test]

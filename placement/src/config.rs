@@ -55,6 +55,11 @@ pub struct PlacementConfig {
     /// Off: placement refuses to start so, since under `noauth2` anyone
     /// who reaches it is an administrator (the token `admin`).
     pub allow_noauth2_remote: bool,
+    /// Accept an `http://` `identity_url` on another machine for
+    /// `keystone` and `keystone_remote` (keys, revocations and token
+    /// checks then travel unprotected). Default: https, or http on a
+    /// loopback address only.
+    pub allow_plain_http_identity: bool,
     /// The identity service (for `keystone` and `keystone_remote`), e.g.
     /// `http://127.0.0.1:5000`.
     pub identity_url: String,
@@ -92,6 +97,7 @@ impl Default for PlacementConfig {
             listen: "127.0.0.1:8778".to_owned(),
             auth_strategy: "noauth2".to_owned(),
             allow_noauth2_remote: false,
+            allow_plain_http_identity: false,
             identity_url: String::new(),
             keystone_remote: KeystoneRemoteConfig::default(),
             database: DatabaseConfig::default(),

@@ -53,6 +53,16 @@ pub async fn serve(
     cfg: &PlacementConfig,
     telemetry: Option<fabric::telemetry::Telemetry>,
 ) -> anyhow::Result<Running> {
+    // (An empty one is refused below, with what else is missing.)
+    if matches!(cfg.auth_strategy.as_str(), "keystone" | "keystone_remote")
+        && !cfg.identity_url.is_empty()
+    {
+        fabric::http::refuse_plain_http_off_loopback(
+            "placement: identity_url",
+            &cfg.identity_url,
+            cfg.allow_plain_http_identity,
+        )?;
+    }
     let auth = auth::AuthStrategy::from_config_with(
         &cfg.auth_strategy,
         &cfg.identity_url,

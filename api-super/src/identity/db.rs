@@ -347,6 +347,17 @@ impl Db {
             .bind(user_id).fetch_all(pool).await)?)
     }
 
+    /// Writes a project's name, description and enabled flag; whether it
+    /// existed.
+    pub async fn update_project(&self, p: &ProjectRow) -> Result<bool> {
+        let done = on_db!(self, pool => sqlx::query(
+            "UPDATE identity_projects SET name = $2, description = $3, enabled = $4 WHERE id = $1")
+            .bind(&p.id).bind(&p.name).bind(&p.description).bind(p.enabled)
+            .execute(pool).await.map(|r| r.rows_affected()))
+        .map_err(|e| conflict(e, "Project"))?;
+        Ok(done == 1)
+    }
+
     /// Deletes a project (and its assignments); whether it existed.
     pub async fn delete_project(&self, id: &str) -> Result<bool> {
         let done = on_db!(self, pool => sqlx::query("DELETE FROM identity_projects WHERE id = $1")

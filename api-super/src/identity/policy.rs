@@ -49,6 +49,7 @@ pub const IDENTITY_DEFAULTS: &[(&str, &str)] = &[
     ),
     ("identity:list_projects", "rule:admin_required"),
     ("identity:create_project", "rule:admin_required"),
+    ("identity:update_project", "rule:admin_required"),
     ("identity:delete_project", "rule:admin_required"),
     (
         "identity:list_user_projects",

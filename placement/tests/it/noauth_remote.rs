@@ -46,3 +46,35 @@ async fn noauth2_serves_on_loopback_or_when_told_explicitly() {
     assert!(!r.addr.ip().is_loopback());
     r.task.abort();
 }
+
+/// The identity service's keys and token checks come over https or from
+/// this machine: `keystone` with a plain-http `identity_url` on another
+/// host is refused before anything is fetched, unless told explicitly.
+#[tokio::test]
+async fn keystone_over_plain_http_to_another_host_is_refused() {
+    let db = testkit::sqlite("keystone_plain_http");
+    for strategy in ["keystone", "keystone_remote"] {
+        let mut cfg = placement::config::PlacementConfig {
+            listen: "127.0.0.1:0".into(),
+            auth_strategy: strategy.into(),
+            // TEST-NET-1: nothing answers there.
+            identity_url: "http://192.0.2.10:5000".into(),
+            ..Default::default()
+        };
+        cfg.database.connection = db.url.clone();
+        let e = placement::serve(&cfg, None).await.err().expect("refused");
+        let e = e.to_string();
+        assert!(
+            e.contains("identity_url") && e.contains("allow_plain_http"),
+            "{strategy}: {e}"
+        );
+        // Told explicitly, it goes on to log in (and fails for want of
+        // a service user: nothing is reached).
+        cfg.allow_plain_http_identity = true;
+        let e = placement::serve(&cfg, None).await.err().expect("no user");
+        assert!(
+            !e.to_string().contains("allow_plain_http"),
+            "{strategy}: {e}"
+        );
+    }
+}

@@ -1,7 +1,8 @@
-//! Removing a grant, disabling a user or deleting a project takes effect
-//! at once: the tokens it covers get 401 from compute, image and
-//! placement (the region's services validate in-process, so "within the
-//! poll interval" is at once; a polling validator is tested in api-super).
+//! Removing a grant, disabling a user, disabling a project or deleting a
+//! project takes effect at once: the tokens it covers get 401 from
+//! compute, image and placement (the region's services validate
+//! in-process, so "within the poll interval" is at once; a polling
+//! validator is tested in api-super).
 
 use std::time::Duration;
 
@@ -123,6 +124,40 @@ async fn removing_a_grant_disabling_a_user_or_deleting_a_project_revokes_their_t
     assert_eq!(r.status(), 200);
     let third = login().await.expect("enabled again").0;
     assert_eq!(statuses(&http, &region, &third).await, [200, 200, 403]);
+
+    // The project disabled (`openstack project set --disable`): its
+    // tokens are refused and none is issued on it; a member may not do
+    // it; enabled again, a new token works and the old one stays revoked.
+    let project_url = format!("{identity}/v3/projects/{project}");
+    let r = http
+        .patch(&project_url)
+        .header("x-auth-token", &third)
+        .json(&json!({"project": {"enabled": false}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a member disabled its project");
+    let patch = |body: Value| admin_call(reqwest::Method::PATCH, project_url.clone(), Some(body));
+    let r = patch(json!({"project": {"enabled": "no"}})).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = patch(json!({"project": {"parent_id": "x"}})).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(statuses(&http, &region, &third).await, [200, 200, 403]);
+    let r = patch(json!({"project": {"enabled": false, "description": "frozen"}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["project"]["enabled"], false);
+    assert_eq!(body["project"]["description"], "frozen");
+    assert_eq!(statuses(&http, &region, &third).await, [401, 401, 401]);
+    assert!(login().await.is_err(), "a disabled project gets no token");
+    let r = patch(json!({"project": {"enabled": true}})).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let fourth = login().await.expect("the project enabled again").0;
+    assert_eq!(statuses(&http, &region, &fourth).await, [200, 200, 403]);
+    assert_eq!(statuses(&http, &region, &third).await, [401, 401, 401]);
+    let third = fourth;
 
     // The project deleted: everybody's tokens on it are refused; the
     // admin's own token (another project) is not.

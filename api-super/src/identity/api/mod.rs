@@ -52,7 +52,9 @@ pub fn router(identity: State) -> Router {
         )
         .route(
             "/v3/projects/{id}",
-            get(resources::get_project).delete(resources::delete_project),
+            get(resources::get_project)
+                .patch(resources::update_project)
+                .delete(resources::delete_project),
         )
         .route(
             "/v3/users",

@@ -114,6 +114,76 @@ pub async fn get_project(
     Ok(Json(json!({"project": project_json(&id, &p)})))
 }
 
+/// `PATCH /v3/projects/{id}`: name, description, enabled. Disabling a
+/// project revokes every token scoped to it (as Keystone does), marked
+/// before and after the change.
+pub async fn update_project(
+    S(id): S<State>,
+    caller: Caller,
+    Path(pid): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>> {
+    caller.authorize(
+        &id,
+        "identity:update_project",
+        &[("target.project.id", &pid)],
+    )?;
+    let v = parse_body(&body)?;
+    let p = v
+        .get("project")
+        .and_then(Value::as_object)
+        .ok_or_else(|| IdentityError::BadRequest("'project' is a required property".into()))?;
+    if let Some(k) = p
+        .keys()
+        .find(|k| !["name", "description", "enabled"].contains(&k.as_str()))
+    {
+        return Err(IdentityError::BadRequest(format!(
+            "updating '{k}' of a project is not supported here (name, description and \
+             enabled are)"
+        )));
+    }
+    let mut row = id
+        .db
+        .project(&pid)
+        .await?
+        .ok_or_else(|| IdentityError::not_found("project", &pid))?;
+    if let Some(name) = p.get("name") {
+        row.name = name
+            .as_str()
+            .filter(|n| !n.trim().is_empty() && n.len() <= 64)
+            .ok_or_else(|| IdentityError::BadRequest("Invalid input for field 'name'".into()))?
+            .to_owned();
+    }
+    if let Some(d) = p.get("description") {
+        row.description = match d {
+            Value::Null => String::new(),
+            Value::String(d) if d.len() <= 65_535 => d.clone(),
+            _ => {
+                return Err(IdentityError::BadRequest(
+                    "Invalid input for field 'description'".into(),
+                ))
+            }
+        };
+    }
+    let mut revoke = false;
+    if let Some(enabled) = p.get("enabled") {
+        row.enabled = enabled.as_bool().ok_or_else(|| {
+            IdentityError::BadRequest("Invalid input for field 'enabled': not a boolean".into())
+        })?;
+        revoke = !row.enabled;
+    }
+    if revoke {
+        id.revoke_project(&pid).await?;
+    }
+    if !id.db.update_project(&row).await? {
+        return Err(IdentityError::not_found("project", &pid));
+    }
+    if revoke {
+        id.revoke_project(&pid).await?;
+    }
+    Ok(Json(json!({"project": project_json(&id, &row)})))
+}
+
 /// `DELETE /v3/projects/{id}`.
 pub async fn delete_project(
     S(id): S<State>,
