@@ -10,5 +10,6 @@ mod docs;
 mod flows;
 mod local_delete;
 mod operator_db;
+mod pg_tls;
 mod server_actions;
 mod unlanded;
