@@ -3,7 +3,8 @@
 # is missing, and (with --daemon) starts libvirtd.
 #
 #   scripts/install-libvirt.sh            build: libvirt-dev, pkg-config, qemu-img,
-#                                         genisoimage (config drives)
+#                                         genisoimage (config drives), libssl-dev
+#                                         (TLS through the system's OpenSSL)
 #   scripts/install-libvirt.sh --daemon   also libvirtd, qemu (started) and noVNC
 #
 # The workspace links libvirt (the `virt` crate) whatever the driver in
@@ -19,6 +20,7 @@ need=()
 want() { dpkg -s "$1" >/dev/null 2>&1 || need+=("$1"); }
 want pkg-config
 want libvirt-dev
+want libssl-dev
 want qemu-utils
 want genisoimage
 if [ "$daemon" = 1 ]; then
