@@ -225,12 +225,7 @@ async fn main() -> anyhow::Result<()> {
                 String,
             ) = if cfg.external_identity.url.is_empty() {
                 let running = identity::serve_identity(cfg.identity.clone()).await?;
-                let scheme = if cfg.identity.http.tls_cert_file.is_some() {
-                    "https"
-                } else {
-                    "http"
-                };
-                let url = format!("{scheme}://{}", running.addr);
+                let url = format!("{}://{}", cfg.identity.http.scheme(), running.addr);
                 println!("identity listening on {url}");
                 let auth = running.identity.validator.clone();
                 (Some(running), auth, url)

@@ -100,6 +100,18 @@ pub struct Limits {
     pub tls_key_file: Option<std::path::PathBuf>,
 }
 
+impl Limits {
+    /// `https` when these settings name a certificate (the server then
+    /// speaks TLS only), else `http`: the scheme of the server's URLs.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -192,11 +204,7 @@ impl Server {
 
     /// `https` when the server speaks TLS, else `http`.
     pub fn scheme(&self) -> &'static str {
-        if self.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        }
+        self.limits.scheme()
     }
 
     /// What the server has counted.

@@ -101,11 +101,7 @@ pub async fn serve_with(
         auth: state_auth.clone(),
         policy,
         randomize_allocation_candidates: cfg.randomize_allocation_candidates,
-        scheme: if cfg.http.tls_cert_file.is_some() {
-            "https"
-        } else {
-            "http"
-        },
+        scheme: cfg.http.scheme(),
     };
     let mut app = api::router(state);
     if let Some(t) = telemetry {

@@ -252,11 +252,7 @@ impl RegionSection {
     /// `https` when every API serves TLS (`[region.http]` names a
     /// certificate), else `http`.
     pub fn scheme(&self) -> &'static str {
-        if self.http.tls_cert_file.is_some() {
-            "https"
-        } else {
-            "http"
-        }
+        self.http.scheme()
     }
 
     /// Every listener of the region on a port of the system's choosing
