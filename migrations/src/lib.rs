@@ -32,6 +32,7 @@
 //! depends on anything here but the schemas and these few functions.
 
 pub mod failure;
+pub mod sqlite_file;
 mod stash;
 
 pub use stash::{PgStash, Stashed};
@@ -249,6 +250,7 @@ async fn migrate_once(kind: Kind, url: &str) -> Result<Applied, Error> {
             let opts = SqliteConnectOptions::from_str(url)
                 .map_err(connect)?
                 .create_if_missing(true);
+            sqlite_file::prepare(url, opts.get_filename(), true).map_err(|e| connect(e.into()))?;
             let _lock = sqlite_migration_lock(opts.get_filename()).await;
             let mut conn = opts.connect().await.map_err(connect)?;
             let applied = run(kind, backend, &mut conn).await;
@@ -291,17 +293,16 @@ pub async fn migrate_sqlite(kind: Kind, pool: &SqlitePool) -> Result<Applied, Er
 /// when the lock file cannot be made (read-only directory) the run goes on
 /// unlocked, as it did before.
 async fn sqlite_migration_lock(db: &std::path::Path) -> Option<std::fs::File> {
-    let name = db.to_str()?;
-    if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
+    if !sqlite_file::is_file(db) {
         return None;
     }
+    let name = db.to_str()?;
     let mut path = db.as_os_str().to_owned();
     path.push("-migrate-lock");
     let opened = tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new()
+        let file = sqlite_file::private_file()
             .create(true)
             .truncate(false)
-            .write(true)
             .open(&path)?;
         file.lock()?;
         Ok::<_, std::io::Error>(file)
@@ -861,11 +862,13 @@ pub async fn open_pg(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
 }
 
 /// Opens a SQLite pool the way every service of the region does: the file
-/// is created if missing, WAL journal, foreign keys on, a 30 s busy timeout,
+/// is created if missing, private ([`sqlite_file::prepare`]), WAL journal, foreign keys on, a 30 s busy timeout,
 /// and one connection (SQLite has one writer anyway; with one connection a
 /// process never contends with itself).
 pub async fn open_sqlite(url: &str) -> Result<SqlitePool, sqlx::Error> {
-    let opts = SqliteConnectOptions::from_str(url)?
+    let opts = SqliteConnectOptions::from_str(url)?;
+    sqlite_file::prepare(url, opts.get_filename(), true)?;
+    let opts = opts
         .create_if_missing(true)
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
         .foreign_keys(true)

@@ -114,9 +114,12 @@ impl Pool {
                 Pool::Postgres(pool)
             }
             Backend::Sqlite => {
-                let opts = SqliteConnectOptions::from_str(url)
-                    .map_err(connect)?
-                    .busy_timeout(Duration::from_secs(30));
+                let opts = SqliteConnectOptions::from_str(url).map_err(connect)?;
+                // SQLite creates a missing file only for `mode=rwc`.
+                let create = migrations::sqlite_file::url_creates(url);
+                migrations::sqlite_file::prepare(url, opts.get_filename(), create)
+                    .map_err(|e| connect(e.into()))?;
+                let opts = opts.busy_timeout(Duration::from_secs(30));
                 let pool = SqlitePoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(30))

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use testkit::http::Client;
 
 /// A placement process; killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Drop for Server {
@@ -23,7 +23,7 @@ impl Drop for Server {
     }
 }
 
-fn start(db: &str) -> Server {
+pub(crate) fn start(db: &str) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_placement"))
         .args([
             "--database",

@@ -16,6 +16,7 @@ mod keystone_auth;
 mod noauth_remote;
 mod orphans;
 mod policy_file;
+mod private_files;
 mod randomize;
 mod request_heads;
 mod reshaper;

@@ -69,7 +69,7 @@ impl Proc {
     }
 }
 
-fn bin(name: &str) -> PathBuf {
+pub(super) fn bin(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_region"))
         .parent()
         .expect("target dir")

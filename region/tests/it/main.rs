@@ -17,6 +17,7 @@ mod operator_cli;
 mod osc_placement;
 mod placement_audit;
 mod policy_matrix;
+mod private_files;
 mod revocation;
 mod server_actions;
 mod server_actions_cli;
