@@ -245,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
                 let mut creds = ext.auth.clone();
                 if creds.auth_url.is_empty() {
                     creds.auth_url = ext.url.clone();
+                    creds.allow_plain_http |= ext.allow_plain_http;
                 }
                 let login = fabric::login::keep_token(creds)
                     .await

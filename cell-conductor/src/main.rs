@@ -37,6 +37,9 @@ async fn main() -> Result<()> {
     }
     fabric::telemetry::init("cell-conductor", &cfg.telemetry)?;
     cfg.tls.apply()?;
+    if cfg.placement.auth.is_set() {
+        cfg.placement.auth.check().context("[placement.auth]")?;
+    }
     let bus = fabric::bus::connect(&cfg.bus.transport_url)
         .await
         .context("connect to the cell's bus")?;

@@ -43,6 +43,9 @@ async fn main() -> Result<()> {
     }
     fabric::telemetry::init("compute", &cfg.telemetry)?;
     cfg.tls.apply()?;
+    if cfg.placement.auth.is_set() {
+        cfg.placement.auth.check().context("[placement.auth]")?;
+    }
     if !matches!(cfg.compute.driver.as_str(), "fake" | "libvirt") {
         bail!(
             "compute.driver {:?} is not a driver: fake or libvirt",

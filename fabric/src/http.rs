@@ -112,7 +112,7 @@ pub fn client(options: &ClientOptions) -> Result<reqwest::Client, ClientError> {
 
 /// Refuses `url` (named `option` in the error) when it is not an http(s)
 /// URL, or is plain `http://` to a host that is not this machine's loopback (127.0.0.0/8,
-/// `::1`, `localhost`), unless `allowed`: the identity service's keys and
+/// `::1`, `localhost`; `0.0.0.0` and `::`, which connect to this machine too), unless `allowed`: the identity service's keys and
 /// token checks must come over TLS or from this machine, or whoever is on
 /// the path could install its own key or vouch for any token.
 pub fn refuse_plain_http_off_loopback(
@@ -137,7 +137,7 @@ pub fn refuse_plain_http_off_loopback(
     let loopback = host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
     if parsed.scheme() == "http" && !loopback && !allowed {
         return Err(PlainHttpRefused {
             option: option.to_owned(),
@@ -323,6 +323,7 @@ mod tests {
             "http://127.9.9.9:5000/v3",
             "http://[::1]:5000",
             "http://localhost:5000",
+            "http://0.0.0.0:5000",
             "https://10.0.0.5/identity",
         ] {
             assert!(ok(u, false).is_ok(), "{u}");

@@ -31,6 +31,11 @@ pub struct ServiceCredentials {
     pub user_domain_name: String,
     /// Domain of the project (by name).
     pub project_domain_name: String,
+    /// Send the password over plain `http://` to another machine (default
+    /// `false`: a login to an `auth_url` that is plain http and not this
+    /// machine's loopback is refused before anything is sent, since
+    /// whoever is on the path would read the password).
+    pub allow_plain_http: bool,
 }
 
 impl std::fmt::Debug for ServiceCredentials {
@@ -48,6 +53,17 @@ impl ServiceCredentials {
     /// Whether a user name is configured (else: a fixed token, or none).
     pub fn is_set(&self) -> bool {
         !self.username.is_empty()
+    }
+
+    /// Refuses an `auth_url` the password must not be sent to (see
+    /// `allow_plain_http`); binaries call it at start, and every login
+    /// does too.
+    pub fn check(&self) -> Result<(), crate::http::PlainHttpRefused> {
+        crate::http::refuse_plain_http_off_loopback(
+            "auth_url",
+            &self.auth_url,
+            self.allow_plain_http,
+        )
     }
 
     fn domain(name: &str) -> &str {
@@ -68,10 +84,15 @@ pub enum LoginError {
     /// The identity service refused the credentials.
     #[error("the identity service refused the service login (HTTP {0})")]
     Refused(u16),
+    /// `auth_url` is plain http to another machine (and that is not
+    /// allowed): nothing was sent.
+    #[error("the service login was not sent")]
+    PlainHttp(#[from] crate::http::PlainHttpRefused),
 }
 
 /// Logs in once; the token and how long it lives.
 pub async fn password_token(c: &ServiceCredentials) -> Result<(String, Duration), LoginError> {
+    c.check()?;
     let base = c.auth_url.trim_end_matches('/').trim_end_matches("/v3");
     let body = serde_json::json!({"auth": {
         "identity": {"methods": ["password"], "password": {"user": {
@@ -219,5 +240,31 @@ mod tests {
             ..Default::default()
         };
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[tokio::test]
+    async fn a_password_is_never_sent_over_plain_http_to_another_machine() {
+        let c = |url: &str, allow| ServiceCredentials {
+            auth_url: url.into(),
+            username: "svc".into(),
+            password: "hunter2".into(),
+            allow_plain_http: allow,
+            ..Default::default()
+        };
+        // 192.0.2.0/24 is TEST-NET-1: were anything sent, it would hang or fail otherwise.
+        let e = password_token(&c("http://192.0.2.1:5000/v3", false))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, LoginError::PlainHttp(_)), "{e:?}");
+        let why = std::error::Error::source(&e).unwrap().to_string();
+        assert!(
+            why.contains("auth_url = http://192.0.2.1:5000/v3") && why.contains("allow_plain_http"),
+            "{why}"
+        );
+        assert!(c("http://192.0.2.1:5000", false).check().is_err());
+        assert!(c("http://192.0.2.1:5000", true).check().is_ok());
+        assert!(c("https://192.0.2.1:5000", false).check().is_ok());
+        assert!(c("http://127.0.0.1:5000", false).check().is_ok());
+        assert!(c("http://localhost:5000/v3", false).check().is_ok());
     }
 }

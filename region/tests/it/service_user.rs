@@ -89,3 +89,50 @@ async fn the_services_token_holds_the_service_role_only() {
     assert_eq!(get(format!("{images}/{id}"), admin).await.status(), 200);
     region.shutdown().await;
 }
+
+/// A compute host and a cell conductor whose `[placement.auth] auth_url`
+/// is plain http to another machine exit at start, naming the option,
+/// before they connect anywhere or send the password; allowed explicitly,
+/// they go on (and fail later, at their bus, which is not there).
+#[test]
+fn compute_and_conductor_refuse_to_send_their_password_over_plain_http() {
+    for (bin, prefix) in [("compute", "COMPUTE"), ("cell-conductor", "CELL_CONDUCTOR")] {
+        let run = |allow: &str| {
+            std::process::Command::new(super::distributed::bin(bin))
+                .env(
+                    format!("{prefix}__PLACEMENT__AUTH__AUTH_URL"),
+                    "http://192.0.2.1:5000/v3",
+                )
+                .env(format!("{prefix}__PLACEMENT__AUTH__USERNAME"), "nova")
+                .env(format!("{prefix}__PLACEMENT__AUTH__PASSWORD"), "hunter2")
+                .env(
+                    format!("{prefix}__PLACEMENT__AUTH__ALLOW_PLAIN_HTTP"),
+                    allow,
+                )
+                .env(
+                    format!("{prefix}__PLACEMENT__ENDPOINT"),
+                    "http://127.0.0.1:1",
+                )
+                .env(
+                    format!("{prefix}__BUS__TRANSPORT_URL"),
+                    "amqp://guest:guest@127.0.0.1:1/%2f",
+                )
+                .output()
+                .expect("run the binary")
+        };
+        let out = run("false");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bin}: {err}");
+        assert!(
+            err.contains("[placement.auth]")
+                && err.contains("auth_url = http://192.0.2.1:5000/v3")
+                && err.contains("allow_plain_http")
+                && !err.contains("hunter2"),
+            "{bin}: {err}"
+        );
+        let out = run("true");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bin}: {err}");
+        assert!(!err.contains("allow_plain_http"), "{bin}: {err}");
+    }
+}
