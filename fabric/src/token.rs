@@ -39,8 +39,10 @@ use serde::{Deserialize, Serialize};
 mod http;
 mod refresh;
 mod revoked;
-pub(crate) use http::{http_get_json, http_request, http_request_with};
+mod tagged;
+pub(crate) use http::{http_request, http_request_with};
 use revoked::Revoked;
+pub use tagged::Tagged;
 
 /// Version prefix of our tokens (Keystone's Fernet tokens start with `gAAAA`).
 pub const PREFIX: &str = "e1";
@@ -280,6 +282,8 @@ pub struct TokenValidator {
     /// still checked on every use; emptied when the key ring changes and
     /// when it holds [`VERIFIED_CACHE_MAX`] tokens.
     verified: RwLock<HashMap<Box<str>, Claims>>,
+    /// The tags of the documents last polled ([`refresh`]).
+    poll_tags: std::sync::Mutex<refresh::PollTags>,
 }
 
 /// Largest number of verified tokens a [`TokenValidator`] remembers.

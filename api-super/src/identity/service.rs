@@ -10,7 +10,8 @@ use std::time::Duration;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use fabric::token::{
-    now_ms, Claims, Named, ProjectScope, PublicKey, Revocation, TokenSigner, TokenValidator,
+    now_ms, Claims, KeysDocument, Named, ProjectScope, PublicKey, Revocation, RevocationsDocument,
+    Tagged, TokenSigner, TokenValidator,
 };
 use rand::RngCore;
 
@@ -86,7 +87,9 @@ pub struct Identity {
     sealer: super::keyseal::Sealer,
     signer: RwLock<Arc<TokenSigner>>,
     dummy_hash: String,
-    published: RwLock<(Vec<PublicKey>, Vec<Revocation>)>,
+    /// `GET /v3/auth/keys` and `/v3/auth/revocations`, serialized and
+    /// tagged once per change ([`Tagged`]).
+    published: RwLock<(Tagged, Tagged)>,
     public_url: RwLock<String>,
     endpoints: RwLock<super::config::EndpointsConfig>,
 }
@@ -156,7 +159,7 @@ impl Identity {
             password_checks: Default::default(),
             sealer,
             signer: RwLock::new(Arc::new(TokenSigner::from_seed("none", &[0; 32]))),
-            published: RwLock::new((Vec::new(), Vec::new())),
+            published: RwLock::new(Default::default()),
             public_url: RwLock::new(cfg.public_url.trim_end_matches('/').to_owned()),
             endpoints: RwLock::new(cfg.endpoints.clone()),
             cfg,
@@ -240,7 +243,11 @@ impl Identity {
                 *s = Arc::new(TokenSigner::from_seed(signing.kid.clone(), &seed));
             }
         }
-        *self.published.write().unwrap_or_else(|p| p.into_inner()) = (public, revs);
+        let docs = (
+            Tagged::of(&KeysDocument { keys: public }),
+            Tagged::of(&RevocationsDocument { revocations: revs }),
+        );
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = docs;
         Ok(())
     }
 
@@ -257,8 +264,8 @@ impl Identity {
         Ok(kid)
     }
 
-    /// The published public keys.
-    pub fn public_keys(&self) -> Vec<PublicKey> {
+    /// The published public keys (`GET /v3/auth/keys`), tagged.
+    pub fn keys_document(&self) -> Tagged {
         self.published
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -266,8 +273,8 @@ impl Identity {
             .clone()
     }
 
-    /// The published revocations.
-    pub fn revocations(&self) -> Vec<Revocation> {
+    /// The published revocations (`GET /v3/auth/revocations`), tagged.
+    pub fn revocations_document(&self) -> Tagged {
         self.published
             .read()
             .unwrap_or_else(|p| p.into_inner())

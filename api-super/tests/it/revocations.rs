@@ -221,3 +221,97 @@ async fn updating_a_user_checks_its_input_and_a_new_password_revokes() {
     let (t, _) = token(a, "demo", "new-secret", Some("demo")).await;
     assert!(v.validate(&t).is_ok());
 }
+
+fn etag(r: &testkit::http::Response) -> String {
+    r.headers
+        .iter()
+        .find(|(k, _)| k == "etag")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no ETag: {:?}", r.headers))
+}
+
+/// The key and revocation documents are conditional: a poller that sends
+/// the tag it holds gets 304 and no body until the document changes, then
+/// the new document with a new tag. Reading still needs the service role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polled_documents_are_sent_only_when_they_change() {
+    let env = start("revocation_etags", |_| {}).await;
+    let a = env.addr();
+    let (admin, _) = token(a, "admin", ADMIN_PW, Some("admin")).await;
+    let (member, _) = token(a, "demo", MEMBER_PW, Some("demo")).await;
+
+    let keys = req(a, "GET", "/v3/auth/keys", &[], None).await;
+    assert_eq!(keys.status, 200, "{}", keys.body);
+    let tag = etag(&keys);
+    let again = req(a, "GET", "/v3/auth/keys", &[("if-none-match", &tag)], None).await;
+    assert_eq!((again.status, again.body.as_str()), (304, ""));
+    assert_eq!(etag(&again), tag);
+    let other = req(
+        a,
+        "GET",
+        "/v3/auth/keys",
+        &[("if-none-match", "\"stale\"")],
+        None,
+    )
+    .await;
+    assert_eq!(other.status, 200);
+
+    let first = authed(a, &admin, "GET", "/v3/auth/revocations", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let tag = etag(&first);
+    let cond = |t: String| {
+        let admin = admin.clone();
+        async move {
+            req(
+                a,
+                "GET",
+                "/v3/auth/revocations",
+                &[("x-auth-token", &admin), ("if-none-match", &t)],
+                None,
+            )
+            .await
+        }
+    };
+    let r = cond(tag.clone()).await;
+    assert_eq!((r.status, r.body.as_str()), (304, ""));
+    // The tag does not let anyone skip the token check.
+    let r = req(
+        a,
+        "GET",
+        "/v3/auth/revocations",
+        &[("if-none-match", &tag)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 401, "{}", r.body);
+
+    // A revocation changes the document: the old tag gets the new list.
+    let r = req(
+        a,
+        "DELETE",
+        "/v3/auth/tokens",
+        &[("x-auth-token", &member), ("x-subject-token", &member)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let since = Instant::now();
+    let changed = loop {
+        let r = cond(tag.clone()).await;
+        if r.status == 200 {
+            break r;
+        }
+        assert_eq!(r.status, 304, "{}", r.body);
+        assert!(since.elapsed() < Duration::from_secs(10), "never changed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(etag(&changed), tag);
+    assert_eq!(
+        json(&changed)["revocations"].as_array().unwrap().len(),
+        1,
+        "{}",
+        changed.body
+    );
+    let r = cond(etag(&changed)).await;
+    assert_eq!(r.status, 304);
+}

@@ -99,16 +99,34 @@ pub(crate) async fn http_request_with(
     })
 }
 
-/// GET `url` and parse the JSON answer (200 only).
-pub(crate) async fn http_get_json<T: serde::de::DeserializeOwned>(
+/// What a conditional GET found.
+pub(crate) enum Fetched<T> {
+    /// `304 Not Modified`: the tag sent is still current.
+    Unchanged,
+    /// A new document, with its tag when the server sent one.
+    Changed(T, Option<String>),
+}
+
+/// GET of a JSON document, sending `etag` as `If-None-Match` when held.
+pub(crate) async fn http_get_json_if_changed<T: serde::de::DeserializeOwned>(
     url: &str,
     headers: &[(&str, &str)],
-) -> Result<T, RefreshError> {
-    let a = http_request_with("GET", url, headers, None).await?;
-    if a.status != 200 {
-        return Err(RefreshError::Protocol(format!("status {}", a.status)));
+    etag: Option<&str>,
+) -> Result<Fetched<T>, RefreshError> {
+    let mut all = headers.to_vec();
+    if let Some(tag) = etag {
+        all.push(("if-none-match", tag));
     }
-    serde_json::from_slice(&a.body).map_err(|e| RefreshError::Protocol(e.to_string()))
+    let a = http_request_with("GET", url, &all, None).await?;
+    match a.status {
+        304 if etag.is_some() => Ok(Fetched::Unchanged),
+        200 => {
+            let doc = serde_json::from_slice(&a.body)
+                .map_err(|e| RefreshError::Protocol(e.to_string()))?;
+            Ok(Fetched::Changed(doc, a.header("etag").map(str::to_owned)))
+        }
+        s => Err(RefreshError::Protocol(format!("status {s}"))),
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use axum::extract::{Extension, Query, State as S};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use fabric::token::{Claims, KeysDocument, RevocationsDocument};
+use fabric::token::Claims;
 use serde_json::{json, Value};
 
 use super::{catalog_json, list_links, parse_body, project_json, token_json, Caller, State};
@@ -223,20 +223,41 @@ pub async fn auth_projects(S(id): S<State>, caller: Caller) -> Result<Json<Value
 }
 
 /// `GET /v3/auth/keys`: the public keys tokens may be signed with (public
-/// information; no token needed).
-pub async fn keys(S(id): S<State>) -> Json<KeysDocument> {
-    Json(KeysDocument {
-        keys: id.public_keys(),
-    })
+/// information; no token needed). Conditional on `If-None-Match`.
+pub async fn keys(S(id): S<State>, headers: HeaderMap) -> Response {
+    tagged_answer(&id.keys_document(), &headers)
 }
 
 /// `GET /v3/auth/revocations`: revocations still in force, for the
 /// services that validate tokens themselves. It names users, projects and
 /// audit ids, so it takes a token of the `service` role or an admin's
-/// (Keystone's `identity:list_revoke_events`).
-pub async fn revocations(S(id): S<State>, caller: Caller) -> Result<Json<RevocationsDocument>> {
+/// (Keystone's `identity:list_revoke_events`). Conditional on
+/// `If-None-Match`: pollers holding the current version get 304 and no
+/// body.
+pub async fn revocations(S(id): S<State>, caller: Caller, headers: HeaderMap) -> Result<Response> {
     caller.authorize(&id, "identity:list_revoke_events", &[])?;
-    Ok(Json(RevocationsDocument {
-        revocations: id.revocations(),
-    }))
+    Ok(tagged_answer(&id.revocations_document(), &headers))
+}
+
+/// 304 with the tag when `If-None-Match` names `doc`'s version, else the
+/// document with its `ETag`.
+fn tagged_answer(doc: &fabric::token::Tagged, headers: &HeaderMap) -> Response {
+    let inm = headers
+        .get(axum::http::header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    let etag = HeaderValue::from_str(doc.etag()).unwrap_or(HeaderValue::from_static("\"\""));
+    if doc.unchanged_for(inm) {
+        return (StatusCode::NOT_MODIFIED, [(axum::http::header::ETAG, etag)]).into_response();
+    }
+    (
+        [
+            (axum::http::header::ETAG, etag),
+            (
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+        ],
+        doc.body(),
+    )
+        .into_response()
 }
