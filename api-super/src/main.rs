@@ -310,12 +310,21 @@ async fn serve_compute_side(
     if creds.auth_url.is_empty() {
         creds.auth_url = identity_url.to_owned();
     }
+    let limits_url = creds.auth_url.clone();
     let login = fabric::login::keep_token(creds)
         .await
         .context("the scheduler's service login")?;
     let image = api_super::serve_image(cfg.image.clone(), auth.clone())
         .await
         .context("start the image API")?;
+    // Per-project image limits from identity (unified limits), read with
+    // the same service user.
+    image
+        .service
+        .use_identity_limits(api_super::image::limits::KeystoneLimits::new(
+            &limits_url,
+            login.token.clone(),
+        )?);
     println!("image listening on http://{}", image.addr);
     if cfg.seed_flavors {
         let n = api_super::seed_flavors(&api_db).await?;

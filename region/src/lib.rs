@@ -583,6 +583,12 @@ impl Region {
         let image = api_super::serve_image(imcfg, identity.identity.validator.clone())
             .await
             .context("start images")?;
+        image
+            .service
+            .use_identity_limits(api_super::image::limits::KeystoneLimits::new(
+                &identity_url,
+                service_token.clone(),
+            )?);
         api_super::image::seed_cirros_like(&image.service, &boot.admin_project_id)
             .await
             .context("seed an image")?;

@@ -111,6 +111,7 @@ macro_rules! on_db {
         }
     };
 }
+pub(super) use on_db;
 
 /// A domain row.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -258,7 +259,7 @@ impl Db {
             Backend::Postgres => Db::Pg(migrations::open_pg(url, max_connections).await?),
             Backend::Sqlite => Db::Sqlite(migrations::open_sqlite(url).await?),
         };
-        for stmt in SCHEMA {
+        for stmt in SCHEMA.iter().chain(super::db_limits::SCHEMA) {
             on_db!(&db, pool => sqlx::query(stmt).execute(pool).await.map(|r| r.rows_affected()))?;
         }
         Ok(db)

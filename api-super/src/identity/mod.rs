@@ -14,6 +14,7 @@ pub mod api;
 pub mod bootstrap;
 pub mod config;
 pub mod db;
+pub mod db_limits;
 pub mod error;
 pub mod keyseal;
 pub mod password;

@@ -71,6 +71,25 @@ pub const IDENTITY_DEFAULTS: &[(&str, &str)] = &[
     ("identity:create_grant", "rule:admin_required"),
     ("identity:revoke_grant", "rule:admin_required"),
     ("identity:list_role_assignments", "rule:admin_required"),
+    // Services and regions as the catalog names them (read-only here).
+    ("identity:list_services", "rule:admin_required or rule:service_role"),
+    ("identity:get_service", "rule:admin_required or rule:service_role"),
+    ("identity:list_regions", ""),
+    ("identity:get_region", ""),
+    // Unified limits: anyone authenticated reads the defaults and the
+    // limits of the project they are scoped to (the handler narrows the
+    // list); admins and services read every project's; admins write.
+    ("identity:get_registered_limit", ""),
+    ("identity:list_registered_limits", ""),
+    ("identity:create_registered_limits", "rule:admin_required"),
+    ("identity:update_registered_limit", "rule:admin_required"),
+    ("identity:delete_registered_limit", "rule:admin_required"),
+    ("identity:get_limit_model", ""),
+    ("identity:get_limit", ""),
+    ("identity:list_limits", ""),
+    ("identity:create_limits", "rule:admin_required"),
+    ("identity:update_limit", "rule:admin_required"),
+    ("identity:delete_limit", "rule:admin_required"),
 ];
 
 /// Nova's defaults (2023.1 "secure RBAC", project scope): readers read,

@@ -77,8 +77,9 @@ impl Default for ImageConfig {
 }
 
 /// `[image.quota]`: what one project may hold, as Glance's unified limits
-/// (`use_keystone_limits`) name them; the same for every project (there
-/// are no per-project limits in identity yet). -1: unlimited.
+/// (`use_keystone_limits`) name them; the fallback for a resource identity
+/// has neither a project limit nor a registered default on
+/// ([`super::limits`]). -1: unlimited.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ImageQuota {

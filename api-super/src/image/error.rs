@@ -35,6 +35,9 @@ pub enum ImageError {
     /// 415.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// Something the request needs is not answering (503).
+    #[error("{0}")]
+    Unavailable(String),
     /// Bad configuration (at start).
     #[error("{0}")]
     Config(String),
@@ -85,6 +88,7 @@ impl ImageError {
             Self::Gone(_) => StatusCode::GONE,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Config(_) | Self::Db(_) | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -16,6 +16,8 @@ pub mod api;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod limits;
+mod list_query;
 pub mod lookup;
 pub mod model;
 pub mod policy;

@@ -1,47 +1,82 @@
-//! Per-project image quotas (`[image.quota]`, Glance's unified limits):
-//! what a create or an upload may still take.
+//! Per-project image quotas (Glance's unified limits): what a create or
+//! an upload may still take. Each limit is the project's from identity,
+//! else the registered default there ([`KeystoneLimits`]), else
+//! `[image.quota]`.
 
 use super::config::ImageConfig;
 use super::db::Db;
 use super::error::{ImageError, Result};
+use super::limits::KeystoneLimits;
+
+/// `owner`'s limit on `resource`, whose `[image.quota]` value is `local`.
+async fn limit_of(
+    limits: Option<&KeystoneLimits>,
+    owner: &str,
+    resource: &str,
+    local: i64,
+) -> Result<i64> {
+    Ok(match limits {
+        Some(l) => l.limit(owner, resource).await?.unwrap_or(local),
+        None => local,
+    })
+}
 
 /// Refuses one more image of `owner` when it holds `image_count_total`.
-pub(super) async fn check_create(db: &Db, cfg: &ImageConfig, owner: &str) -> Result<()> {
-    let (count, _, _) = db.usage(owner).await?;
-    over_limit(
+pub(super) async fn check_create(
+    db: &Db,
+    cfg: &ImageConfig,
+    limits: Option<&KeystoneLimits>,
+    owner: &str,
+) -> Result<()> {
+    let limit = limit_of(
+        limits,
         owner,
         "image_count_total",
         cfg.quota.image_count_total,
-        count,
-        1,
     )
+    .await?;
+    let (count, _, _) = db.usage(owner).await?;
+    over_limit(owner, "image_count_total", limit, count, 1)
 }
 
 /// The most bytes an upload of `owner`'s may write: the size cap, or
 /// what is left of the project's `image_size_total` when less (then
 /// with the message for passing it). Refuses the upload at once when
 /// the project is at a limit.
-pub(super) async fn upload_cap(db: &Db, cfg: &ImageConfig, owner: &str) -> Result<UploadCap> {
+pub(super) async fn upload_cap(
+    db: &Db,
+    cfg: &ImageConfig,
+    limits: Option<&KeystoneLimits>,
+    owner: &str,
+) -> Result<UploadCap> {
     let q = &cfg.quota;
+    let uploading_limit = limit_of(
+        limits,
+        owner,
+        "image_count_uploading",
+        q.image_count_uploading,
+    )
+    .await?;
+    let size_limit = limit_of(limits, owner, "image_size_total", q.image_size_total).await?;
     let (_, uploading, bytes) = db.usage(owner).await?;
     over_limit(
         owner,
         "image_count_uploading",
-        q.image_count_uploading,
+        uploading_limit,
         uploading,
         1,
     )?;
     let size_cap = cfg.image_size_cap;
-    if q.image_size_total < 0 {
+    if size_limit < 0 {
         return Ok(UploadCap {
             bytes: size_cap,
             quota: None,
         });
     }
-    let limit = q.image_size_total.saturating_mul(1 << 20);
+    let limit = size_limit.saturating_mul(1 << 20);
     let used_mib = (bytes + (1 << 20) - 1) / (1 << 20);
     if bytes >= limit {
-        over_limit(owner, "image_size_total", q.image_size_total, used_mib, 1)?;
+        over_limit(owner, "image_size_total", size_limit, used_mib, 1)?;
     }
     let left = u64::try_from(limit - bytes).unwrap_or(0);
     if left >= size_cap {
@@ -54,8 +89,7 @@ pub(super) async fn upload_cap(db: &Db, cfg: &ImageConfig, owner: &str) -> Resul
         bytes: left,
         quota: Some(format!(
             "Project {owner} is over a limit for [Resource image_size_total is over limit \
-             of {} MiB due to current usage {used_mib} MiB and this upload]",
-            q.image_size_total
+             of {size_limit} MiB due to current usage {used_mib} MiB and this upload]"
         )),
     })
 }

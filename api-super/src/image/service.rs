@@ -62,205 +62,7 @@ fn if_visible(claims: &Claims, id: &str, img: Option<Image>) -> Result<Image> {
     }
 }
 
-/// A sort key of `GET /v2/images` (Glance's `_available_sort_keys`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortKey {
-    /// `name`.
-    Name,
-    /// `status`.
-    Status,
-    /// `container_format`.
-    ContainerFormat,
-    /// `disk_format`.
-    DiskFormat,
-    /// `size`.
-    Size,
-    /// `id`.
-    Id,
-    /// `created_at`.
-    CreatedAt,
-    /// `updated_at`.
-    UpdatedAt,
-}
-
-/// The sort keys Glance accepts, in its order (for its 400 message).
-pub const SORT_KEYS: &str =
-    "name, status, container_format, disk_format, size, id, created_at, updated_at";
-
-impl std::str::FromStr for SortKey {
-    type Err = ImageError;
-    fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "name" => Self::Name,
-            "status" => Self::Status,
-            "container_format" => Self::ContainerFormat,
-            "disk_format" => Self::DiskFormat,
-            "size" => Self::Size,
-            "id" => Self::Id,
-            "created_at" => Self::CreatedAt,
-            "updated_at" => Self::UpdatedAt,
-            _ => {
-                return Err(ImageError::BadRequest(format!(
-                    "Invalid sort key: {s}. It must be one of the following: {SORT_KEYS}."
-                )))
-            }
-        })
-    }
-}
-
-impl SortKey {
-    fn cmp(self, a: &ImageRow, b: &ImageRow) -> Ordering {
-        match self {
-            Self::Name => a.name.cmp(&b.name),
-            Self::Status => a.status.cmp(&b.status),
-            Self::ContainerFormat => a.container_format.cmp(&b.container_format),
-            Self::DiskFormat => a.disk_format.cmp(&b.disk_format),
-            Self::Size => a.size.cmp(&b.size),
-            Self::Id => a.id.cmp(&b.id),
-            Self::CreatedAt => a.created_at.cmp(&b.created_at),
-            Self::UpdatedAt => a.updated_at.cmp(&b.updated_at),
-        }
-    }
-}
-
-/// A core attribute a list filter may match against a set of values
-/// (`?id=in:a,b`, `?status=queued`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListField {
-    /// `id`.
-    Id,
-    /// `name`.
-    Name,
-    /// `status`.
-    Status,
-    /// `disk_format`.
-    DiskFormat,
-    /// `container_format`.
-    ContainerFormat,
-    /// `checksum`.
-    Checksum,
-    /// `os_hash_value`.
-    OsHashValue,
-}
-
-impl ListField {
-    fn of(self, r: &ImageRow) -> Option<&str> {
-        match self {
-            Self::Id => Some(&r.id),
-            Self::Name => r.name.as_deref(),
-            Self::Status => Some(&r.status),
-            Self::DiskFormat => r.disk_format.as_deref(),
-            Self::ContainerFormat => r.container_format.as_deref(),
-            Self::Checksum => r.checksum.as_deref(),
-            Self::OsHashValue => r.os_hash_value.as_deref(),
-        }
-    }
-}
-
-/// A timestamp a list filter compares (`?created_at=gt:…`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeField {
-    /// `created_at`.
-    CreatedAt,
-    /// `updated_at`.
-    UpdatedAt,
-}
-
-/// A comparison of Glance's time filters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmpOp {
-    /// `eq:` (the default).
-    Eq,
-    /// `neq:`.
-    Neq,
-    /// `gt:`.
-    Gt,
-    /// `gte:`.
-    Gte,
-    /// `lt:`.
-    Lt,
-    /// `lte:`.
-    Lte,
-}
-
-impl CmpOp {
-    fn holds(self, o: Ordering) -> bool {
-        match self {
-            Self::Eq => o == Ordering::Equal,
-            Self::Neq => o != Ordering::Equal,
-            Self::Gt => o == Ordering::Greater,
-            Self::Gte => o != Ordering::Less,
-            Self::Lt => o == Ordering::Less,
-            Self::Lte => o != Ordering::Greater,
-        }
-    }
-}
-
-/// Filters applied in the process after the SQL ones (a conjunction).
-#[derive(Debug, Clone, Default)]
-pub struct RowFilters {
-    /// The attribute must be one of the values.
-    pub any_of: Vec<(ListField, Vec<String>)>,
-    /// `size` at least this (an image without data never matches).
-    pub size_min: Option<i64>,
-    /// `size` at most this (an image without data never matches).
-    pub size_max: Option<i64>,
-    /// `protected` must equal this.
-    pub protected: Option<bool>,
-    /// Time comparisons, Unix ms, to the second as the API shows times.
-    pub times: Vec<(TimeField, CmpOp, i64)>,
-}
-
-impl RowFilters {
-    fn matches(&self, r: &ImageRow) -> bool {
-        let second = |ms: i64| ms.div_euclid(1000) * 1000;
-        self.any_of
-            .iter()
-            .all(|(f, vs)| f.of(r).is_some_and(|v| vs.iter().any(|x| x == v)))
-            && self.size_min.is_none_or(|m| r.size.is_some_and(|s| s >= m))
-            && self.size_max.is_none_or(|m| r.size.is_some_and(|s| s <= m))
-            && self.protected.is_none_or(|p| r.protected == p)
-            && self.times.iter().all(|(f, op, t)| {
-                let v = match f {
-                    TimeField::CreatedAt => r.created_at,
-                    TimeField::UpdatedAt => r.updated_at,
-                };
-                op.holds(second(v).cmp(t))
-            })
-    }
-}
-
-/// A parsed `GET /v2/images` query.
-#[derive(Debug, Clone, Default)]
-pub struct ListQuery {
-    /// SQL-side filters (the scope is set by [`ImageService::list`]).
-    pub filter: ListFilter,
-    /// `visibility=all`, or `visibility=community`: community images listed.
-    pub include_community: bool,
-    /// Every tag must be present.
-    pub tags: Vec<String>,
-    /// Extra property filters (name → value).
-    pub properties: BTreeMap<String, String>,
-    /// Filters on core attributes applied after the SQL ones.
-    pub rows: RowFilters,
-    /// Sort keys with direction (true: ascending).
-    pub sort: Vec<(SortKey, bool)>,
-    /// Page size.
-    pub limit: Option<u32>,
-    /// Id of the last image of the previous page.
-    pub marker: Option<String>,
-}
-
-/// A page of images.
-#[derive(Debug, Clone)]
-pub struct Page {
-    /// The images.
-    pub images: Vec<Image>,
-    /// Whether more follow (the marker is the last image).
-    pub more: bool,
-    /// The page size used.
-    pub limit: u32,
-}
+pub use super::list_query::{CmpOp, ListField, ListQuery, Page, RowFilters, SortKey, TimeField};
 
 /// A patch operation (`application/openstack-images-v2.1-json-patch`).
 #[derive(Debug, Clone)]
@@ -287,6 +89,8 @@ pub struct ImageService {
     pub auth: Arc<dyn Authenticator>,
     public_url: RwLock<String>,
     boot_cache: BootCache,
+    /// Limits read from identity, once given ([`Self::use_identity_limits`]).
+    limits: std::sync::OnceLock<super::limits::KeystoneLimits>,
 }
 
 /// Images a boot looked up by id, kept for `boot_lookup_cache_ms`: a
@@ -384,9 +188,17 @@ impl ImageService {
             store,
             policy,
             auth,
+            limits: std::sync::OnceLock::new(),
         };
         svc.sweep_interrupted_uploads().await?;
         Ok(svc)
+    }
+
+    /// Reads per-project limits from identity from now on (Glance's
+    /// `use_keystone_limits`); `[image.quota]` stays the fallback for a
+    /// resource identity has no limit on. Only the first call counts.
+    pub fn use_identity_limits(&self, limits: super::limits::KeystoneLimits) {
+        let _ = self.limits.set(limits);
     }
 
     /// Puts images left in `saving` (an upload cut short by a crash, or
@@ -527,7 +339,7 @@ impl ImageService {
         }
         self.authorize(caller, "add_image", &img.row.owner)?;
         self.check_visibility_change(caller, &img, None)?;
-        super::quota::check_create(&self.db, &self.cfg, &img.row.owner).await?;
+        super::quota::check_create(&self.db, &self.cfg, self.limits.get(), &img.row.owner).await?;
         self.db.insert(&img).await?;
         tracing::info!(image_id = %img.row.id, owner = %img.row.owner, "image created");
         Ok(img)
@@ -703,7 +515,8 @@ impl ImageService {
         E: std::fmt::Display,
     {
         let id = img.row.id.clone();
-        let cap = super::quota::upload_cap(&self.db, &self.cfg, &img.row.owner).await?;
+        let cap = super::quota::upload_cap(&self.db, &self.cfg, self.limits.get(), &img.row.owner)
+            .await?;
         // Every status change of the upload below goes through this guard.
         let _forget = ForgetOnDrop(&self.boot_cache, &id);
         if !self.db.transition(&id, "queued", "saving", now()).await? {

@@ -9,6 +9,7 @@ mod distributed;
 mod down_cell;
 mod fuzz;
 mod http_limits;
+mod image_limits_cli;
 mod image_properties;
 mod libvirt_cli;
 mod local_delete;

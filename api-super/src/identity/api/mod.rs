@@ -4,6 +4,7 @@
 //! into [`Identity`]; they hold no SQL.
 
 mod assignments;
+mod limits;
 mod resources;
 mod tokens;
 mod versions;
@@ -83,6 +84,31 @@ pub fn router(identity: State) -> Router {
                 .delete(assignments::revoke_grant),
         )
         .route("/v3/role_assignments", get(assignments::list))
+        .route("/v3/services", get(limits::list_services))
+        .route("/v3/services/{id}", get(limits::get_service))
+        .route("/v3/regions", get(limits::list_regions))
+        .route("/v3/regions/{id}", get(limits::get_region))
+        .route(
+            "/v3/registered_limits",
+            get(limits::list_registered).post(limits::create_registered),
+        )
+        .route(
+            "/v3/registered_limits/{id}",
+            get(limits::get_registered)
+                .patch(limits::update_registered)
+                .delete(limits::delete_registered),
+        )
+        .route("/v3/limits/model", get(limits::model))
+        .route(
+            "/v3/limits",
+            get(limits::list_limits).post(limits::create_limits),
+        )
+        .route(
+            "/v3/limits/{id}",
+            get(limits::get_limit)
+                .patch(limits::update_limit)
+                .delete(limits::delete_limit),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(crate::http::frame))
@@ -166,7 +192,7 @@ pub fn req_str<'a>(v: &'a Value, key: &str, what: &str) -> Result<&'a str> {
         })
 }
 
-fn base(id: &Identity) -> String {
+pub(super) fn base(id: &Identity) -> String {
     format!("{}/v3", id.public_url())
 }
 
@@ -215,15 +241,22 @@ pub fn role_json(id: &Identity, r: &RoleRow) -> Value {
 }
 
 /// The service catalog.
-pub fn catalog_json(id: &Identity) -> Value {
-    let region = &id.cfg.region;
+/// The catalog's services: type, name and URL. A service's id is
+/// `<name>-service`.
+pub fn catalog_services(id: &Identity) -> [(&'static str, &'static str, String); 4] {
     let e = &id.endpoints();
-    let services = [
+    [
         ("identity", "keystone", base(id)),
         ("compute", "nova", e.compute.clone()),
         ("placement", "placement", e.placement.clone()),
         ("image", "glance", e.image.clone()),
-    ];
+    ]
+}
+
+/// The catalog of a token.
+pub fn catalog_json(id: &Identity) -> Value {
+    let region = &id.cfg.region;
+    let services = catalog_services(id);
     Value::Array(
         services
             .iter()
