@@ -32,8 +32,11 @@
 //! depends on anything here but the schemas and these few functions.
 
 pub mod failure;
+mod pg_url;
 pub mod sqlite_file;
 mod stash;
+
+pub use pg_url::pg_options;
 
 pub use stash::{PgStash, Stashed};
 
@@ -41,7 +44,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Connection, PgPool, SqlitePool};
 
@@ -240,7 +243,7 @@ async fn migrate_once(kind: Kind, url: &str) -> Result<Applied, Error> {
     };
     match backend {
         Backend::Postgres => {
-            let opts = PgConnectOptions::from_str(url).map_err(connect)?;
+            let opts = pg_options(url).map_err(connect)?;
             let mut conn = opts.connect().await.map_err(connect)?;
             let applied = run(kind, backend, &mut conn).await;
             let _ = conn.close().await;
@@ -394,7 +397,7 @@ pub async fn version(kind: Kind, url: &str) -> Result<Option<i64>, Error> {
     };
     match backend {
         Backend::Postgres => {
-            let opts = PgConnectOptions::from_str(url).map_err(connect)?;
+            let opts = pg_options(url).map_err(connect)?;
             let mut conn: PgConnection = opts.connect().await.map_err(connect)?;
             let exists: bool =
                 sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
@@ -858,7 +861,9 @@ pub const PG_SESSION_SETTINGS: &[&str] =
 /// Opens a PostgreSQL pool the way every service of the region does
 /// ([`pg_pool_options`]).
 pub async fn open_pg(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    pg_pool_options(max_connections).connect(url).await
+    pg_pool_options(max_connections)
+        .connect_with(pg_options(url)?)
+        .await
 }
 
 /// Opens a SQLite pool the way every service of the region does: the file
@@ -892,7 +897,7 @@ pub async fn ensure_database(url: &str) -> Result<(), Error> {
         name: name.to_owned(),
         detail,
     };
-    let opts = PgConnectOptions::from_str(url).map_err(|e| create("?", e.to_string()))?;
+    let opts = pg_options(url).map_err(|e| create("?", e.to_string()))?;
     let Some(name) = opts.get_database().map(str::to_owned) else {
         return Err(create("", "the URL names no database".into()));
     };

@@ -103,7 +103,7 @@ impl Pool {
         };
         Ok(match backend {
             Backend::Postgres => {
-                let opts = PgConnectOptions::from_str(url).map_err(connect)?;
+                let opts = migrations::pg_options(url).map_err(connect)?;
                 // One direct attempt first: its error names the cause
                 // (refused, unknown database, auth), where a pool would
                 // retry until its timeout and report only that.
@@ -152,7 +152,7 @@ pub async fn probe(role: &'static str, url: &str, timeout: Duration) -> Result<(
     };
     match backend {
         Backend::Postgres => {
-            let opts = PgConnectOptions::from_str(url).map_err(connect)?;
+            let opts = migrations::pg_options(url).map_err(connect)?;
             probe_pg(&opts, timeout).await.map_err(connect)
         }
         Backend::Sqlite => {

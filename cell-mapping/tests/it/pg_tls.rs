@@ -1,7 +1,9 @@
 //! PostgreSQL over TLS: a database URL's `sslmode` is honoured (sqlx with
 //! the system's OpenSSL). `require` encrypts (the server's `pg_stat_ssl`
 //! says so), `disable` does not, and `verify-full` against a CA that did
-//! not sign the server's certificate refuses to connect. Needs the
+//! not sign the server's certificate refuses to connect; the services'
+//! pools use no TLS to a loopback database unless the URL names an
+//! `sslmode` (`migrations::pg_options`). Needs the
 //! machine's PostgreSQL with `ssl = on` (Debian's default, with its
 //! snakeoil certificate).
 
@@ -33,6 +35,23 @@ async fn postgresql_urls_choose_tls_with_sslmode() {
     );
     assert!(encrypted(&with("require")).await, "sslmode=require");
     assert!(!encrypted(&with("disable")).await, "sslmode=disable");
+    // The services' pools (migrations::pg_options): no TLS on loopback
+    // unless the URL asks for it.
+    let pooled = |url: String| async move {
+        let pool = migrations::open_pg(&url, 1).await.expect("pool");
+        let ssl: bool =
+            sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                .fetch_one(&pool)
+                .await
+                .expect("pg_stat_ssl");
+        pool.close().await;
+        ssl
+    };
+    if std::env::var_os("PGSSLMODE").is_none() {
+        assert!(pg.url.contains("127.0.0.1"), "{}", pg.url);
+        assert!(!pooled(pg.url.clone()).await, "loopback, no sslmode");
+    }
+    assert!(pooled(with("prefer")).await, "sslmode=prefer");
 
     let dir = testkit::temp_dir("pg_tls_ca");
     let other_ca = testkit::pki::TestPki::new().write_to(&dir).ca_file;
