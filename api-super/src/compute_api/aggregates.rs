@@ -11,16 +11,21 @@
 //! warning with the host, aggregate and cause and counted in
 //! `api_aggregate_placement_sync_failures_total`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
 use axum::{Extension, Json};
 use cell_mapping::db::{Aggregate, AggregateRefused};
 use serde_json::{json, Map, Value};
 
+use super::body_schema::{self, member, MetaValues};
 use super::error::{ApiError, ApiResult};
-use super::query_schema;
+use super::query_schema::{
+    self, invalid_field, not_of_type, python_repr, python_value_repr as py_repr, too_long,
+};
+use super::servers::schema::{fqdn_error, name_field};
 use super::services::nova_time;
 use super::{App, Ctx};
 use crate::scheduler::placement::change_provider_aggregate;
@@ -52,8 +57,10 @@ fn view(ctx: &Ctx, a: &Aggregate, full: bool) -> Value {
     v
 }
 
+/// Nova's `utils.validate_integer(id, 'id')`.
 fn parse_id(id: &str) -> ApiResult<i64> {
-    id.parse::<i64>()
+    id.trim()
+        .parse::<i64>()
         .map_err(|_| bad("Invalid input received: id must be an integer"))
 }
 
@@ -69,93 +76,159 @@ async fn get(app: &App, id: i64) -> ApiResult<Aggregate> {
         .ok_or_else(|| not_found(id))
 }
 
-fn body_of<'a>(v: &'a Value, key: &str) -> ApiResult<&'a Map<String, Value>> {
-    match v.get(key) {
-        Some(Value::Object(o)) => Ok(o),
-        Some(other) => Err(bad(format!(
-            "Invalid input for field/attribute {key}. Value: {other}. {other} is not of type 'object'"
-        ))),
-        None => Err(bad(format!(
-            "Invalid input for field/attribute body. '{key}' is a required property"
-        ))),
+/// Nova's `InvalidName` message for a name format.
+fn invalid_name(reason: &str) -> ApiError {
+    bad(format!(
+        "An invalid 'name' value was provided. The name must be: {reason}"
+    ))
+}
+
+/// An update's `name` (`parameter_types.name_with_leading_trailing_spaces`:
+/// at least one printable non-space character, 1–255 characters),
+/// normalized as Nova's `common.normalize_name` (outer spaces dropped).
+fn spaced_name(v: &Value) -> ApiResult<String> {
+    let Value::String(s) = v else {
+        return Err(invalid_field("name", v, &not_of_type(v, "'string'")));
+    };
+    if s.chars().any(char::is_control) || (!s.is_empty() && s.trim().is_empty()) {
+        return Err(invalid_name(
+            "printable characters with at least one non space character",
+        ));
     }
-}
-
-fn parse_body(body: &[u8]) -> ApiResult<Value> {
-    serde_json::from_slice(body).map_err(|_| bad("Malformed request body"))
-}
-
-/// A name-like string: 1..255 characters, no leading/trailing blanks.
-fn name_field(o: &Map<String, Value>, key: &str) -> ApiResult<Option<String>> {
-    match o.get(key) {
-        None => Ok(None),
-        Some(Value::String(s))
-            if !s.trim().is_empty() && s.trim() == s && s.chars().count() <= 255 =>
-        {
-            Ok(Some(s.clone()))
-        }
-        Some(v) => Err(bad(format!(
-            "Invalid input for field/attribute {key}. Value: {v}. {v} is not a valid name"
-        ))),
+    if s.is_empty() {
+        return Err(invalid_field("name", v, "'' is too short"));
     }
+    if s.chars().count() > 255 {
+        return Err(invalid_field("name", v, &too_long(v)));
+    }
+    Ok(s.trim().to_owned())
 }
 
-/// `availability_zone`: absent, null or a name (no `:`, as Nova's
-/// `az:host` syntax would be ambiguous).
+/// `availability_zone` of a create or update (`oneOf` Nova's `az_name`
+/// and null): `None` absent, `Some(None)` null. A value that is neither
+/// gets `oneOf`'s message.
 fn zone_field(o: &Map<String, Value>) -> ApiResult<Option<Option<String>>> {
-    match o.get("availability_zone") {
-        None => Ok(None),
-        Some(Value::Null) => Ok(Some(None)),
-        Some(_) => {
-            let z = name_field(o, "availability_zone")?;
-            if z.as_deref().is_some_and(|z| z.contains(':')) {
-                return Err(bad(
-                    "Invalid input for field/attribute availability_zone. An availability zone \
-                     name cannot contain ':'",
-                ));
-            }
-            Ok(Some(z))
+    let v = match o.get("availability_zone") {
+        None => return Ok(None),
+        Some(Value::Null) => return Ok(Some(None)),
+        Some(v) => v,
+    };
+    match v {
+        Value::String(z)
+            if !z.is_empty()
+                && z.chars().count() <= 255
+                && z.trim() == z
+                && !z.contains(':')
+                && !z.chars().any(char::is_control) =>
+        {
+            Ok(Some(Some(z.clone())))
         }
+        v => Err(invalid_field(
+            "availability_zone",
+            v,
+            &format!("{} is not valid under any of the given schemas", py_repr(v)),
+        )),
+    }
+}
+
+/// `host` of `add_host` / `remove_host` (`parameter_types.fqdn`).
+fn host_field(o: &Map<String, Value>) -> ApiResult<String> {
+    let v = &o["host"];
+    match v {
+        Value::String(h)
+            if !h.is_empty()
+                && h.chars().count() <= 255
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) =>
+        {
+            Ok(h.clone())
+        }
+        v => Err(fqdn_error("host", v)),
     }
 }
 
 fn refused(id: i64, r: AggregateRefused, name: Option<&str>) -> ApiError {
+    let name = name.unwrap_or_default();
     match r {
         AggregateRefused::NotFound => not_found(id),
-        AggregateRefused::NameExists => ApiError::Conflict(format!(
-            "Aggregate {} already exists.",
-            name.unwrap_or_default()
-        )),
-        AggregateRefused::HostExists => ApiError::Conflict(format!(
-            "Aggregate {id} already has host {}.",
-            name.unwrap_or_default()
-        )),
-        AggregateRefused::HostNotFound => ApiError::NotFound(format!(
-            "Aggregate {id} has no host {}.",
-            name.unwrap_or_default()
-        )),
+        AggregateRefused::NameExists => {
+            ApiError::Conflict(format!("Aggregate {name} already exists."))
+        }
+        AggregateRefused::HostExists => {
+            ApiError::Conflict(format!("Aggregate {id} already has host {name}."))
+        }
+        AggregateRefused::HostNotFound => {
+            ApiError::NotFound(format!("Cannot remove host {name} in aggregate {id}"))
+        }
+        // Nova's `InvalidAggregateActionDelete`, whose wording is the
+        // remove-host one.
         AggregateRefused::NotEmpty => bad(format!(
-            "Invalid action 'delete' on aggregate {id}. Reason: Host aggregate is not empty."
+            "Cannot remove host from aggregate {id}. Reason: Host aggregate is not empty."
         )),
     }
 }
 
-/// The zones other than `zone` that the hosts are in through aggregates
-/// other than `except`.
-async fn conflicting_zones(
+/// Which of Nova's aggregate actions a zone check refuses (its
+/// `InvalidAggregateAction*` wording).
+#[derive(Clone, Copy)]
+enum ZoneCheck {
+    Add,
+    Update,
+    UpdateMeta,
+}
+
+impl ZoneCheck {
+    fn refuse(self, id: i64, reason: &str) -> ApiError {
+        match self {
+            // `add_host` answers its refusals 409.
+            ZoneCheck::Add => ApiError::Conflict(format!(
+                "Cannot add host to aggregate {id}. Reason: {reason}."
+            )),
+            ZoneCheck::Update => bad(format!("Cannot update aggregate {id}. Reason: {reason}.")),
+            ZoneCheck::UpdateMeta => bad(format!(
+                "Cannot update metadata of aggregate {id}. Reason: {reason}."
+            )),
+        }
+    }
+}
+
+/// Nova's `is_safe_to_update_az`: an empty zone is refused, and so is a
+/// zone that would put one of `hosts` in two zones (the other zones named
+/// as Nova's list, one per aggregate, in id order).
+async fn check_zone(
     app: &App,
+    a: &Aggregate,
     hosts: &[String],
-    except: i64,
-    zone: &str,
-) -> ApiResult<BTreeSet<String>> {
+    zone: Option<&str>,
+    check: ZoneCheck,
+) -> ApiResult<()> {
+    let Some(zone) = zone.filter(|z| !z.is_empty()) else {
+        return Err(check.refuse(
+            a.id,
+            &format!(
+                "Aggregate {} does not support empty named availability zone",
+                a.name
+            ),
+        ));
+    };
     let all = app.db().api().aggregates(None).await?;
-    Ok(all
+    let clash: Vec<String> = all
         .iter()
-        .filter(|a| a.id != except && a.hosts.iter().any(|h| hosts.contains(h)))
-        .filter_map(|a| a.availability_zone())
+        .filter(|o| o.id != a.id && o.hosts.iter().any(|h| hosts.contains(h)))
+        .filter_map(|o| o.availability_zone())
         .filter(|z| *z != zone)
-        .map(str::to_owned)
-        .collect())
+        .map(python_repr)
+        .collect();
+    if clash.is_empty() {
+        return Ok(());
+    }
+    Err(check.refuse(
+        a.id,
+        &format!(
+            "One or more hosts already in availability zone(s) [{}]",
+            clash.join(", ")
+        ),
+    ))
 }
 
 /// `GET /os-aggregates`.
@@ -171,31 +244,21 @@ pub async fn index(
     Ok(Json(json!({ "aggregates": items })))
 }
 
-/// `POST /os-aggregates`.
+/// `POST /os-aggregates` (200, as Nova, without `hosts` and `metadata`).
 pub async fn create(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    let v = body_schema::parse(&body)?;
+    let o = member(&v, "aggregate", &["name", "availability_zone"], &["name"])?;
+    let name = name_field(&o["name"])?;
+    let zone = zone_field(o)?.flatten();
     app.authorize(
         &ctx,
         "os_compute_api:os-aggregates:create",
         ctx.project_id(),
     )?;
-    let v = parse_body(&body)?;
-    let o = body_of(&v, "aggregate")?;
-    if let Some(k) = o
-        .keys()
-        .find(|k| !matches!(k.as_str(), "name" | "availability_zone"))
-    {
-        return Err(bad(format!(
-            "Additional properties are not allowed ('{k}' was unexpected)"
-        )));
-    }
-    let name = name_field(o, "name")?.ok_or_else(|| {
-        bad("Invalid input for field/attribute aggregate. 'name' is a required property")
-    })?;
-    let zone = zone_field(o)?.flatten();
     let id = app
         .db()
         .api()
@@ -219,45 +282,37 @@ pub async fn show(
     Ok(Json(json!({ "aggregate": view(&ctx, &a, true) })))
 }
 
-/// `PUT /os-aggregates/{id}`: name and/or zone.
+/// `PUT /os-aggregates/{id}`: name and/or zone (a null or empty zone is
+/// refused, as Nova).
 pub async fn update(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    let v = body_schema::parse(&body)?;
+    let o = member(&v, "aggregate", &["name", "availability_zone"], &[])?;
+    let name = o.get("name").map(spaced_name).transpose()?;
+    let zone = zone_field(o)?;
+    if name.is_none() && zone.is_none() {
+        return Err(invalid_field(
+            "aggregate",
+            &v["aggregate"],
+            &format!(
+                "{} is not valid under any of the given schemas",
+                py_repr(&v["aggregate"])
+            ),
+        ));
+    }
     app.authorize(
         &ctx,
         "os_compute_api:os-aggregates:update",
         ctx.project_id(),
     )?;
     let id = parse_id(&id)?;
-    let v = parse_body(&body)?;
-    let o = body_of(&v, "aggregate")?;
-    if let Some(k) = o
-        .keys()
-        .find(|k| !matches!(k.as_str(), "name" | "availability_zone"))
-    {
-        return Err(bad(format!(
-            "Additional properties are not allowed ('{k}' was unexpected)"
-        )));
-    }
-    if o.is_empty() {
-        return Err(bad(
-            "Invalid input for field/attribute aggregate. Value: {}. {} does not have enough properties",
-        ));
-    }
-    let name = name_field(o, "name")?;
-    let zone = zone_field(o)?;
     let a = get(&app, id).await?;
-    if let Some(Some(z)) = &zone {
-        let clash = conflicting_zones(&app, &a.hosts, id, z).await?;
-        if !clash.is_empty() {
-            return Err(bad(format!(
-                "Cannot update aggregate {id}. Reason: One or more hosts already in \
-                 availability zone(s) {clash:?}."
-            )));
-        }
+    if let Some(z) = &zone {
+        check_zone(&app, &a, &a.hosts, z.as_deref(), ZoneCheck::Update).await?;
     }
     app.db()
         .api()
@@ -269,12 +324,13 @@ pub async fn update(
     Ok(Json(json!({ "aggregate": view(&ctx, &a, true) })))
 }
 
-/// `DELETE /os-aggregates/{id}` (an aggregate with hosts: 400).
+/// `DELETE /os-aggregates/{id}`: 200 without a body, as Nova (an
+/// aggregate with hosts: 400).
 pub async fn delete(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<StatusCode> {
     app.authorize(
         &ctx,
         "os_compute_api:os-aggregates:delete",
@@ -287,56 +343,48 @@ pub async fn delete(
         .await?
         .map_err(|r| refused(id, r, None))?;
     app.conductor().scheduler().host_state().invalidate();
-    Ok(Json(json!({})))
+    Ok(StatusCode::OK)
 }
 
-/// `POST /os-aggregates/{id}/action`.
+/// `POST /os-aggregates/{id}/action`: the one key of the body names the
+/// action (Nova's `action_peek`); the body is checked against the
+/// action's schema before its policy, and the id after it, as Nova does.
+/// Each answers 200 with the aggregate.
 pub async fn action(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let v = parse_body(&body)?;
-    let Some(o) = v.as_object().filter(|o| o.len() == 1) else {
-        return Err(bad(
-            "Invalid input for field/attribute body. Exactly one of 'add_host', 'remove_host' \
-             or 'set_metadata' is required",
-        ));
+    let v = body_schema::parse(&body)?;
+    let Some(name) = v
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.keys().next())
+    else {
+        return Err(bad("Malformed request body"));
     };
-    let (name, _) = o.iter().next().expect("one key");
     match name.as_str() {
         "add_host" | "remove_host" => {
+            let host = host_field(member(&v, name, &["host"], &["host"])?)?;
             let rule = format!("os_compute_api:os-aggregates:{name}");
             app.authorize(&ctx, &rule, ctx.project_id())?;
             let id = parse_id(&id)?;
-            let b = body_of(&v, name)?;
-            let host = name_field(b, "host")?.ok_or_else(|| {
-                bad(format!(
-                    "Invalid input for field/attribute {name}. 'host' is a required property"
-                ))
-            })?;
-            if b.len() != 1 {
-                return Err(bad(
-                    "Additional properties are not allowed (only 'host' is expected)",
-                ));
-            }
             host_change(&app, &ctx, id, &host, name == "add_host").await
         }
         "set_metadata" => {
+            let b = member(&v, name, &["metadata"], &["metadata"])?;
+            let changes =
+                body_schema::metadata(Some("metadata"), &b["metadata"], MetaValues::OrNull)?;
             app.authorize(
                 &ctx,
                 "os_compute_api:os-aggregates:set_metadata",
                 ctx.project_id(),
             )?;
             let id = parse_id(&id)?;
-            let b = body_of(&v, name)?;
-            let meta = body_of(&Value::Object(b.clone()), "metadata")?.clone();
-            set_metadata(&app, &ctx, id, &meta).await
+            set_metadata(&app, &ctx, id, &changes).await
         }
-        other => Err(bad(format!(
-            "Invalid input for field/attribute body. Unknown action '{other}'"
-        ))),
+        other => Err(bad(format!("There is no such action: {other}"))),
     }
 }
 
@@ -344,44 +392,15 @@ async fn set_metadata(
     app: &App,
     ctx: &Ctx,
     id: i64,
-    meta: &Map<String, Value>,
+    changes: &BTreeMap<String, Option<String>>,
 ) -> ApiResult<Json<Value>> {
-    let mut changes: BTreeMap<String, Option<String>> = BTreeMap::new();
-    for (k, v) in meta {
-        if k.is_empty() || k.chars().count() > 255 {
-            return Err(bad(format!(
-                "Invalid input for field/attribute metadata. Key '{k}' must be 1 to 255 characters"
-            )));
-        }
-        let value = match v {
-            Value::Null => None,
-            Value::String(s) if s.chars().count() <= 255 => Some(s.clone()),
-            other => {
-                return Err(bad(format!(
-                    "Invalid input for field/attribute {k}. Value: {other}. {other} is not of type 'string', 'null'"
-                )))
-            }
-        };
-        changes.insert(k.clone(), value);
-    }
     let a = get(app, id).await?;
-    if let Some(Some(z)) = changes.get(cell_mapping::db::aggregates::AZ_KEY) {
-        if z.contains(':') || z.trim().is_empty() {
-            return Err(bad(format!(
-                "Invalid input for field/attribute availability_zone. Value: {z}."
-            )));
-        }
-        let clash = conflicting_zones(app, &a.hosts, id, z).await?;
-        if !clash.is_empty() {
-            return Err(bad(format!(
-                "Cannot update metadata of aggregate {id}. Reason: One or more hosts already in \
-                 availability zone(s) {clash:?}."
-            )));
-        }
+    if let Some(z) = changes.get(cell_mapping::db::aggregates::AZ_KEY) {
+        check_zone(app, &a, &a.hosts, z.as_deref(), ZoneCheck::UpdateMeta).await?;
     }
     app.db()
         .api()
-        .aggregate_set_metadata(id, &changes)
+        .aggregate_set_metadata(id, changes)
         .await?
         .map_err(|r| refused(id, r, None))?;
     app.conductor().scheduler().host_state().invalidate();
@@ -416,33 +435,34 @@ async fn host_change(
     host: &str,
     add: bool,
 ) -> ApiResult<Json<Value>> {
-    let a = get(app, id).await?;
     let api = app.db().api();
-    let providers = if add {
+    // Nova looks the compute host up before the aggregate.
+    let (a, providers) = if add {
         let providers = host_providers(app, host).await?;
+        let a = get(app, id).await?;
         if let Some(z) = a.availability_zone() {
-            let clash = conflicting_zones(app, &[host.to_owned()], id, z).await?;
-            if !clash.is_empty() {
-                return Err(ApiError::Conflict(format!(
-                    "Cannot add host to aggregate {id}. Reason: One or more hosts already in \
-                     availability zone(s) {clash:?}."
-                )));
-            }
+            check_zone(app, &a, &[host.to_owned()], Some(z), ZoneCheck::Add).await?;
         }
         api.aggregate_add_host(id, host)
             .await?
             .map_err(|r| refused(id, r, Some(host)))?;
-        providers
+        (a, providers)
     } else {
-        if !a.hosts.iter().any(|h| h == host) {
-            // Nova: an unknown host is 404 too, with the same message.
-            return Err(refused(id, AggregateRefused::HostNotFound, Some(host)));
-        }
+        // Nova: an unknown host or aggregate, or a host not in it, is one
+        // 404 with one message.
+        let gone = || refused(id, AggregateRefused::HostNotFound, Some(host));
+        let providers = host_providers(app, host).await.map_err(|e| match e {
+            ApiError::NotFound(_) => gone(),
+            e => e,
+        })?;
+        let a = get(app, id).await.map_err(|e| match e {
+            ApiError::NotFound(_) => gone(),
+            e => e,
+        })?;
         api.aggregate_remove_host(id, host)
             .await?
-            .map_err(|r| refused(id, r, Some(host)))?;
-        // A host whose compute is gone has no provider to update.
-        host_providers(app, host).await.unwrap_or_default()
+            .map_err(|_| gone())?;
+        (a, providers)
     };
     app.conductor().scheduler().host_state().invalidate();
     let placement = app.placement.clone();

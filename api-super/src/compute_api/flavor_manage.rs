@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::{json, Map, Value};
 
+use super::body_schema::{self, MetaValues};
 use super::db::FlavorSpec;
 use super::error::{ApiError, ApiResult};
 use super::flavors::{detail_with_specs, visible};
@@ -271,38 +272,21 @@ pub async fn update(
 
 // ------------------------------------------------------------ extra specs
 
-fn valid_key(k: &str) -> bool {
-    (1..=255).contains(&k.len())
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.' | ' '))
-}
-
-/// Validates `{"key": value}` pairs (values: strings, numbers or booleans,
-/// stored as strings of at most 255 characters).
-fn spec_pairs(o: &Map<String, Value>) -> ApiResult<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    for (k, v) in o {
-        if !valid_key(k) {
+/// Extra specs as Nova's schema has them (keys `^[a-zA-Z0-9-_:. ]{1,255}$`,
+/// values strings of at most 255 characters or numbers, whose Python
+/// `str` may not pass 255 characters either), as stored.
+fn spec_pairs(field: Option<&str>, v: &Value) -> ApiResult<Vec<(String, String)>> {
+    let specs = body_schema::metadata(field, v, MetaValues::OrNumber)?;
+    let mut out = Vec::with_capacity(specs.len());
+    for (k, value) in specs {
+        let value = value.unwrap_or_default();
+        let n = value.chars().count();
+        if n > 255 {
             return Err(bad(format!(
-                "Invalid input for field/attribute extra_specs. Value: {k}. '{k}' does not match any of the regexes: '^[a-zA-Z0-9-_:. ]{{1,255}}$'"
+                "extra_specs value has {n} characters, more than 255."
             )));
         }
-        let s = match v {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            Value::Bool(b) => if *b { "True".into() } else { "False".into() },
-            other => {
-                return Err(bad(format!(
-                    "Invalid input for field/attribute {k}. Value: {other}. {other} is not of type 'string', 'number', 'boolean'"
-                )))
-            }
-        };
-        if s.chars().count() > 255 {
-            return Err(bad(format!(
-                "Invalid input for field/attribute {k}. Value: {s}. '{s}' is too long"
-            )));
-        }
-        out.push((k.clone(), s));
+        out.push((k, value));
     }
     Ok(out)
 }
@@ -333,24 +317,28 @@ pub async fn specs_index(
     Ok(Json(json!({ "extra_specs": specs_of(&app, f.id).await? })))
 }
 
-/// `POST /flavors/{id}/os-extra_specs` (admin): creates or updates.
+/// `POST /flavors/{id}/os-extra_specs` (admin): creates or updates;
+/// 200 with the body as given (numbers stay numbers), as Nova.
 pub async fn specs_create(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    let v = body_schema::parse(&body)?;
+    let pairs = match body_schema::top(&v, "extra_specs")? {
+        Some(specs) => spec_pairs(Some("extra_specs"), specs)?,
+        None => Vec::new(),
+    };
+    body_schema::only(&v, "extra_specs")?;
     app.authorize(
         &ctx,
         "os_compute_api:os-flavor-extra-specs:create",
         ctx.project_id(),
     )?;
-    let o = body_object(&body, "extra_specs")?;
-    let pairs = spec_pairs(&o)?;
     let f = visible(&app, &ctx, &id).await?;
     app.db.extra_specs_set(f.id, &pairs).await?;
-    let out: Map<String, Value> = pairs.into_iter().map(|(k, v)| (k, json!(v))).collect();
-    Ok(Json(json!({ "extra_specs": out })))
+    Ok(Json(v))
 }
 
 fn no_key(id: &str, key: &str) -> ApiError {
@@ -378,41 +366,48 @@ pub async fn spec_show(
     Ok(Json(json!({ key: v })))
 }
 
-/// `PUT /flavors/{id}/os-extra_specs/{key}` (admin): `{key: value}`.
+/// `PUT /flavors/{id}/os-extra_specs/{key}` (admin): `{key: value}`,
+/// 200 with the body as given.
 pub async fn spec_update(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path((id, key)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    let v = body_schema::parse(&body)?;
+    // The body is the one spec (the schema's `minProperties` and
+    // `maxProperties` 1 follow its values and keys).
+    let pairs = spec_pairs(None, &v)?;
+    match v.as_object().map(Map::len) {
+        Some(0) => return Err(bad("{} does not have enough properties")),
+        Some(n) if n > 1 => {
+            return Err(bad(format!(
+                "{} has too many properties",
+                query_schema::python_value_repr(&v)
+            )))
+        }
+        _ => {}
+    }
     app.authorize(
         &ctx,
         "os_compute_api:os-flavor-extra-specs:update",
         ctx.project_id(),
     )?;
-    let v: Value = serde_json::from_slice(&body).map_err(|_| bad("Malformed request body"))?;
-    let Some(o) = v.as_object() else {
-        return Err(bad("Malformed request body"));
-    };
-    if o.len() > 1 {
-        return Err(bad("Request body contains too many items"));
-    }
-    if !o.contains_key(&key) {
+    if !v.as_object().is_some_and(|o| o.contains_key(&key)) {
         return Err(bad("Request body and URI mismatch"));
     }
-    let pairs = spec_pairs(o)?;
     let f = visible(&app, &ctx, &id).await?;
     app.db.extra_specs_set(f.id, &pairs).await?;
-    let out: Map<String, Value> = pairs.into_iter().map(|(k, v)| (k, json!(v))).collect();
-    Ok(Json(Value::Object(out)))
+    Ok(Json(v))
 }
 
-/// `DELETE /flavors/{id}/os-extra_specs/{key}` (admin): 202.
+/// `DELETE /flavors/{id}/os-extra_specs/{key}` (admin): 200 without a
+/// body, as Nova.
 pub async fn spec_delete(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path((id, key)): Path<(String, String)>,
-) -> ApiResult<Response> {
+) -> ApiResult<StatusCode> {
     app.authorize(
         &ctx,
         "os_compute_api:os-flavor-extra-specs:delete",
@@ -422,7 +417,7 @@ pub async fn spec_delete(
     if !app.db.extra_spec_delete(f.id, &key).await? {
         return Err(no_key(&id, &key));
     }
-    Ok(StatusCode::ACCEPTED.into_response())
+    Ok(StatusCode::OK)
 }
 
 // ----------------------------------------------------------------- access

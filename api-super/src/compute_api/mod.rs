@@ -11,6 +11,7 @@
 
 pub mod aggregates;
 pub mod availability_zones;
+pub(crate) mod body_schema;
 pub mod db;
 pub mod error;
 pub mod flavor_manage;

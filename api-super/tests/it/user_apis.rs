@@ -704,7 +704,7 @@ async fn flavor_manage_extra_specs_and_access() {
     let r = s.call(&s.admin, "POST", "/v2.1/flavors/p1/os-extra_specs",
         Some(json!({"extra_specs": {"hw:cpu_policy": "dedicated", "quota:disk_read_iops_sec": 100}}))).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(body(&r)["extra_specs"]["quota:disk_read_iops_sec"], "100");
+    assert_eq!(body(&r)["extra_specs"]["quota:disk_read_iops_sec"], 100); // as given
     let r = s
         .call(
             &s.admin,
@@ -756,7 +756,7 @@ async fn flavor_manage_extra_specs_and_access() {
             Some(json!({"hw:cpu_policy": "a", "b": "c"})),
         )
         .await;
-    fault(&r, 400, "badRequest", "too many items");
+    fault(&r, 400, "badRequest", "has too many properties");
     // In the flavor body from 2.61 only.
     let r = s
         .call_at("2.61", &s.member, "GET", "/v2.1/flavors/p1", None)
@@ -774,7 +774,7 @@ async fn flavor_manage_extra_specs_and_access() {
             None,
         )
         .await;
-    assert_eq!(r.status, 202, "{}", r.body);
+    assert!(r.status == 200 && r.body.is_empty(), "{}", r.body);
     let r = s
         .call(
             &s.admin,

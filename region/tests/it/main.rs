@@ -1,5 +1,6 @@
 //! Integration tests of the all-in-one launcher: the real binary.
 
+mod api_parity;
 mod blocked_broker;
 mod cells_live;
 mod config_drive;

@@ -693,7 +693,7 @@ pub(crate) fn hostname_error(ctx: &Ctx, v: &Value) -> ApiError {
 
 /// Nova's schema message for a value of `parameter_types.fqdn` (2.74's
 /// `host` and `hypervisor_hostname`, 2.94's `hostname`) that is refused.
-fn fqdn_error(key: &str, v: &Value) -> ApiError {
+pub(crate) fn fqdn_error(key: &str, v: &Value) -> ApiError {
     let Value::String(h) = v else {
         return invalid_field(key, v, &not_of_type(v, "'string'"));
     };

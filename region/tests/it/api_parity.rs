@@ -1,0 +1,533 @@
+//! Compute API parity with Nova (issue 37), through the real `openstack`
+//! CLI and openstacksdk against the region binary: each call's status
+//! and body, errors included, as Nova's API reference and code give them.
+//! openstacksdk's session makes the raw calls (any path, microversion and
+//! body), the CLI the ordinary ones.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
+
+/// Runs raw calls through openstacksdk's authenticated session: reads a
+/// JSON list of `[method, path, microversion or null, body or null,
+/// authenticated]` on stdin, the path relative to the Compute API's root
+/// (the catalog's endpoint without `/v2.1`); prints `[status, body,
+/// headers]` for each.
+const SDK_CALLS: &str = r#"
+import json, sys
+import openstack
+conn = openstack.connect()
+endpoint = conn.compute.get_endpoint().rstrip('/')
+root = endpoint[: -len('/v2.1')] if endpoint.endswith('/v2.1') else endpoint
+out = []
+for method, path, mv, body, authed in json.load(sys.stdin):
+    headers = {'Accept': 'application/json'}
+    if mv:
+        headers['OpenStack-API-Version'] = 'compute ' + mv
+    kw = {'headers': headers, 'raise_exc': False, 'authenticated': authed}
+    if body is not None:
+        kw['json'] = body
+    r = conn.session.request(root + path, method, **kw)
+    out.append([r.status_code, r.text, {k.lower(): v for k, v in r.headers.items()}])
+print(json.dumps(out))
+"#;
+
+/// One raw call.
+pub(crate) struct Call {
+    method: &'static str,
+    path: String,
+    mv: Option<&'static str>,
+    body: Option<Value>,
+    authed: bool,
+}
+
+/// A call at `mv` (None: no microversion header).
+pub(crate) fn call(
+    method: &'static str,
+    path: impl Into<String>,
+    mv: Option<&'static str>,
+    body: Option<Value>,
+) -> Call {
+    Call {
+        method,
+        path: path.into(),
+        mv,
+        body,
+        authed: true,
+    }
+}
+
+/// What a raw call answered.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) text: String,
+    pub(crate) headers: serde_json::Map<String, Value>,
+}
+
+impl Answer {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+
+    /// Nova's error body: `{kind: {"code": status, "message": …}}`.
+    pub(crate) fn assert_error(&self, status: u16, kind: &str, message: &str) {
+        assert_eq!(self.status, status, "{}", self.text);
+        let v = self.json();
+        assert_eq!(v[kind]["code"], status, "{v}");
+        assert_eq!(v[kind]["message"], message, "{v}");
+    }
+
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(Value::as_str)
+    }
+}
+
+/// A user of the region through openstacksdk (raw calls) and the CLI.
+pub(crate) struct User {
+    pub(crate) cli: Cli,
+}
+
+impl std::ops::Deref for User {
+    type Target = Cli;
+    fn deref(&self) -> &Cli {
+        &self.cli
+    }
+}
+
+impl User {
+    pub(crate) fn calls(&self, calls: Vec<Call>) -> Vec<Answer> {
+        let input: Vec<Value> = calls
+            .iter()
+            .map(|c| json!([c.method, c.path, c.mv, c.body, c.authed]))
+            .collect();
+        let mut child = Command::new(self.cli.bin.join("python"))
+            .args(["-c", SDK_CALLS])
+            .envs(self.cli.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run python");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(Value::Array(input).to_string().as_bytes())
+            .expect("write calls");
+        let out = child.wait_with_output().expect("python");
+        assert!(
+            out.status.success(),
+            "openstacksdk calls failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("answers");
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|a| Answer {
+                status: a[0].as_u64().expect("status") as u16,
+                text: a[1].as_str().unwrap_or_default().to_owned(),
+                headers: a[2].as_object().cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    pub(crate) fn one(&self, c: Call) -> Answer {
+        self.calls(vec![c]).pop().expect("one answer")
+    }
+}
+
+/// The region binary with the admin and the member, or `None` (skip)
+/// when the clients cannot be installed.
+pub(crate) fn region(test: &str) -> Option<(super::Running, User, User)> {
+    let bin = testkit::python::venv_or_skip(VENV, PACKAGES)?;
+    let dir = testkit::temp_dir(test);
+    let r = super::start_catalog(&dir, &[]);
+    let admin = User {
+        cli: Cli {
+            bin: bin.clone(),
+            env: os_env(&r, "admin", 0, "admin"),
+        },
+    };
+    let member = User {
+        cli: Cli {
+            bin,
+            env: os_env(&r, "demo", 1, "demo"),
+        },
+    };
+    Some((r, admin, member))
+}
+
+/// Aggregates: every call's status and body as Nova's (create 200 without
+/// hosts and metadata, actions 200 with the aggregate, DELETE 200 without
+/// a body), and Nova's 400/404/409 with its wording.
+#[test]
+fn openstack_cli_aggregates_answer_as_nova() {
+    let Some((_r, admin, member)) = region("parity_aggregates") else {
+        return;
+    };
+    // The CLI's whole cycle.
+    let agg = admin.json(&["aggregate", "create", "--zone", "az1", "rack1"]);
+    assert_eq!(agg["availability_zone"], "az1", "{agg}");
+    admin.ok(&["aggregate", "add", "host", "rack1", "cell1-host01"]);
+    admin.ok(&["aggregate", "set", "--property", "ssd=true", "rack1"]);
+    admin.ok(&["aggregate", "remove", "host", "rack1", "cell1-host01"]);
+    admin.ok(&["aggregate", "delete", "rack1"]);
+    let (ok, _, err) = admin.run(&["aggregate", "show", "rack1"]);
+    assert!(!ok, "{err}");
+
+    let agg = |name: &str, zone: Option<&str>| {
+        let mut a = json!({"aggregate": {"name": name}});
+        if let Some(z) = zone {
+            a["aggregate"]["availability_zone"] = json!(z);
+        }
+        call("POST", "/v2.1/os-aggregates", Some("2.41"), Some(a))
+    };
+    let created = admin.calls(vec![
+        agg("p1", None),
+        agg("p2", Some("az2")),
+        agg("p1", None),
+        agg("p5", None),
+        agg(" p3", None),
+        agg("p3", Some("a:b")),
+        call(
+            "POST",
+            "/v2.1/os-aggregates",
+            None,
+            Some(json!({"aggregate": {}})),
+        ),
+        call(
+            "POST",
+            "/v2.1/os-aggregates",
+            None,
+            Some(json!({"aggregate": {"name": "p4", "x": 1}})),
+        ),
+    ]);
+    assert_eq!(created[0].status, 200, "{}", created[0].text);
+    let p1 = created[0].json()["aggregate"].clone();
+    assert!(
+        p1.get("hosts").is_none() && p1.get("metadata").is_none(),
+        "{p1}"
+    );
+    assert_eq!(p1["availability_zone"], Value::Null, "{p1}");
+    assert_eq!(p1["deleted"], false, "{p1}");
+    assert!(p1["uuid"].is_string(), "{p1}");
+    let p2 = created[1].json()["aggregate"].clone();
+    assert_eq!(p2["availability_zone"], "az2", "{p2}");
+    created[2].assert_error(409, "conflictingRequest", "Aggregate p1 already exists.");
+    created[4].assert_error(
+        400,
+        "badRequest",
+        "An invalid 'name' value was provided. The name must be: printable characters. \
+         Can not start or end with whitespace.",
+    );
+    created[5].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute availability_zone. Value: a:b. \
+         'a:b' is not valid under any of the given schemas",
+    );
+    created[6].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute aggregate. Value: {}. 'name' is a required property",
+    );
+    created[7].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute aggregate. Value: {'name': 'p4', 'x': 1}. \
+         Additional properties are not allowed ('x' was unexpected)",
+    );
+    let (id1, id2) = (p1["id"].as_i64().unwrap(), p2["id"].as_i64().unwrap());
+    let id5 = created[3].json()["aggregate"]["id"].as_i64().unwrap();
+    let action = |id: i64, body: Value| {
+        call(
+            "POST",
+            format!("/v2.1/os-aggregates/{id}/action"),
+            Some("2.41"),
+            Some(body),
+        )
+    };
+    let host = "cell1-host01";
+    let a = admin.calls(vec![
+        action(id1, json!({"add_host": {"host": host}})),
+        action(id1, json!({"add_host": {"host": host}})),
+        action(id1, json!({"add_host": {"host": "no-such-host"}})),
+        action(99999, json!({"add_host": {"host": host}})),
+        action(id1, json!({"add_host": {"host": "bad host"}})),
+        action(
+            id1,
+            json!({"set_metadata": {"metadata": {"availability_zone": "az1", "k": "v"}}}),
+        ),
+        // p2 is in az2: the host cannot be in both.
+        action(id2, json!({"add_host": {"host": host}})),
+        action(
+            id1,
+            json!({"set_metadata": {"metadata": {"k": null, "k!": "v"}}}),
+        ),
+        action(
+            id1,
+            json!({"set_metadata": {"metadata": {"availability_zone": null}}}),
+        ),
+        action(
+            id1,
+            json!({"add_host": {"host": host}, "remove_host": {"host": host}}),
+        ),
+        action(id1, json!({"rename": {"name": "x"}})),
+        call("DELETE", format!("/v2.1/os-aggregates/{id1}"), None, None),
+        call("DELETE", "/v2.1/os-aggregates/abc", None, None),
+        // p5 (no zone) takes the host; a zone for p5 would put it in two.
+        action(id5, json!({"add_host": {"host": host}})),
+        call(
+            "PUT",
+            format!("/v2.1/os-aggregates/{id5}"),
+            None,
+            Some(json!({"aggregate": {"availability_zone": "az5"}})),
+        ),
+        action(id1, json!({"remove_host": {"host": "cell1-host02"}})),
+        action(id1, json!({"remove_host": {"host": "no-such-host"}})),
+        action(99999, json!({"remove_host": {"host": host}})),
+        action(id1, json!({"remove_host": {"host": host}})),
+        call("DELETE", format!("/v2.1/os-aggregates/{id1}"), None, None),
+        call("DELETE", format!("/v2.1/os-aggregates/{id1}"), None, None),
+    ]);
+    assert_eq!(a[0].status, 200, "{}", a[0].text);
+    let added = a[0].json()["aggregate"].clone();
+    assert_eq!(added["hosts"], json!([host]), "{added}");
+    assert_eq!(added["metadata"], json!({}), "{added}");
+    assert_eq!(added["uuid"], p1["uuid"], "{added}");
+    a[1].assert_error(
+        409,
+        "conflictingRequest",
+        &format!("Aggregate {id1} already has host {host}."),
+    );
+    a[2].assert_error(
+        404,
+        "itemNotFound",
+        "Compute host no-such-host could not be found.",
+    );
+    a[3].assert_error(404, "itemNotFound", "Aggregate 99999 could not be found.");
+    a[4].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute host. Value: bad host. \
+         'bad host' does not match '^[a-zA-Z0-9-._]*$'",
+    );
+    assert_eq!(a[5].status, 200, "{}", a[5].text);
+    let meta = a[5].json()["aggregate"].clone();
+    assert_eq!(
+        meta["metadata"],
+        json!({"availability_zone": "az1", "k": "v"}),
+        "{meta}"
+    );
+    assert_eq!(meta["availability_zone"], "az1", "{meta}");
+    a[6].assert_error(
+        409,
+        "conflictingRequest",
+        &format!(
+            "Cannot add host to aggregate {id2}. Reason: One or more hosts already in \
+             availability zone(s) ['az1']."
+        ),
+    );
+    a[7].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute metadata. Value: {'k': None, 'k!': 'v'}. \
+         'k!' does not match any of the regexes: '^[a-zA-Z0-9-_:. ]{1,255}$'",
+    );
+    a[8].assert_error(
+        400,
+        "badRequest",
+        &format!(
+            "Cannot update metadata of aggregate {id1}. Reason: Aggregate p1 does not \
+             support empty named availability zone."
+        ),
+    );
+    a[9].assert_error(400, "badRequest", "Malformed request body");
+    a[10].assert_error(400, "badRequest", "There is no such action: rename");
+    a[11].assert_error(
+        400,
+        "badRequest",
+        &format!("Cannot remove host from aggregate {id1}. Reason: Host aggregate is not empty."),
+    );
+    a[12].assert_error(
+        400,
+        "badRequest",
+        "Invalid input received: id must be an integer",
+    );
+    assert_eq!(a[13].status, 200, "{}", a[13].text);
+    a[14].assert_error(
+        400,
+        "badRequest",
+        &format!(
+            "Cannot update aggregate {id5}. Reason: One or more hosts already in \
+             availability zone(s) ['az1']."
+        ),
+    );
+    for (i, h, id) in [
+        (15, "cell1-host02", id1),
+        (16, "no-such-host", id1),
+        (17, host, 99999),
+    ] {
+        a[i].assert_error(
+            404,
+            "itemNotFound",
+            &format!("Cannot remove host {h} in aggregate {id}"),
+        );
+    }
+    assert_eq!(a[18].status, 200, "{}", a[18].text);
+    let removed = a[18].json()["aggregate"].clone();
+    assert_eq!(removed["hosts"], json!([]), "{removed}");
+    assert_eq!(removed["metadata"]["k"], "v", "{removed}");
+    // DELETE: 200 without a body.
+    assert_eq!(a[19].status, 200, "{}", a[19].text);
+    assert_eq!(a[19].text, "", "DELETE answered a body");
+    assert!(
+        a[19].header("x-compute-request-id").is_some(),
+        "{:?}",
+        a[19].headers
+    );
+    a[20].assert_error(
+        404,
+        "itemNotFound",
+        &format!("Aggregate {id1} could not be found."),
+    );
+    // Below 2.41 no uuid; a member may not.
+    let shown = admin.one(call(
+        "GET",
+        format!("/v2.1/os-aggregates/{id2}"),
+        None,
+        None,
+    ));
+    assert_eq!(shown.status, 200, "{}", shown.text);
+    assert!(
+        shown.json()["aggregate"].get("uuid").is_none(),
+        "{}",
+        shown.text
+    );
+    let denied = member.one(call(
+        "DELETE",
+        format!("/v2.1/os-aggregates/{id2}"),
+        None,
+        None,
+    ));
+    denied.assert_error(
+        403,
+        "forbidden",
+        "Policy doesn't allow os_compute_api:os-aggregates:delete to be performed.",
+    );
+}
+
+/// Flavor extra specs: set (POST) 200 answering the body as given, PUT
+/// of a key 200, DELETE 200 without a body; Nova's errors.
+#[test]
+fn openstack_cli_flavor_extra_specs_answer_as_nova() {
+    let Some((_r, admin, _member)) = region("parity_extra_specs") else {
+        return;
+    };
+    admin.ok(&[
+        "flavor",
+        "create",
+        "--ram",
+        "256",
+        "--disk",
+        "1",
+        "--vcpus",
+        "1",
+        "--id",
+        "x1",
+        "--property",
+        "hw:cpu_policy=shared",
+        "x.one",
+    ]);
+    admin.ok(&["flavor", "set", "--property", "a=b", "x.one"]);
+    admin.ok(&["flavor", "unset", "--property", "a", "x.one"]);
+    let shown = admin.json(&["flavor", "show", "x.one"]);
+    let props = shown["properties"].to_string();
+    assert!(
+        props.contains("hw:cpu_policy") && !props.contains("\"a\""),
+        "{shown}"
+    );
+
+    let specs = "/v2.1/flavors/x1/os-extra_specs";
+    let a = admin.calls(vec![
+        call(
+            "POST",
+            specs,
+            None,
+            Some(json!({"extra_specs": {"n": 1, "s": "x"}})),
+        ),
+        call("GET", format!("{specs}/n"), None, None),
+        call("PUT", format!("{specs}/n"), None, Some(json!({"n": "2"}))),
+        call("PUT", format!("{specs}/n"), None, Some(json!({"m": "2"}))),
+        call(
+            "PUT",
+            format!("{specs}/n"),
+            None,
+            Some(json!({"n": "2", "m": "3"})),
+        ),
+        call(
+            "POST",
+            specs,
+            None,
+            Some(json!({"extra_specs": {"t": true}})),
+        ),
+        call(
+            "POST",
+            specs,
+            None,
+            Some(json!({"extra_specs": {"k!": "v"}})),
+        ),
+        call("POST", specs, None, Some(json!({"specs": {}}))),
+        call("DELETE", format!("{specs}/n"), None, None),
+        call("DELETE", format!("{specs}/n"), None, None),
+        call(
+            "POST",
+            "/v2.1/flavors/nope/os-extra_specs",
+            None,
+            Some(json!({"extra_specs": {"a": "b"}})),
+        ),
+        call("GET", specs, None, None),
+    ]);
+    assert_eq!(a[0].status, 200, "{}", a[0].text);
+    assert_eq!(a[0].json(), json!({"extra_specs": {"n": 1, "s": "x"}}));
+    assert_eq!(a[1].json(), json!({"n": "1"}), "{}", a[1].text);
+    assert_eq!(a[2].status, 200, "{}", a[2].text);
+    assert_eq!(a[2].json(), json!({"n": "2"}));
+    a[3].assert_error(400, "badRequest", "Request body and URI mismatch");
+    a[4].assert_error(
+        400,
+        "badRequest",
+        "{'m': '3', 'n': '2'} has too many properties",
+    );
+    a[5].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute t. Value: True. True is not of type 'string', 'number'",
+    );
+    a[6].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute extra_specs. Value: {'k!': 'v'}. \
+         'k!' does not match any of the regexes: '^[a-zA-Z0-9-_:. ]{1,255}$'",
+    );
+    a[7].assert_error(400, "badRequest", "'extra_specs' is a required property");
+    assert_eq!(a[8].status, 200, "{}", a[8].text);
+    assert_eq!(a[8].text, "", "DELETE answered a body");
+    a[9].assert_error(
+        404,
+        "itemNotFound",
+        "Flavor x1 has no extra specs with key n.",
+    );
+    a[10].assert_error(404, "itemNotFound", "Flavor nope could not be found.");
+    assert_eq!(
+        a[11].json(),
+        json!({"extra_specs": {"hw:cpu_policy": "shared", "s": "x"}}),
+        "{}",
+        a[11].text
+    );
+}
