@@ -490,13 +490,18 @@ pub fn router(app: App) -> Router {
         )
         .fallback(not_found)
         .layer(from_fn_with_state(app.clone(), authenticate));
-    Router::new()
+    let routed = Router::new()
         .route("/", get(versions::root))
         .route("/v2.1", get(versions::v2_1))
         .route("/v2.1/", get(versions::v2_1))
         .merge(authed)
         .layer(from_fn(crate::http::frame))
-        .with_state(app)
+        .with_state(app);
+    // `/v2/…` is rewritten to `/v2.1/…` before routing.
+    Router::new().fallback_service(tower_layer::Layer::layer(
+        &from_fn(versions::legacy_v2),
+        routed,
+    ))
 }
 
 /// A running Compute API.

@@ -422,6 +422,98 @@ fn openstack_cli_aggregates_answer_as_nova() {
     );
 }
 
+/// Versions: `GET /` lists v2.0 (deprecated, as Nova since 2025.2) then
+/// v2.1; `/v2` is the v2.1 API at 2.1 whatever microversion is asked,
+/// and answers without microversion headers.
+#[test]
+fn openstack_cli_versions_and_the_v2_api_answer_as_nova() {
+    let Some((_r, admin, _member)) = region("parity_versions") else {
+        return;
+    };
+    let unauthed = |path: &str| Call {
+        authed: false,
+        ..call("GET", path, None, None)
+    };
+    let a = admin.calls(vec![
+        unauthed("/"),
+        unauthed("/v2"),
+        unauthed("/v2/"),
+        unauthed("/v2.1/"),
+        call("GET", "/v2/flavors/detail", Some("2.61"), None),
+        call("GET", "/v2.1/flavors/detail", Some("2.61"), None),
+        call("GET", "/v2/flavors/detail", Some("9.9"), None),
+        call("GET", "/v2/os-keypairs", None, None),
+        call("GET", "/v2/no-such-thing", None, None),
+        unauthed("/v2/servers"),
+    ]);
+    assert_eq!(a[0].status, 200, "{}", a[0].text);
+    let root = a[0].json();
+    let versions = root["versions"].as_array().expect("versions");
+    assert_eq!(versions.len(), 2, "{root}");
+    assert_eq!(versions[0]["id"], "v2.0", "{root}");
+    assert_eq!(versions[0]["status"], "DEPRECATED", "{root}");
+    assert_eq!(versions[0]["version"], "", "{root}");
+    assert_eq!(versions[0]["min_version"], "", "{root}");
+    assert!(
+        versions[0]["links"][0]["href"]
+            .as_str()
+            .unwrap()
+            .ends_with("/v2/"),
+        "{root}"
+    );
+    assert_eq!(versions[1]["id"], "v2.1", "{root}");
+    assert_eq!(versions[1]["status"], "CURRENT", "{root}");
+    assert_eq!(versions[1]["version"], "2.104", "{root}");
+    assert_eq!(versions[1]["min_version"], "2.1", "{root}");
+    assert_eq!(versions[1]["links"].as_array().unwrap().len(), 1, "{root}");
+    for v2 in &a[1..3] {
+        assert_eq!(v2.status, 200, "{}", v2.text);
+        let v = v2.json()["version"].clone();
+        assert_eq!(v["id"], "v2.0", "{v}");
+        assert_eq!(v["status"], "DEPRECATED", "{v}");
+        assert_eq!(
+            v["media-types"][0]["type"], "application/vnd.openstack.compute+json;version=2",
+            "{v}"
+        );
+        assert!(
+            v["links"][0]["href"].as_str().unwrap().ends_with("/v2/"),
+            "{v}"
+        );
+    }
+    assert_eq!(a[3].json()["version"]["id"], "v2.1", "{}", a[3].text);
+    // `/v2` ignores the microversion: 2.1's flavors, no version headers.
+    assert_eq!(a[4].status, 200, "{}", a[4].text);
+    let legacy = a[4].json();
+    assert!(
+        legacy["flavors"][0].get("extra_specs").is_none()
+            && legacy["flavors"][0].get("description").is_none(),
+        "{legacy}"
+    );
+    assert!(
+        a[4].header("openstack-api-version").is_none(),
+        "{:?}",
+        a[4].headers
+    );
+    assert!(a[4].header("x-openstack-nova-api-version").is_none());
+    assert!(
+        a[4].header("x-compute-request-id").is_some(),
+        "{:?}",
+        a[4].headers
+    );
+    let current = a[5].json();
+    assert!(
+        current["flavors"][0].get("extra_specs").is_some(),
+        "{current}"
+    );
+    assert_eq!(a[5].header("openstack-api-version"), Some("compute 2.61"));
+    // A version the v2.1 API would refuse (406) is ignored under /v2.
+    assert_eq!(a[6].status, 200, "{}", a[6].text);
+    assert_eq!(a[7].status, 200, "{}", a[7].text);
+    assert!(a[7].json()["keypairs"].is_array(), "{}", a[7].text);
+    a[8].assert_error(404, "itemNotFound", "The resource could not be found.");
+    assert_eq!(a[9].status, 401, "/v2 needs a token too: {}", a[9].text);
+}
+
 /// Flavor extra specs: set (POST) 200 answering the body as given, PUT
 /// of a key 200, DELETE 200 without a body; Nova's errors.
 #[test]
