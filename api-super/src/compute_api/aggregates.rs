@@ -132,8 +132,7 @@ fn zone_field(o: &Map<String, Value>) -> ApiResult<Option<Option<String>>> {
 }
 
 /// `host` of `add_host` / `remove_host` (`parameter_types.fqdn`).
-fn host_field(o: &Map<String, Value>) -> ApiResult<String> {
-    let v = &o["host"];
+fn host_field(v: &Value) -> ApiResult<String> {
     match v {
         Value::String(h)
             if !h.is_empty()
@@ -251,9 +250,14 @@ pub async fn create(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let v = body_schema::parse(&body)?;
-    let o = member(&v, "aggregate", &["name", "availability_zone"], &["name"])?;
-    let name = name_field(&o["name"])?;
-    let zone = zone_field(o)?.flatten();
+    let (name, zone) = member(
+        &v,
+        "aggregate",
+        &["name", "availability_zone"],
+        &["name"],
+        |o| Ok((o.get("name").map(name_field).transpose()?, zone_field(o)?)),
+    )?;
+    let (name, zone) = (name.unwrap_or_default(), zone.flatten());
     app.authorize(
         &ctx,
         "os_compute_api:os-aggregates:create",
@@ -291,9 +295,9 @@ pub async fn update(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let v = body_schema::parse(&body)?;
-    let o = member(&v, "aggregate", &["name", "availability_zone"], &[])?;
-    let name = o.get("name").map(spaced_name).transpose()?;
-    let zone = zone_field(o)?;
+    let (name, zone) = member(&v, "aggregate", &["name", "availability_zone"], &[], |o| {
+        Ok((o.get("name").map(spaced_name).transpose()?, zone_field(o)?))
+    })?;
     if name.is_none() && zone.is_none() {
         return Err(invalid_field(
             "aggregate",
@@ -366,16 +370,22 @@ pub async fn action(
     };
     match name.as_str() {
         "add_host" | "remove_host" => {
-            let host = host_field(member(&v, name, &["host"], &["host"])?)?;
+            let host = member(&v, name, &["host"], &["host"], |o| {
+                o.get("host").map(host_field).transpose()
+            })?
+            .unwrap_or_default();
             let rule = format!("os_compute_api:os-aggregates:{name}");
             app.authorize(&ctx, &rule, ctx.project_id())?;
             let id = parse_id(&id)?;
             host_change(&app, &ctx, id, &host, name == "add_host").await
         }
         "set_metadata" => {
-            let b = member(&v, name, &["metadata"], &["metadata"])?;
-            let changes =
-                body_schema::metadata(Some("metadata"), &b["metadata"], MetaValues::OrNull)?;
+            let changes = member(&v, name, &["metadata"], &["metadata"], |o| {
+                o.get("metadata")
+                    .map(|m| body_schema::metadata(Some("metadata"), m, MetaValues::OrNull))
+                    .transpose()
+            })?
+            .unwrap_or_default();
             app.authorize(
                 &ctx,
                 "os_compute_api:os-aggregates:set_metadata",

@@ -46,20 +46,23 @@ pub(crate) fn only(body: &Value, key: &str) -> ApiResult<()> {
 }
 
 /// The body's one object `key` (`{key: {...}}` and nothing else), checked
-/// in the schema's order: the object, its `required` keys, no key outside
-/// `allowed`, then the body's own `required` and `additionalProperties`.
-pub(crate) fn member<'a>(
+/// in the schema's order: the object, its properties (`props`, which must
+/// let absent ones be), its `required` keys, no key outside `allowed`,
+/// then the body's own `required` and `additionalProperties`.
+pub(crate) fn member<'a, T>(
     body: &'a Value,
     key: &str,
     allowed: &[&str],
     required: &[&str],
-) -> ApiResult<&'a Map<String, Value>> {
+    props: impl FnOnce(&'a Map<String, Value>) -> ApiResult<T>,
+) -> ApiResult<T> {
     let Some(whole) = top(body, key)? else {
         return Err(bad(format!("'{key}' is a required property")));
     };
     let Value::Object(o) = whole else {
         return Err(invalid_field(key, whole, &not_of_type(whole, "'object'")));
     };
+    let out = props(o)?;
     if let Some(r) = required.iter().find(|r| !o.contains_key(**r)) {
         return Err(invalid_field(
             key,
@@ -75,7 +78,7 @@ pub(crate) fn member<'a>(
         return Err(invalid_field(key, whole, &additional(&extra)));
     }
     only(body, key)?;
-    Ok(o)
+    Ok(out)
 }
 
 /// jsonschema's `additionalProperties` message.
@@ -188,28 +191,38 @@ mod tests {
     fn member_checks_in_the_schemas_order() {
         let b = json!({"x": 1});
         assert_eq!(
-            msg(member(&b, "aggregate", &["name"], &["name"])),
+            msg(member(&b, "aggregate", &["name"], &["name"], |_| Ok(()))),
             "'aggregate' is a required property"
         );
         let b = json!({"aggregate": {"zone": "a"}});
         assert_eq!(
-            msg(member(&b, "aggregate", &["name"], &["name"])),
+            msg(member(&b, "aggregate", &["name"], &["name"], |_| Ok(()))),
             "Invalid input for field/attribute aggregate. Value: {'zone': 'a'}. 'name' is a required property"
         );
         let b = json!({"aggregate": {"name": "a", "b": 1, "c": 2}});
         assert_eq!(
-            msg(member(&b, "aggregate", &["name"], &["name"])),
+            msg(member(&b, "aggregate", &["name"], &["name"], |_| Ok(()))),
             "Invalid input for field/attribute aggregate. Value: {'b': 1, 'c': 2, 'name': 'a'}. \
              Additional properties are not allowed ('b', 'c' were unexpected)"
         );
+        // The properties first.
+        let b = json!({"aggregate": {"name": 1, "x": 1}});
+        let props = |o: &Map<String, Value>| match &o["name"] {
+            Value::String(_) => Ok(()),
+            v => Err(invalid_field("name", v, &not_of_type(v, "'string'"))),
+        };
+        assert_eq!(
+            msg(member(&b, "aggregate", &["name"], &["name"], props)),
+            "Invalid input for field/attribute name. Value: 1. 1 is not of type 'string'"
+        );
         let b = json!({"aggregate": {"name": "a"}, "x": 1});
         assert_eq!(
-            msg(member(&b, "aggregate", &["name"], &["name"])),
+            msg(member(&b, "aggregate", &["name"], &["name"], |_| Ok(()))),
             "Additional properties are not allowed ('x' was unexpected)"
         );
         let b = json!({"aggregate": 3});
         assert_eq!(
-            msg(member(&b, "aggregate", &[], &[])),
+            msg(member(&b, "aggregate", &[], &[], |_| Ok(()))),
             "Invalid input for field/attribute aggregate. Value: 3. 3 is not of type 'object'"
         );
     }

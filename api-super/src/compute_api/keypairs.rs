@@ -1,4 +1,5 @@
-//! `/os-keypairs`: import (or, below 2.92, generate an ssh-ed25519 key),
+//! `/os-keypairs`: import (or, below 2.92, generate an ssh-ed25519 key or
+//! Nova's x509 certificate, `keypair_x509`),
 //! list (per user; `?user_id=` for admins from 2.10; `limit`/`marker` from
 //! 2.35), show and delete. `type` (`ssh`/`x509`) from 2.2. Fingerprints as
 //! Nova shows them: MD5 of the decoded key blob for ssh keys, SHA-1 of the
@@ -12,12 +13,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
+use super::body_schema::{self, member};
 use super::db::KeyPair;
 use super::error::{ApiError, ApiResult};
-use super::query_schema;
-use super::{quotas, App, Ctx};
+use super::query_schema::{
+    self, invalid_field, not_of_type, python_repr, python_value_repr as py_repr,
+};
+use super::{keypair_x509, quotas, servers, App, Ctx};
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::BadRequest(msg.into())
@@ -54,7 +58,8 @@ fn target_user(ctx: &Ctx, q: &HashMap<String, String>) -> String {
     }
 }
 
-fn colon_hex(bytes: &[u8]) -> String {
+/// Bytes as Nova shows fingerprints: colon-separated lowercase hex.
+pub(crate) fn colon_hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -103,23 +108,6 @@ pub fn ssh_fingerprint(public_key: &str) -> Option<String> {
         r = ssh_string(r)?.1;
     }
     Some(colon_hex(&md5::Md5::digest(&blob)))
-}
-
-/// The fingerprint of a PEM certificate: SHA-1 of its DER.
-pub fn x509_fingerprint(pem: &str) -> Option<String> {
-    use sha1::Digest;
-    let body = pem
-        .trim()
-        .strip_prefix("-----BEGIN CERTIFICATE-----")?
-        .trim_end()
-        .strip_suffix("-----END CERTIFICATE-----")?;
-    let b64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
-    let der = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-    // A DER certificate is a SEQUENCE.
-    if der.first() != Some(&0x30) || der.len() < 16 {
-        return None;
-    }
-    Some(colon_hex(&sha1::Sha1::digest(&der)))
 }
 
 fn put_string(out: &mut Vec<u8>, s: &[u8]) {
@@ -173,55 +161,43 @@ pub fn generate_ed25519(comment: &str) -> (String, String) {
     (public, pem)
 }
 
-fn validate_name(ctx: &Ctx, v: Option<&Value>) -> ApiResult<String> {
-    let name = match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute name. Value: {other}. {other} is not of type 'string'"
-            )))
-        }
-        None => {
-            return Err(bad(
-                "Invalid input for field/attribute keypair. 'name' is a required property",
-            ))
-        }
-    };
-    let n = name.chars().count();
-    if n == 0 || n > 255 {
-        return Err(bad(
-            "Keypair data is invalid: Keypair name must be string and between 1 and 255 characters long",
-        ));
-    }
-    let extra: &[char] = if ctx.mv.at_least(92) {
-        &['_', '-', ' ', '@', '.']
+/// A key pair's `name` as Nova's schema has it (`allOf` its `name` and
+/// `^[_\- a-zA-Z0-9]+$`, from 2.92 `^[_\-\@\. a-zA-Z0-9]+$`), in the
+/// schema's order: type, name format, length, then the pattern.
+fn name_field(ctx: &Ctx, v: &Value) -> ApiResult<String> {
+    let name = servers::schema::name_field(v)?;
+    let (pattern, extra): (&str, &[char]) = if ctx.mv.at_least(92) {
+        (r"^[_\-\@\. a-zA-Z0-9]+$", &['_', '-', ' ', '@', '.'])
     } else {
-        &['_', '-', ' ']
+        (r"^[_\- a-zA-Z0-9]+$", &['_', '-', ' '])
     };
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
-        || name.trim() != name
     {
-        return Err(bad(
-            "Keypair data is invalid: Keypair name contains unsafe characters",
+        return Err(invalid_field(
+            "name",
+            v,
+            &format!("{} does not match {}", py_repr(v), python_repr(pattern)),
         ));
     }
     Ok(name)
 }
 
-/// `POST /os-keypairs`.
-pub async fn create(
-    State(app): State<App>,
-    Extension(ctx): Extension<Ctx>,
-    body: axum::body::Bytes,
-) -> ApiResult<Response> {
-    let v: Value = serde_json::from_slice(&body).map_err(|_| bad("Malformed request body"))?;
-    let Some(kp) = v.get("keypair").and_then(Value::as_object) else {
-        return Err(bad(
-            "Invalid input for field/attribute keypair. Value: None. 'keypair' is a required property",
-        ));
-    };
+/// A string-typed property of the body, if present.
+fn string_field<'a>(o: &'a Map<String, Value>, key: &str) -> ApiResult<Option<&'a str>> {
+    match o.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(invalid_field(key, v, &not_of_type(v, "'string'"))),
+    }
+}
+
+/// The create body, checked as Nova's schema for the microversion:
+/// `(name, type, public_key, user_id)`.
+type CreateBody = (String, String, Option<String>, Option<String>);
+
+fn create_body(ctx: &Ctx, v: &Value) -> ApiResult<CreateBody> {
     let mut allowed = vec!["name", "public_key"];
     if ctx.mv.at_least(2) {
         allowed.push("type");
@@ -229,59 +205,83 @@ pub async fn create(
     if ctx.mv.at_least(10) {
         allowed.push("user_id");
     }
-    if let Some(k) = kp.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(bad(format!(
-            "Invalid input for field/attribute keypair. Additional properties are not allowed ('{k}' was unexpected)"
-        )));
-    }
-    let user = match kp.get("user_id") {
-        None => ctx.user_id().to_owned(),
-        Some(Value::String(u)) if !u.is_empty() => u.clone(),
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute user_id. Value: {other}. {other} is not of type 'string'"
-            )))
-        }
-    };
-    authorize(&app, &ctx, "os_compute_api:os-keypairs:create", &user)?;
-    let name = validate_name(&ctx, kp.get("name"))?;
-    let kind = match kp.get("type") {
-        None => "ssh".to_owned(),
-        Some(Value::String(t)) if t == "ssh" || t == "x509" => t.clone(),
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute type. Value: {other}. {other} is not one of ['ssh', 'x509']"
-            )))
-        }
-    };
-    let (public_key, private_key) = match kp.get("public_key") {
-        Some(Value::String(k)) if !k.trim().is_empty() => (k.trim().to_owned(), None),
-        Some(Value::String(_)) | None if ctx.mv.at_least(92) => {
-            return Err(bad(
-                "Invalid input for field/attribute keypair. 'public_key' is a required property",
-            ))
-        }
-        Some(Value::String(_)) | None => {
-            if kind == "x509" {
-                return Err(bad(
-                    "Keypair data is invalid: generating x509 key pairs is not supported; import a certificate with public_key",
-                ));
-            }
-            let (p, s) = generate_ed25519(&format!("Generated-by-Nova {name}"));
-            (p, Some(s))
-        }
-        Some(other) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute public_key. Value: {other}. {other} is not of type 'string'"
-            )))
-        }
-    };
-    let fingerprint = if kind == "x509" {
-        x509_fingerprint(&public_key)
+    let required: &[&str] = if ctx.mv.at_least(92) {
+        &["name", "public_key"]
     } else {
-        ssh_fingerprint(&public_key)
-    }
-    .ok_or_else(|| bad("Keypair data is invalid: failed to generate fingerprint"))?;
+        &["name"]
+    };
+    member(v, "keypair", &allowed, required, |o| {
+        let name = o.get("name").map(|n| name_field(ctx, n)).transpose()?;
+        let kind = match o.get("type").filter(|_| ctx.mv.at_least(2)) {
+            None => "ssh".to_owned(),
+            Some(Value::String(t)) if t == "ssh" || t == "x509" => t.clone(),
+            Some(t @ Value::String(_)) => {
+                return Err(invalid_field(
+                    "type",
+                    t,
+                    &format!("{} is not one of ['ssh', 'x509']", py_repr(t)),
+                ))
+            }
+            Some(t) => return Err(invalid_field("type", t, &not_of_type(t, "'string'"))),
+        };
+        let public_key = string_field(o, "public_key")?.map(str::to_owned);
+        let user = if ctx.mv.at_least(10) {
+            string_field(o, "user_id")?.map(str::to_owned)
+        } else {
+            None
+        };
+        Ok((name.unwrap_or_default(), kind, public_key, user))
+    })
+}
+
+/// Nova's 400 for key data it cannot read.
+fn invalid_keypair(reason: &str) -> ApiError {
+    bad(format!("Keypair data is invalid: {reason}"))
+}
+
+/// `POST /os-keypairs`: import `public_key` (an empty one too: Nova's
+/// fingerprint refusal), or below 2.92 generate a pair of `type`.
+pub async fn create(
+    State(app): State<App>,
+    Extension(ctx): Extension<Ctx>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let v = body_schema::parse(&body)?;
+    let (name, kind, public_key, user) = create_body(&ctx, &v)?;
+    // Nova: an empty user_id is the caller.
+    let user = user
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| ctx.user_id().to_owned());
+    authorize(&app, &ctx, "os_compute_api:os-keypairs:create", &user)?;
+    let (public_key, fingerprint, private_key) = match public_key {
+        Some(k) if kind == "x509" => {
+            let fp = keypair_x509::fingerprint(&k).map_err(|e| {
+                invalid_keypair(&format!(
+                    "failed to generate X509 fingerprint. Error message: {e}"
+                ))
+            })?;
+            (k, fp, None)
+        }
+        Some(k) => {
+            let fp = ssh_fingerprint(&k)
+                .ok_or_else(|| invalid_keypair("failed to generate fingerprint"))?;
+            (k, fp, None)
+        }
+        None if kind == "x509" => {
+            let for_user = user.clone();
+            let g = tokio::task::spawn_blocking(move || keypair_x509::generate(&for_user))
+                .await
+                .map_err(|e| ApiError::Internal(format!("x509 generation: {e}")))?
+                .map_err(|e| ApiError::Internal(format!("x509 generation: {e}")))?;
+            (g.certificate, g.fingerprint, Some(g.private_key))
+        }
+        None => {
+            let (p, s) = generate_ed25519(&format!("Generated-by-Nova {name}"));
+            let fp = ssh_fingerprint(&p)
+                .ok_or_else(|| ApiError::Internal("generated key unreadable".into()))?;
+            (p, fp, Some(s))
+        }
+    };
     let limit = quotas::limit(&app, ctx.project_id(), "key_pairs").await?;
     let row = app
         .db
@@ -440,21 +440,10 @@ pub async fn delete(
 mod tests {
     use super::*;
 
-    /// Keys made with `ssh-keygen`, fingerprints from `ssh-keygen -l -E md5`
-    /// and `openssl x509 -fingerprint -sha1`.
+    /// Keys made with `ssh-keygen`, fingerprints from `ssh-keygen -l -E md5`.
     pub const RSA: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDCY1fb/jaZKOc+i/NOz0mLhm2/OVBBVQ7fAoPW0TCC/BSYNTISIZ7G5FlzCcxZ0kSueg/kPPDOxlmXGwuSZzP4Ss1zNPNXpBRJZ9jZeEOibGkECxPYO4C+8FZggZQUvA0ftKznBWVOB38qLIItUSy06H5y9KdHXzWgZqs+CXaC6Q== test@example";
     const ED: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINIp4W3nq3RqGc17pVDpZ60gLx8MvS/JhqDJwu/m5A2N e";
-    const CERT: &str = "-----BEGIN CERTIFICATE-----
-MIIBbDCCAROgAwIBAgIUTZx3Rsf4Hoz/EjEZ28e6L4IvBmswCgYIKoZIzj0EAwIw
-DDEKMAgGA1UEAwwBdDAeFw0yNjExMjkyMDIxMDFaFw0zNjExMjYyMDIxMDFaMAwx
-CjAIBgNVBAMMAXQwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASNUM1HhYeJM6He
-fFQqb+jYUNDrkrlaGqwQmJ4/2TwhHZ5Kfm75W/D3Aqyq4EYpphYGyd/ZN2c5q8l5
-yeZYU7mfo1MwUTAdBgNVHQ4EFgQUc0jwBmTA5o5pbdp1o/SIeRgIfQ8wHwYDVR0j
-BBgwFoAUc0jwBmTA5o5pbdp1o/SIeRgIfQ8wDwYDVR0TAQH/BAUwAwEB/zAKBggq
-hkjOPQQDAgNHADBEAiA7UqbZ27JVi6c0R6X1oRMnVnwGqT6EvKVY40PnbqeMMwIg
-BVoYCslXeZuYkVHm5WSMXAq5z4Q8ySIv3GeTDmWwZEM=
------END CERTIFICATE-----";
 
     #[test]
     fn fingerprints_match_openssh_and_openssl() {
@@ -465,10 +454,6 @@ BVoYCslXeZuYkVHm5WSMXAq5z4Q8ySIv3GeTDmWwZEM=
         assert_eq!(
             ssh_fingerprint(ED).unwrap(),
             "c7:cb:09:1a:9b:cc:2f:30:94:da:f1:b9:9e:08:35:aa"
-        );
-        assert_eq!(
-            x509_fingerprint(CERT).unwrap(),
-            "96:8a:3b:8b:1c:f2:23:b6:a9:33:43:22:33:16:71:be:f1:00:5e:3e"
         );
         for bad in [
             "",
@@ -482,11 +467,6 @@ BVoYCslXeZuYkVHm5WSMXAq5z4Q8ySIv3GeTDmWwZEM=
         ] {
             assert!(ssh_fingerprint(bad).is_none(), "{bad}");
         }
-        assert!(
-            x509_fingerprint("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----")
-                .is_none()
-        );
-        assert!(x509_fingerprint(ED).is_none());
     }
 
     #[test]

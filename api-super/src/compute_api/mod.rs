@@ -20,6 +20,7 @@ pub mod host_source;
 pub mod hypervisors;
 pub mod images;
 pub mod instance_actions;
+pub(crate) mod keypair_x509;
 pub mod keypairs;
 pub mod microversion;
 pub mod query_schema;

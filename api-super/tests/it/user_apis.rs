@@ -232,7 +232,7 @@ async fn keypairs_import_generate_list_show_delete() {
             Some(json!({"keypair": {"name": "bad@name", "public_key": RSA}})),
         )
         .await;
-    fault(&r, 400, "badRequest", "unsafe characters");
+    fault(&r, 400, "badRequest", "'bad@name' does not match");
     let r = s
         .call(
             &s.member,
@@ -241,7 +241,7 @@ async fn keypairs_import_generate_list_show_delete() {
             Some(json!({"keypair": {"name": "", "public_key": RSA}})),
         )
         .await;
-    fault(&r, 400, "badRequest", "between 1 and 255");
+    fault(&r, 400, "badRequest", "Value: . '' is too short");
     let r = s
         .call(
             &s.member,
