@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use cell_mapping::db::server_groups::{
     group_lock_sql, MEMBER_COUNT_BY_USER_SQL, MEMBER_INSERT_SQL,
 };
-use cell_mapping::db::{quota_lock_sql, InstanceFlavor, Pool, QUOTA_LOCK_INSERT};
+use cell_mapping::db::{quota_lock_sql, InstanceEdit, InstanceFlavor, Pool, QUOTA_LOCK_INSERT};
 use cell_mapping::ApiDb;
 use chrono::{DateTime, Utc};
 use migrations::BeginWrite;
@@ -127,6 +127,12 @@ pub struct BuildInstance {
     /// `key_data`, for the guest's metadata).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_data: Option<(String, String)>,
+    /// `accessIPv4`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_ip_v4: Option<String>,
+    /// `accessIPv6`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_ip_v6: Option<String>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).
@@ -658,17 +664,14 @@ impl ComputeDb {
             .transpose()
     }
 
-    /// `PUT /servers/{id}` on a build not landed yet: the name, the
-    /// description (`Some(None)` clears it) and the hostname, each when
-    /// given, written into the build request (marked edited, for the
-    /// landing to carry over: [`finish_build`](Self::finish_build)).
+    /// `PUT /servers/{id}` on a build not landed yet: the fields of `e`
+    /// that are given, written into the build request (marked edited, for
+    /// the landing to carry over: [`finish_build`](Self::finish_build)).
     /// `None` when there is no build request (it landed, or was deleted).
     pub async fn edit_build(
         &self,
         uuid: &str,
-        name: Option<&str>,
-        description: Option<Option<&str>>,
-        hostname: Option<&str>,
+        e: &InstanceEdit,
     ) -> Result<Option<BuildRequest>, ApiError> {
         let lock = if self.is_postgres() {
             " FOR UPDATE"
@@ -686,15 +689,13 @@ impl ComputeDb {
             };
             let mut b = parse_build(&row)?;
             let i = &mut b.instance;
-            if let Some(n) = name {
-                i.display_name = n.to_owned();
+            i.display_name = e.name.clone().unwrap_or(std::mem::take(&mut i.display_name));
+            if let Some(d) = &e.description {
+                i.description = d.clone();
             }
-            if let Some(d) = description {
-                i.description = d.map(str::to_owned);
-            }
-            if let Some(h) = hostname {
-                i.hostname = Some(h.to_owned());
-            }
+            i.hostname = e.hostname.clone().or(i.hostname.take());
+            i.access_ip_v4 = e.access_ip_v4.clone().or(i.access_ip_v4.take());
+            i.access_ip_v6 = e.access_ip_v6.clone().or(i.access_ip_v6.take());
             let text = serde_json::to_string(&b.instance).map_err(ApiError::internal)?;
             sqlx::query("UPDATE build_requests SET instance = $1, edited = TRUE, updated_at = $2 \
                  WHERE instance_uuid = $3")

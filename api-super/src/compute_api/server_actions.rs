@@ -20,6 +20,7 @@ use super::query_schema::{
     invalid_field, not_of_type, python_repr, python_value_repr as py_repr, too_long,
 };
 use super::server_metadata::validate_metadata;
+use super::servers::access_ip;
 use super::servers::add_server_groups;
 use super::servers::views::detail_view;
 use super::{App, Ctx};
@@ -231,6 +232,7 @@ async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Respo
             image,
             name,
             metadata,
+            access_ips: access_ip::access_ips(o)?,
         },
     )
     .await?;

@@ -99,8 +99,6 @@ const JOINED_TABLE_PARAMS: &[&str] = &[
 /// server shows the same empty value): a 400 that says so rather than an
 /// answer that filters on nothing.
 pub(crate) const UNSUPPORTED_FILTERS: &[&str] = &[
-    "access_ip_v4",
-    "access_ip_v6",
     "auto_disk_config",
     "config_drive",
     "kernel_id",
@@ -127,6 +125,8 @@ pub(crate) enum Col {
     LaunchedAt,
     TerminatedAt,
     Description,
+    AccessIpV4,
+    AccessIpV6,
 }
 
 /// The regex search options and their columns (`key_name` aside: it is
@@ -147,6 +147,8 @@ const REGEX_OPTIONS: &[(&str, Col)] = &[
     ("terminated_at", Col::TerminatedAt),
     ("description", Col::Description),
     ("display_description", Col::Description),
+    ("access_ip_v4", Col::AccessIpV4),
+    ("access_ip_v6", Col::AccessIpV6),
 ];
 
 impl Col {
@@ -171,6 +173,8 @@ impl Col {
             Col::LaunchedAt => time(i.launched_at),
             Col::TerminatedAt => time(i.terminated_at),
             Col::Description => i.display_description.clone(),
+            Col::AccessIpV4 => i.access_ip_v4.clone(),
+            Col::AccessIpV6 => i.access_ip_v6.clone(),
         }
     }
 }

@@ -178,6 +178,8 @@ pub(crate) fn build_as_instance(b: &BuildInstance) -> CellInstance {
         hostname: b.hostname.clone(),
         display_description: b.description.clone(),
         config_drive: b.config_drive.then(|| "True".to_owned()),
+        access_ip_v4: b.access_ip_v4.clone(),
+        access_ip_v6: b.access_ip_v6.clone(),
         ..CellInstance::default()
     }
 }

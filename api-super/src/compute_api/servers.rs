@@ -3,6 +3,7 @@
 //! render a view; the server model, its views, its lookup across cells and
 //! the create's schema are the modules below.
 
+pub(crate) mod access_ip;
 pub(crate) mod lookup;
 pub(crate) mod model;
 pub(crate) mod schema;
@@ -15,6 +16,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use cell_mapping::db::InstanceEdit;
 use serde_json::{json, Value};
 
 use self::lookup::{locate_with, Found, Located};
@@ -253,15 +255,11 @@ pub async fn update(
 ) -> ApiResult<Json<Value>> {
     let (_, o) = server_object(&body)?;
     let o = &o;
-    // Nova's update schema: `name` (2.1), `description` (2.19, null
-    // clears it), `hostname` (2.90); `OS-DCF:diskConfig`, `accessIPv4/6`
-    // accepted as upstream's schema has them.
+    // Nova's update schema: `name`, `OS-DCF:diskConfig`, `accessIPv4/6`
+    // (2.1), `description` (2.19, null clears it), `hostname` (2.90).
     for k in o.keys() {
         let known = match k.as_str() {
-            "name" | "OS-DCF:diskConfig" => true,
-            "accessIPv4" | "accessIPv6" => {
-                return Err(bad(format!("Access addresses are not built in this region: this region has no network service; update without '{k}'.")))
-            }
+            "name" | "OS-DCF:diskConfig" | "accessIPv4" | "accessIPv6" => true,
             "description" => ctx.mv.at_least(19),
             "hostname" => ctx.mv.at_least(90),
             _ => false,
@@ -280,10 +278,13 @@ pub async fn update(
         Some(Value::String(h)) if hostname_ok(&ctx, h) => Some(h.clone()),
         Some(other) => return Err(hostname_error(&ctx, other)),
     };
-    let edit = services::update::Edit {
+    let ips = access_ip::access_ips(o)?;
+    let edit = InstanceEdit {
         name,
         description,
         hostname,
+        access_ip_v4: ips.v4,
+        access_ip_v6: ips.v6,
     };
     let s = services::update::update(&app, &ctx, &id, edit).await?;
     let mut body = detail_view(&app, &ctx, &s);

@@ -614,13 +614,17 @@ async fn carry_edits(cdb: &cell_mapping::CellDb, b: &BuildInstance, landed: Buil
     let Some(e) = landed.edited else {
         return;
     };
-    let name = (e.display_name != b.display_name).then_some(e.display_name.as_str());
-    let description = (e.description != b.description).then_some(e.description.as_deref());
-    let hostname = match (&e.hostname, &b.hostname) {
-        (Some(new), old) if Some(new) != old.as_ref() => Some(new.as_str()),
-        _ => None,
+    // What changed (an edit sets, never unsets, the name, hostname and
+    // addresses; the description may be cleared).
+    let changed = |new: &Option<String>, old: &Option<String>| new.clone().filter(|_| new != old);
+    let edit = cell_mapping::db::InstanceEdit {
+        name: (e.display_name != b.display_name).then(|| e.display_name.clone()),
+        description: (e.description != b.description).then(|| e.description.clone()),
+        hostname: changed(&e.hostname, &b.hostname),
+        access_ip_v4: changed(&e.access_ip_v4, &b.access_ip_v4),
+        access_ip_v6: changed(&e.access_ip_v6, &b.access_ip_v6),
     };
-    if name.is_none() && description.is_none() && hostname.is_none() {
+    if edit.is_empty() {
         return;
     }
     let mut last = String::new();
@@ -628,12 +632,12 @@ async fn carry_edits(cdb: &cell_mapping::CellDb, b: &BuildInstance, landed: Buil
         if attempt > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
         }
-        match cdb.api_update(&b.uuid, name, description, hostname).await {
+        match cdb.api_update(&b.uuid, &edit).await {
             Ok(_) => return,
             Err(err) => last = chain(&err),
         }
     }
-    tracing::error!(instance = %b.uuid, name = ?name, description = ?description, hostname = ?hostname, error = %last,
+    tracing::error!(instance = %b.uuid, edit = ?edit, error = %last,
         "the server was renamed while it was scheduled and its cell did not take the edits");
 }
 
@@ -673,6 +677,8 @@ pub fn new_instance(
         key_name: b.key_name.clone(),
         key_data: b.key_data.as_ref().map(|k| k.1.clone()),
         config_drive: b.config_drive,
+        access_ip_v4: b.access_ip_v4.clone(),
+        access_ip_v6: b.access_ip_v6.clone(),
     }
 }
 

@@ -8,6 +8,7 @@
 //! cast failed) the task state is put back. `lock` / `unlock` only write
 //! the cell database. The policy rule of each is checked by the lookup.
 
+use crate::compute_api::servers::access_ip::AccessIps;
 use std::collections::BTreeMap;
 
 use cell_mapping::db::server_actions::{ActionRecord, ActionRefused, ActionStart, RebuildChange};
@@ -157,6 +158,8 @@ pub struct Rebuild {
     pub name: Option<String>,
     /// Metadata replacing all the server's.
     pub metadata: Option<Vec<(String, String)>>,
+    /// `accessIPv4` and `accessIPv6`.
+    pub access_ips: AccessIps,
 }
 
 /// Rebuilds the server `id` from `r.image` (which must exist, be visible
@@ -167,6 +170,7 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
         image,
         name,
         metadata,
+        access_ips,
     } = r;
     // The image must exist and be visible to the caller (checked before
     // anything changes).
@@ -212,6 +216,9 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
         image_ref: image_ref.clone(),
         name: name.clone(),
         metadata: metadata.clone(),
+        access_ip_v4: access_ips.v4.clone(),
+        access_ip_v6: access_ips.v6.clone(),
+        ..RebuildChange::default()
     };
     let recorded = spec_image.recorded.clone();
     let mut s = start_action(app, ctx, id, &REBUILD, Some((change, spec_image))).await?;
@@ -223,6 +230,8 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
     if let Some(m) = metadata {
         s.metadata = m;
     }
+    s.access_ip_v4 = access_ips.v4.or(s.access_ip_v4);
+    s.access_ip_v6 = access_ips.v6.or(s.access_ip_v6);
     s.task_state = Some(ts::REBUILDING.to_owned());
     s.updated_at = Some(chrono::Utc::now());
     Ok(s)

@@ -207,6 +207,8 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
                     image_properties: recorded_props.clone(),
                     config_drive,
                     key_data: key_data.clone(),
+                    access_ip_v4: req.access_ips.v4.clone(),
+                    access_ip_v6: req.access_ips.v6.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

@@ -196,6 +196,8 @@ impl Fixture {
                 image_properties: Default::default(),
                 config_drive: false,
                 key_data: None,
+                access_ip_v4: None,
+                access_ip_v6: None,
             };
             let spec = RequestSpec {
                 instance_uuid: id.clone(),
@@ -258,6 +260,8 @@ impl Fixture {
                         key_name: None,
                         config_drive: false,
                         key_data: None,
+                        access_ip_v4: None,
+                        access_ip_v6: None,
                     })
                     .await
                     .unwrap();

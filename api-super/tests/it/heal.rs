@@ -61,6 +61,8 @@ pub(crate) async fn builds(
                     image_properties: Default::default(),
                     config_drive: false,
                     key_data: None,
+                    access_ip_v4: None,
+                    access_ip_v6: None,
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),
@@ -458,13 +460,13 @@ async fn healer_sql(url: &str) {
     // build to edit.
     let id = &aged[0].0.uuid;
     let e = plain
-        .edit_build(id, Some("renamed"), Some(Some("said")), None)
+        .edit_build(id, &edit(Some("renamed"), Some(Some("said")), None))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(e.instance.display_name, "renamed");
     let e = plain
-        .edit_build(id, None, Some(None), Some("h-2"))
+        .edit_build(id, &edit(None, Some(None), Some("h-2")))
         .await
         .unwrap()
         .unwrap();
@@ -491,7 +493,7 @@ async fn healer_sql(url: &str) {
     assert_eq!(edited.display_name, "renamed");
     assert_eq!(edited.hostname.as_deref(), Some("h-2"));
     assert!(plain
-        .edit_build(id, Some("late"), None, None)
+        .edit_build(id, &edit(Some("late"), None, None))
         .await
         .unwrap()
         .is_none());
@@ -749,4 +751,18 @@ async fn a_server_edited_while_it_is_scheduled_lands_edited() {
         c.close().await;
     }
     region.stop().await;
+}
+
+/// A name, description and hostname edit.
+fn edit(
+    name: Option<&str>,
+    description: Option<Option<&str>>,
+    hostname: Option<&str>,
+) -> cell_mapping::db::InstanceEdit {
+    cell_mapping::db::InstanceEdit {
+        name: name.map(str::to_owned),
+        description: description.map(|d| d.map(str::to_owned)),
+        hostname: hostname.map(str::to_owned),
+        ..Default::default()
+    }
 }

@@ -72,6 +72,10 @@ pub struct NewCellInstance {
     pub key_data: Option<String>,
     /// Whether the guest gets a config drive (`config_drive` `True`).
     pub config_drive: bool,
+    /// `accessIPv4` and `accessIPv6` given at create.
+    pub access_ip_v4: Option<String>,
+    /// `accessIPv6`.
+    pub access_ip_v6: Option<String>,
     /// When the super-conductor started scheduling it: the `create`
     /// action gets upstream's `conductor_schedule_and_build_instances`
     /// event from then to now (Success, or Error with the fault).
@@ -82,18 +86,18 @@ pub struct NewCellInstance {
 pub const EV_SCHEDULE_AND_BUILD: &str = "conductor_schedule_and_build_instances";
 
 /// A new instance row (binds `$1` to `$19`, then `user_data`,
-/// `display_description`, `hostname`, `key_name`, `key_data` and
-/// `config_drive` as parameters `$n` to `$n+5`; a `NULL` hostname is the
-/// display name).
+/// `display_description`, `hostname`, `key_name`, `key_data`,
+/// `config_drive`, `access_ip_v4` and `access_ip_v6` as parameters `$n`
+/// to `$n+7`; a `NULL` hostname is the display name).
 fn insert_instance(n: usize) -> String {
-    let (d, h, k, kd, cd) = (n + 1, n + 2, n + 3, n + 4, n + 5);
+    let (d, h, k, kd, cd, a4, a6) = (n + 1, n + 2, n + 3, n + 4, n + 5, n + 6, n + 7);
     format!(
         "INSERT INTO instances (uuid, project_id, user_id, display_name, \
          hostname, vm_state, task_state, power_state, vcpus, memory_mb, root_gb, ephemeral_gb, image_ref, \
          host, node, launched_on, availability_zone, reservation_id, launch_index, created_at, updated_at, \
-         user_data, display_description, key_name, key_data, config_drive) \
+         user_data, display_description, key_name, key_data, config_drive, access_ip_v4, access_ip_v6) \
          VALUES ($1, $2, $3, $4, COALESCE(${h}, $4), $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $13, $15, $16, \
-         $17, $18, $19, ${n}, ${d}, ${k}, ${kd}, ${cd})"
+         $17, $18, $19, ${n}, ${d}, ${k}, ${kd}, ${cd}, ${a4}, ${a6})"
     )
 }
 
@@ -155,13 +159,13 @@ impl CellDb {
             } else {
                 "m AS (INSERT INTO instance_metadata (instance_uuid, key, value, created_at) \
                  SELECT i.uuid, k.key, k.value, $19 FROM i, \
-                 unnest($34::VARCHAR[], $35::VARCHAR[]) AS k (key, value)), "
+                 unnest($36::VARCHAR[], $37::VARCHAR[]) AS k (key, value)), "
             };
             let tags = if n.tags.is_empty() {
                 ""
             } else {
                 "t AS (INSERT INTO tags (resource_id, tag, created_at) \
-                 SELECT i.uuid, t.tag, $19 FROM i, unnest($36::VARCHAR[]) AS t (tag)), "
+                 SELECT i.uuid, t.tag, $19 FROM i, unnest($38::VARCHAR[]) AS t (tag)), "
             };
             let sql = format!(
                 "WITH i AS ({} RETURNING uuid, id), {metadata}{tags}\
@@ -195,7 +199,9 @@ impl CellDb {
                 .bind(&n.hostname)
                 .bind(&n.key_name)
                 .bind(&n.key_data)
-                .bind(n.config_drive.then_some("True"));
+                .bind(n.config_drive.then_some("True"))
+                .bind(&n.access_ip_v4)
+                .bind(&n.access_ip_v6);
             if !n.metadata.is_empty() || !n.tags.is_empty() {
                 q = q.bind(keys).bind(values);
             }
@@ -214,6 +220,8 @@ impl CellDb {
                 .bind(&n.key_name)
                 .bind(&n.key_data)
                 .bind(n.config_drive.then_some("True"))
+                .bind(&n.access_ip_v4)
+                .bind(&n.access_ip_v6)
                 .fetch_one(&mut *tx)).await?;
             for tag in &n.tags {
                 measured("api_instance_tag_insert", sqlx::query(

@@ -119,15 +119,38 @@ pub struct CellInstance {
     pub display_description: Option<String>,
     /// `root_device_name` (never set in this cloud).
     pub root_device_name: Option<String>,
-    /// `access_ip_v4` (never set in this cloud).
+    /// `access_ip_v4` (`accessIPv4`).
     pub access_ip_v4: Option<String>,
-    /// `access_ip_v6` (never set in this cloud).
+    /// `access_ip_v6` (`accessIPv6`).
     pub access_ip_v6: Option<String>,
     /// `auto_disk_config` (never set in this cloud).
     pub auto_disk_config: Option<bool>,
     /// `key_name` (written at create; rows written before it was are
     /// `NULL`: their key name is in the API database's request spec).
     pub key_name: Option<String>,
+}
+
+/// What `PUT /servers/{id}` changes on an instance (`None`: left as it
+/// is).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InstanceEdit {
+    /// The display name.
+    pub name: Option<String>,
+    /// The description (2.19; `Some(None)` clears it).
+    pub description: Option<Option<String>>,
+    /// The hostname (2.90).
+    pub hostname: Option<String>,
+    /// `accessIPv4`.
+    pub access_ip_v4: Option<String>,
+    /// `accessIPv6`.
+    pub access_ip_v6: Option<String>,
+}
+
+impl InstanceEdit {
+    /// Nothing to change.
+    pub fn is_empty(&self) -> bool {
+        *self == InstanceEdit::default()
+    }
 }
 
 /// The latest fault of an instance.
@@ -708,23 +731,18 @@ impl CellDb {
         Ok(out)
     }
 
-    /// `PUT /servers/{id}`: the display name, the description (2.19;
-    /// `Some(None)` clears it) and the hostname (2.90), each when given;
-    /// false when there is no live instance.
-    pub async fn api_update(
-        &self,
-        uuid: &str,
-        name: Option<&str>,
-        description: Option<Option<&str>>,
-        hostname: Option<&str>,
-    ) -> Result<bool, Error> {
+    /// `PUT /servers/{id}`: the fields of `e` that are given; false when
+    /// there is no live instance.
+    pub async fn api_update(&self, uuid: &str, e: &InstanceEdit) -> Result<bool, Error> {
         let r = with_pool!(self.pool(), p => measured("api_instance_update", sqlx::query(
             "UPDATE instances SET display_name = COALESCE($1, display_name), \
              display_description = CASE WHEN $2 THEN $3 ELSE display_description END, \
-             hostname = COALESCE($4, hostname), updated_at = $5 \
+             hostname = COALESCE($4, hostname), access_ip_v4 = COALESCE($7, access_ip_v4), \
+             access_ip_v6 = COALESCE($8, access_ip_v6), updated_at = $5 \
              WHERE uuid = $6 AND deleted IS FALSE")
-            .bind(name).bind(description.is_some()).bind(description.flatten())
-            .bind(hostname).bind(Utc::now()).bind(uuid).execute(p)).await?.rows_affected());
+            .bind(&e.name).bind(e.description.is_some()).bind(e.description.clone().flatten())
+            .bind(&e.hostname).bind(Utc::now()).bind(uuid)
+            .bind(&e.access_ip_v4).bind(&e.access_ip_v6).execute(p)).await?.rows_affected());
         Ok(r > 0)
     }
 

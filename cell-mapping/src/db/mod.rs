@@ -244,7 +244,8 @@ pub use aggregates::{Aggregate, AggregateRefused};
 pub use api::{CellMapping, HostMapping, InstanceMappingState, InstanceRow};
 pub use instance_create::{NewCellInstance, NewFault};
 pub use instances::{
-    CellFault, CellInstance, ComputeHost, InstanceFlavor, ListFilter, ListOrder, SortKey, SortValue,
+    CellFault, CellInstance, ComputeHost, InstanceEdit, InstanceFlavor, ListFilter, ListOrder,
+    SortKey, SortValue,
 };
 pub use server_groups::{NewServerGroup, ServerGroup};
 pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};

@@ -42,7 +42,32 @@ pub struct RebuildChange {
     pub name: Option<String>,
     /// New metadata (replaces all of it) when given.
     pub metadata: Option<Vec<(String, String)>>,
+    /// `accessIPv4` when given.
+    pub access_ip_v4: Option<String>,
+    /// `accessIPv6` when given.
+    pub access_ip_v6: Option<String>,
+    /// The description (2.19) when given; `Some(None)` clears it.
+    pub description: Option<Option<String>>,
+    /// The key pair (2.54) when given: its name and public key, or
+    /// `Some(None)` for none.
+    pub key: Option<Option<(String, String)>>,
+    /// The user data (2.57) when given; `Some(None)` clears it.
+    pub user_data: Option<Option<String>>,
+    /// The hostname (2.90) when given.
+    pub hostname: Option<String>,
 }
+
+/// What a rebuild sets beside the task state: `$4` onwards, bound in
+/// this order by [`CellDb::api_start_action`].
+const REBUILD_SETS: &str = ", image_ref = $4, display_name = COALESCE($5, display_name), \
+    access_ip_v4 = COALESCE($6, access_ip_v4), access_ip_v6 = COALESCE($7, access_ip_v6), \
+    display_description = CASE WHEN $8 THEN $9 ELSE display_description END, \
+    key_name = CASE WHEN $10 THEN $11 ELSE key_name END, \
+    key_data = CASE WHEN $10 THEN $12 ELSE key_data END, \
+    user_data = CASE WHEN $13 THEN $14 ELSE user_data END, \
+    hostname = COALESCE($15, hostname)";
+/// The parameters [`REBUILD_SETS`] takes.
+const REBUILD_PARAMS: usize = 12;
 
 /// A server action to start: the states it is allowed from and the task
 /// state it sets.
@@ -167,11 +192,8 @@ impl CellDb {
         let mut n = 4;
         let mut sql = String::from("UPDATE instances SET task_state = $1, updated_at = $2");
         if a.rebuild.is_some() {
-            sql.push_str(
-                ", image_ref = $4, display_name = COALESCE($5, display_name), \
-                 hostname = COALESCE($5, hostname)",
-            );
-            n = 6;
+            sql.push_str(REBUILD_SETS);
+            n += REBUILD_PARAMS;
         }
         sql.push_str(&format!(
             " WHERE uuid = $3 AND deleted IS FALSE AND vm_state IN ({})",
@@ -196,7 +218,14 @@ impl CellDb {
             let mut tx = p.begin_write().await.map_err(db("begin"))?;
             let mut q = sqlx::query(&sql).bind(&a.new_task_state).bind(t).bind(&a.uuid);
             if let Some(rb) = &a.rebuild {
-                q = q.bind(&rb.image_ref).bind(&rb.name);
+                let key = rb.key.as_ref().map(|k| k.as_ref().map(|(n, d)| (n.as_str(), d.as_str())));
+                q = q.bind(&rb.image_ref).bind(&rb.name)
+                    .bind(&rb.access_ip_v4).bind(&rb.access_ip_v6)
+                    .bind(rb.description.is_some()).bind(rb.description.clone().flatten())
+                    .bind(key.is_some()).bind(key.flatten().map(|k| k.0))
+                    .bind(key.flatten().map(|k| k.1))
+                    .bind(rb.user_data.is_some()).bind(rb.user_data.clone().flatten())
+                    .bind(&rb.hostname);
             }
             for v in &a.vm_states {
                 q = q.bind(v);

@@ -66,6 +66,8 @@ pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
         key_name: None,
         config_drive: false,
         key_data: None,
+        access_ip_v4: None,
+        access_ip_v6: None,
     }
 }
 

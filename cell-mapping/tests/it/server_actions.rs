@@ -67,13 +67,15 @@ async fn flow(be: Be, name: &str) {
         error: None,
         scheduled_from: None,
         metadata: Vec::new(),
-        user_data: None,
+        user_data: Some("dXNlcg==".into()),
         description: None,
         hostname: None,
         tags: Vec::new(),
         key_name: None,
         config_drive: false,
         key_data: None,
+        access_ip_v4: Some("192.0.2.1".into()),
+        access_ip_v6: None,
     })
     .await
     .expect("create");
@@ -155,11 +157,31 @@ async fn flow(be: Be, name: &str) {
         image_ref: "img-2".into(),
         name: Some("renamed".into()),
         metadata: Some(vec![("k".into(), "v".into())]),
+        access_ip_v6: Some("2001:db8::2".into()),
+        description: Some(Some("d".into())),
+        key: Some(Some(("k1".into(), "ssh-ed25519 AAAA".into()))),
+        user_data: Some(None),
+        hostname: Some("h-new".into()),
+        ..RebuildChange::default()
     });
     db.api_start_action(&rb).await.unwrap().expect("rebuild");
     let i = db.api_instance(&uuid).await.unwrap().unwrap();
     assert_eq!(i.image_ref.as_deref(), Some("img-2"));
     assert_eq!(i.display_name.as_deref(), Some("renamed"));
+    // A name is no hostname (Nova's rebuild); the other fields as given,
+    // the ones not given (accessIPv4) kept.
+    assert_eq!(
+        (i.hostname.as_deref(), i.display_description.as_deref()),
+        (Some("h-new"), Some("d"))
+    );
+    assert_eq!(
+        (i.access_ip_v4.as_deref(), i.access_ip_v6.as_deref()),
+        (Some("192.0.2.1"), Some("2001:db8::2"))
+    );
+    assert_eq!(
+        (i.key_name.as_deref(), i.user_data.as_deref()),
+        (Some("k1"), None)
+    );
     assert_eq!(
         db.api_metadata(std::slice::from_ref(&uuid)).await.unwrap(),
         vec![(uuid.clone(), "k".to_owned(), "v".to_owned())]

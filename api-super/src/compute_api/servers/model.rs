@@ -65,6 +65,9 @@ pub(crate) struct Server {
     pub(crate) row_id: Option<i64>,
     /// `config_drive`: `"True"` or `""`, as Nova shows it.
     pub(crate) config_drive: String,
+    /// `accessIPv4` and `accessIPv6` (`""` when unset, as Nova shows them).
+    pub(crate) access_ip_v4: Option<String>,
+    pub(crate) access_ip_v6: Option<String>,
 }
 
 impl Server {
@@ -130,6 +133,8 @@ impl Server {
             host_status: None,
             row_id: i.id,
             config_drive: i.config_drive.unwrap_or_default(),
+            access_ip_v4: i.access_ip_v4,
+            access_ip_v6: i.access_ip_v6,
         }
     }
 

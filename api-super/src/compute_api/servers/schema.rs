@@ -47,6 +47,8 @@ pub(crate) struct CreateRequest {
     pub(crate) config_drive: bool,
     /// The scheduler hints, each value a list (Nova's request spec).
     pub(crate) scheduler_hints: BTreeMap<String, Value>,
+    /// `accessIPv4` and `accessIPv6`.
+    pub(crate) access_ips: super::access_ip::AccessIps,
 }
 
 /// The keys of `server` in a create body at `ctx`'s microversion (Nova's
@@ -70,7 +72,8 @@ fn create_key(ctx: &Ctx, key: &str) -> Option<bool> {
         | "security_groups"
         | "user_data" => Some(true),
         "block_device_mapping_v2" => Some(true),
-        "accessIPv4" | "accessIPv6" | "block_device_mapping" => Some(false),
+        "accessIPv4" | "accessIPv6" => Some(true),
+        "block_device_mapping" => Some(false),
         "personality" if !since(57) => Some(false),
         "description" if since(19) => Some(true),
         "tags" if since(52) => Some(true),
@@ -349,12 +352,11 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             None => {
                 return Err(bad(format!("Invalid input for field/attribute server. Additional properties are not allowed ('{k}' was unexpected)")))
             }
-            // Block devices and access addresses: empty is nothing.
+            // Block devices: empty is nothing.
             Some(false) if matches!(val, Value::Array(a) if a.is_empty()) => {}
             Some(false) => {
                 let what = match k.as_str() {
                     "block_device_mapping" => "Block device mappings (boot from volume) are not built in this region: this region has no block storage service",
-                    "accessIPv4" | "accessIPv6" => "Access addresses are not built in this region: this region has no network service",
                     "personality" => "File injection (personality) is not built in this region",
                     _ => "Trusted image certificates are not built in this region",
                 };
@@ -574,6 +576,7 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     }
     let group = crate::compute_api::server_groups::group_hint(&v)?;
     Ok(CreateRequest {
+        access_ips: super::access_ip::access_ips(o)?,
         description: if ctx.mv.at_least(19) {
             description
         } else {

@@ -296,8 +296,8 @@ impl serde::Serialize for DetailView<'_> {
         m.serialize_entry("created", &iso(s.created_at))?;
         m.serialize_entry("updated", &iso(s.updated_at.unwrap_or(s.created_at)))?;
         m.serialize_entry("addresses", &Empty)?;
-        m.serialize_entry("accessIPv4", "")?;
-        m.serialize_entry("accessIPv6", "")?;
+        m.serialize_entry("accessIPv4", s.access_ip_v4.as_deref().unwrap_or(""))?;
+        m.serialize_entry("accessIPv6", s.access_ip_v6.as_deref().unwrap_or(""))?;
         m.serialize_entry(
             "links",
             &Links {
