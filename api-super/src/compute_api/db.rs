@@ -210,6 +210,8 @@ pub struct SpecImage {
     pub scheduling: crate::image_props::ImageProps,
     /// Its properties as recorded for the views (2.98).
     pub recorded: BTreeMap<String, String>,
+    /// The rebuild's key pair (2.54) when it changes it (`Some(None)`: none).
+    pub key_name: Option<Option<String>>,
 }
 
 /// An instance mapping: what the API database alone knows of a server
@@ -531,6 +533,9 @@ impl ComputeDb {
         spec.image_ref = image.image_ref.clone();
         spec.image_properties = image.scheduling.clone();
         spec.recorded_image_properties = image.recorded.clone();
+        if let Some(k) = &image.key_name {
+            spec.key_name = k.clone();
+        }
         let text = serde_json::to_string(&spec).map_err(ApiError::internal)?;
         on_pool!(self.pool(), p => sqlx::query(
             "UPDATE request_specs SET spec = $2, view_image_properties = $3 WHERE instance_uuid = $1")

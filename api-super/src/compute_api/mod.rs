@@ -25,6 +25,7 @@ pub mod keypairs;
 pub mod microversion;
 pub mod query_schema;
 pub mod quotas;
+pub(crate) mod rebuild;
 pub mod server_actions;
 pub mod server_console;
 pub mod server_filters;

@@ -12,17 +12,13 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
 use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::query_schema::{
     invalid_field, not_of_type, python_repr, python_value_repr as py_repr, too_long,
 };
-use super::server_metadata::validate_metadata;
-use super::servers::access_ip;
-use super::servers::add_server_groups;
-use super::servers::views::detail_view;
 use super::{App, Ctx};
 use crate::services::actions::{
     self, Spec, HARD_REBOOT, PAUSE, RESUME, SOFT_REBOOT, START, STOP, SUSPEND, UNPAUSE,
@@ -77,7 +73,7 @@ pub async fn action(
             null_body(name, arg)?;
             power(&app, &ctx, &id, &RESUME).await
         }
-        "rebuild" => rebuild(&app, &ctx, &id, arg).await,
+        "rebuild" => super::rebuild::rebuild(&app, &ctx, &id, arg).await,
         "os-getConsoleOutput" => super::server_console::console_output(&app, &ctx, &id, arg).await,
         "os-getVNCConsole" => super::server_console::get_vnc_console(&app, &ctx, &id, arg).await,
         "os-getSerialConsole" => {
@@ -161,98 +157,6 @@ fn reboot_type(arg: &Value) -> ApiResult<bool> {
 async fn power(app: &App, ctx: &Ctx, id: &str, spec: &Spec) -> ApiResult<Response> {
     actions::power(app, ctx, id, spec).await?;
     Ok(StatusCode::ACCEPTED.into_response())
-}
-
-/// Keys a rebuild accepts (the others of upstream's schema are not built).
-const REBUILD_KEYS: &[&str] = &[
-    "imageRef",
-    "name",
-    "metadata",
-    "adminPass",
-    "preserve_ephemeral",
-    "OS-DCF:diskConfig",
-    "accessIPv4",
-    "accessIPv6",
-    "description",
-];
-
-/// `rebuild`: `imageRef` (required), `name`, `metadata` (replaces all).
-async fn rebuild(app: &App, ctx: &Ctx, id: &str, arg: &Value) -> ApiResult<Response> {
-    let Some(o) = arg.as_object() else {
-        return Err(invalid_field("rebuild", arg, &not_of_type(arg, "'object'")));
-    };
-    // Errors about the `rebuild` object itself leave out Nova's
-    // `Value: {…}`, which would print `adminPass` into the message.
-    if let Some(k) = o.keys().find(|k| !REBUILD_KEYS.contains(&k.as_str())) {
-        return Err(bad(format!(
-            "Invalid input for field/attribute rebuild. Additional properties are not allowed ({} was unexpected)",
-            python_repr(k)
-        )));
-    }
-    let image = match o.get("imageRef") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(v @ Value::String(_)) => {
-            return Err(invalid_field("imageRef", v, "'' is not a 'uuid'"))
-        }
-        Some(other) => {
-            return Err(invalid_field(
-                "imageRef",
-                other,
-                &not_of_type(other, "'string'"),
-            ))
-        }
-        None => {
-            return Err(bad(
-                "Invalid input for field/attribute rebuild. 'imageRef' is a required property",
-            ))
-        }
-    };
-    // Nova's rebuild schema has the create's `parameter_types.name`.
-    let name = o
-        .get("name")
-        .map(super::servers::schema::name_field)
-        .transpose()?;
-    let metadata = match o.get("metadata") {
-        None => None,
-        Some(m) => Some(validate_metadata(m, "metadata")?),
-    };
-    if ctx.mv.at_least(19) {
-        // Nova's `parameter_types.description`, as at create.
-        super::servers::schema::description_field(o)?;
-    } else if o.contains_key("description") {
-        return Err(bad(
-            "Invalid input for field/attribute rebuild. Additional properties are not allowed ('description' was unexpected)",
-        ));
-    }
-    let s = actions::rebuild(
-        app,
-        ctx,
-        id,
-        actions::Rebuild {
-            image,
-            name,
-            metadata,
-            access_ips: access_ip::access_ips(o)?,
-        },
-    )
-    .await?;
-    let mut view = detail_view(app, ctx, &s);
-    add_server_groups(app, ctx, &s.uuid, &mut view).await?;
-    view["adminPass"] = json!(o
-        .get("adminPass")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(admin_pass));
-    Ok((StatusCode::ACCEPTED, Json(json!({ "server": view }))).into_response())
-}
-
-fn admin_pass() -> String {
-    use rand::Rng;
-    let mut r = rand::thread_rng();
-    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    (0..12)
-        .map(|_| ALPHABET[r.gen_range(0..ALPHABET.len())] as char)
-        .collect()
 }
 
 /// `lock` (`locked_reason` from 2.73). Locking a locked server is a no-op

@@ -160,18 +160,29 @@ pub struct Rebuild {
     pub metadata: Option<Vec<(String, String)>>,
     /// `accessIPv4` and `accessIPv6`.
     pub access_ips: AccessIps,
+    /// The description (2.19; `Some(None)` clears it).
+    pub description: Option<Option<String>>,
+    /// The caller's key pair (2.54; `Some(None)` removes the server's).
+    pub key_name: Option<Option<String>>,
+    /// User data (2.57; `Some(None)` removes it).
+    pub user_data: Option<Option<String>>,
+    /// The hostname (2.90).
+    pub hostname: Option<String>,
 }
 
 /// Rebuilds the server `id` from `r.image` (which must exist, be visible
 /// to the caller and fit the server's flavor) and returns the server as
 /// the rebuild leaves it.
 pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Server> {
-    let Rebuild {
-        image,
-        name,
-        metadata,
-        access_ips,
-    } = r;
+    // Nova: the caller's key pair (users own keys, projects servers).
+    let key = match r.key_name {
+        Some(Some(k)) => match app.db.keypair(ctx.user_id(), &k).await? {
+            Some(kp) => Some(Some((kp.name, kp.public_key.unwrap_or_default()))),
+            None => return Err(ApiError::BadRequest("Invalid key_name provided.".into())),
+        },
+        Some(None) => Some(None),
+        None => None,
+    };
     // The image must exist and be visible to the caller (checked before
     // anything changes).
     let (image_ref, properties) = match &app.images {
@@ -189,7 +200,7 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
             };
             // Nova's rebuild has its own words for an image it cannot find.
             let not_found = crate::image::LookupError::NotFound.to_string();
-            let img = images.resolve(&image, needs).await.map_err(|e| match e {
+            let img = images.resolve(&r.image, needs).await.map_err(|e| match e {
                 ApiError::BadRequest(m) if m == not_found => {
                     ApiError::BadRequest("Cannot find image for rebuild".into())
                 }
@@ -197,13 +208,13 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
             })?;
             (img.id, img.properties)
         }
-        None if is_uuid_like(&image) => (image, BTreeMap::new()),
+        None if is_uuid_like(&r.image) => (r.image.clone(), BTreeMap::new()),
         // No image service: only an id will do (Nova's `image_id`).
         None => {
             return Err(invalid_field(
                 "imageRef",
-                &Value::String(image.clone()),
-                &format!("{} is not a 'uuid'", python_repr(&image)),
+                &Value::String(r.image.clone()),
+                &format!("{} is not a 'uuid'", python_repr(&r.image)),
             ))
         }
     };
@@ -211,27 +222,36 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
         image_ref: image_ref.clone(),
         scheduling: ImageProps::from_image(&properties).map_err(ApiError::BadRequest)?,
         recorded: recorded_properties(&properties),
+        key_name: key.as_ref().map(|k| k.as_ref().map(|k| k.0.clone())),
     };
     let change = RebuildChange {
         image_ref: image_ref.clone(),
-        name: name.clone(),
-        metadata: metadata.clone(),
-        access_ip_v4: access_ips.v4.clone(),
-        access_ip_v6: access_ips.v6.clone(),
-        ..RebuildChange::default()
+        name: r.name.clone(),
+        metadata: r.metadata.clone(),
+        access_ip_v4: r.access_ips.v4.clone(),
+        access_ip_v6: r.access_ips.v6.clone(),
+        description: r.description.clone(),
+        key: key.clone(),
+        user_data: r.user_data.clone(),
+        hostname: r.hostname.clone(),
     };
     let recorded = spec_image.recorded.clone();
     let mut s = start_action(app, ctx, id, &REBUILD, Some((change, spec_image))).await?;
+    if key.is_some() {
+        // This process may remember the key name it landed the server
+        // with (shown without a read of the spec).
+        app.db.forget_landed(id);
+    }
     s.image_ref = image_ref;
     s.image_properties = recorded;
-    if let Some(n) = name {
-        s.name = n;
-    }
-    if let Some(m) = metadata {
-        s.metadata = m;
-    }
-    s.access_ip_v4 = access_ips.v4.or(s.access_ip_v4);
-    s.access_ip_v6 = access_ips.v6.or(s.access_ip_v6);
+    s.name = r.name.unwrap_or(s.name);
+    s.metadata = r.metadata.unwrap_or(s.metadata);
+    s.access_ip_v4 = r.access_ips.v4.or(s.access_ip_v4);
+    s.access_ip_v6 = r.access_ips.v6.or(s.access_ip_v6);
+    s.description = r.description.unwrap_or(s.description);
+    s.key_name = key.map(|k| k.map(|k| k.0)).unwrap_or(s.key_name);
+    s.user_data = r.user_data.unwrap_or(s.user_data);
+    s.hostname = r.hostname.or(s.hostname);
     s.task_state = Some(ts::REBUILDING.to_owned());
     s.updated_at = Some(chrono::Utc::now());
     Ok(s)

@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 
 use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
 
+mod servers;
+
 /// Runs raw calls through openstacksdk's authenticated session: reads a
 /// JSON list of `[method, path, microversion or null, body or null,
 /// authenticated]` on stdin, the path relative to the Compute API's root
@@ -625,7 +627,7 @@ fn openstack_cli_flavor_extra_specs_answer_as_nova() {
 }
 
 /// Runs `cmd`, which must succeed; its standard output.
-fn stdout_of(cmd: &mut Command) -> String {
+pub(crate) fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run a command");
     assert!(
         out.status.success(),
@@ -800,143 +802,4 @@ fn openstack_cli_keypairs_answer_as_nova() {
     assert_eq!(names, ["gen-ssh", "gen-x", "kx"], "{listed}");
     drop(r);
     std::fs::remove_dir_all(&dir).ok();
-}
-
-/// The cirros image every region serves.
-const IMAGE: &str = "cirros-0.6.2-x86_64-disk";
-
-/// Runs `script` with openstacksdk as `user` (`c` is the connection, the
-/// image's id in `img` and m1.tiny's in `flv`); its standard output.
-fn sdk(user: &User, script: &str) -> String {
-    let prelude = format!(
-        "import json, openstack\nc = openstack.connect()\n\
-         img = c.image.find_image('{IMAGE}').id\nflv = c.compute.find_flavor('m1.tiny').id\n"
-    );
-    stdout_of(
-        Command::new(user.bin.join("python"))
-            .args(["-c", &format!("{prelude}{script}")])
-            .envs(user.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-    )
-}
-
-/// `accessIPv4` / `accessIPv6`: kept at create, update and rebuild and
-/// shown (`""` when unset), checked as Nova's `ipv4` / `ipv6` formats.
-#[test]
-fn openstack_cli_access_ips_answer_as_nova() {
-    let Some((_r, admin, member)) = region("parity_access_ips") else {
-        return;
-    };
-    // openstacksdk creates, updates and rebuilds with them.
-    let out = sdk(
-        &member,
-        "s = c.compute.create_server(name='ips', image_id=img, flavor_id=flv, networks='none',\n\
-         \x20   access_ipv4='192.0.2.10', access_ipv6='2001:DB8::10')\n\
-         s = c.compute.wait_for_server(s)\n\
-         a = [s.access_ipv4, s.access_ipv6]\n\
-         s = c.compute.update_server(s, access_ipv4='192.0.2.11')\n\
-         a += [s.access_ipv4, s.access_ipv6]\n\
-         c.compute.rebuild_server(s, img, access_ipv6='2001:db8::12')\n\
-         s = c.compute.wait_for_server(c.compute.get_server(s.id))\n\
-         a += [s.access_ipv4, s.access_ipv6, s.id]\n\
-         print(json.dumps(a))",
-    );
-    let a: Value = serde_json::from_str(out.trim()).expect("json");
-    assert_eq!(
-        a,
-        json!([
-            "192.0.2.10",
-            "2001:db8::10",
-            "192.0.2.11",
-            "2001:db8::10",
-            "192.0.2.11",
-            "2001:db8::12",
-            a[6]
-        ])
-    );
-    let id = a[6].as_str().unwrap();
-    // The CLI shows them.
-    let shown = member.json(&["server", "show", id]);
-    assert_eq!(shown["accessIPv4"], "192.0.2.11", "{shown}");
-    assert_eq!(shown["accessIPv6"], "2001:db8::12", "{shown}");
-    let body = |ips: Value| {
-        let mut s = json!({"name": "bad", "imageRef": "x", "flavorRef": "1", "networks": "none"});
-        s.as_object_mut()
-            .unwrap()
-            .extend(ips.as_object().unwrap().clone());
-        json!({ "server": s })
-    };
-    let put = |ips: Value| {
-        call(
-            "PUT",
-            format!("/v2.1/servers/{id}"),
-            None,
-            Some(json!({ "server": ips })),
-        )
-    };
-    let a = member.calls(vec![
-        call(
-            "POST",
-            "/v2.1/servers",
-            Some("2.37"),
-            Some(body(json!({"accessIPv4": "1.2.3"}))),
-        ),
-        call(
-            "POST",
-            "/v2.1/servers",
-            Some("2.37"),
-            Some(body(json!({"accessIPv6": "192.0.2.1"}))),
-        ),
-        put(json!({"accessIPv4": ""})),
-        put(json!({"accessIPv6": 6})),
-        call(
-            "POST",
-            format!("/v2.1/servers/{id}/action"),
-            None,
-            Some(json!({"rebuild": {"imageRef": "x", "accessIPv4": "300.1.1.1"}})),
-        ),
-        call("GET", "/v2.1/servers?access_ip_v4=192.0.2.11", None, None),
-    ]);
-    a[0].assert_error(
-        400,
-        "badRequest",
-        "Invalid input for field/attribute accessIPv4. Value: 1.2.3. '1.2.3' is not a 'ipv4'",
-    );
-    a[1].assert_error(
-        400,
-        "badRequest",
-        "Invalid input for field/attribute accessIPv6. Value: 192.0.2.1. '192.0.2.1' is not a 'ipv6'",
-    );
-    a[2].assert_error(
-        400,
-        "badRequest",
-        "Invalid input for field/attribute accessIPv4. Value: . '' is not a 'ipv4'",
-    );
-    a[3].assert_error(
-        400,
-        "badRequest",
-        "Invalid input for field/attribute accessIPv6. Value: 6. 6 is not of type 'string'",
-    );
-    a[4].assert_error(
-        400,
-        "badRequest",
-        "Invalid input for field/attribute accessIPv4. Value: 300.1.1.1. '300.1.1.1' is not a 'ipv4'",
-    );
-    assert_eq!(a[5].status, 200, "{}", a[5].text);
-    // Admins filter on them (Nova's regex filters).
-    let filtered = admin.one(call(
-        "GET",
-        "/v2.1/servers?all_tenants=1&access_ip_v4=^192%5C.0%5C.2%5C.11$",
-        None,
-        None,
-    ));
-    let servers = filtered.json()["servers"].clone();
-    assert_eq!(servers.as_array().map(Vec::len), Some(1), "{servers}");
-    let none = admin.one(call(
-        "GET",
-        "/v2.1/servers?all_tenants=1&access_ip_v6=^fe80",
-        None,
-        None,
-    ));
-    assert_eq!(none.json()["servers"], json!([]), "{}", none.text);
-    member.ok(&["server", "delete", "--wait", id]);
 }

@@ -22,7 +22,7 @@ fn os_json(cli: &Cli, args: &[&str]) -> Value {
 }
 
 /// Waits until `server` has `status` and no task.
-fn wait_for(cli: &Cli, server: &str, status: &str) -> Value {
+pub(crate) fn wait_for(cli: &Cli, server: &str, status: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let s = os_json(cli, &["server", "show", server]);

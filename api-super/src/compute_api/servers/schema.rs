@@ -489,44 +489,11 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
         None => Vec::new(),
         Some(m) => crate::compute_api::server_metadata::validate_metadata(m, "metadata")?,
     };
-    let user_data = match o.get("user_data") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(u)) if u.chars().count() > MAX_USER_DATA => {
-            return Err(invalid_field(
-                "user_data",
-                &o["user_data"],
-                &too_long(&o["user_data"]),
-            ))
-        }
-        Some(Value::String(u)) => {
-            use base64::Engine;
-            // As Nova (Python's non-validating decode): characters outside
-            // the alphabet, line breaks of `base64`'s output among them,
-            // are skipped; the padding must be right.
-            let kept: String = u
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
-                .collect();
-            if base64::engine::general_purpose::STANDARD
-                .decode(kept)
-                .is_err()
-            {
-                return Err(invalid_field(
-                    "user_data",
-                    &o["user_data"],
-                    &format!("{} is not a 'base64'", query_schema::python_repr(u)),
-                ));
-            }
-            Some(u.clone())
-        }
-        Some(other) => {
-            return Err(invalid_field(
-                "user_data",
-                other,
-                &not_of_type(other, "'string'"),
-            ))
-        }
-    };
+    let user_data = o
+        .get("user_data")
+        .map(user_data_field)
+        .transpose()?
+        .flatten();
     // 2.74: a requested destination (admins; checked in `create`).
     let mut destination = [None, None];
     for (slot, key) in destination.iter_mut().zip(["host", "hypervisor_hostname"]) {
@@ -622,10 +589,52 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     })
 }
 
+/// `user_data` as Nova's schema has it (`null` or a base64 string of at
+/// most 65,535 characters); `None` for null.
+pub(crate) fn user_data_field(v: &Value) -> ApiResult<Option<String>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(u) if u.chars().count() > MAX_USER_DATA => {
+            Err(invalid_field("user_data", v, &too_long(v)))
+        }
+        Value::String(u) => {
+            use base64::Engine;
+            // As Nova (Python's non-validating decode): characters outside
+            // the alphabet, line breaks of `base64`'s output among them,
+            // are skipped; the padding must be right.
+            let kept: String = u
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
+                .collect();
+            if base64::engine::general_purpose::STANDARD
+                .decode(kept)
+                .is_err()
+            {
+                return Err(invalid_field(
+                    "user_data",
+                    v,
+                    &format!("{} is not a 'base64'", query_schema::python_repr(u)),
+                ));
+            }
+            Ok(Some(u.clone()))
+        }
+        other => Err(invalid_field(
+            "user_data",
+            other,
+            &not_of_type(other, "'string'"),
+        )),
+    }
+}
+
 /// `config_drive` as Nova's `parameter_types.boolean` has it: a JSON
 /// boolean or one of its strings (and `""`, which this region has always
 /// taken as no).
 fn config_drive_field(v: &Value) -> ApiResult<bool> {
+    boolean_field("config_drive", v)
+}
+
+/// A `parameter_types.boolean` at `key`.
+pub(crate) fn boolean_field(key: &str, v: &Value) -> ApiResult<bool> {
     const TRUE: &[&str] = &[
         "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes",
     ];
@@ -637,7 +646,7 @@ fn config_drive_field(v: &Value) -> ApiResult<bool> {
         Value::String(s) if TRUE.contains(&s.as_str()) => Ok(true),
         Value::String(s) if FALSE.contains(&s.as_str()) => Ok(false),
         _ => Err(invalid_field(
-            "config_drive",
+            key,
             v,
             &format!(
                 "{} is not one of [True, 'True', 'TRUE', 'true', '1', 'ON', 'On', 'on', 'YES', 'Yes', 'yes', \
