@@ -133,6 +133,9 @@ pub struct BuildInstance {
     /// `accessIPv6`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_ip_v6: Option<String>,
+    /// `trusted_image_certificates` (2.63).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_certs: Option<Vec<String>>,
 }
 
 /// What the scheduler needs (request_specs.spec, JSON).

@@ -4,7 +4,7 @@
 //! ephemeral disks here), `OS-DCF:diskConfig`, `accessIPv4`/`accessIPv6`,
 //! `personality` (below 2.57; not built), `description` (2.19),
 //! `key_name` (2.54; null removes the key pair), `user_data` (2.57; null
-//! removes it), `trusted_image_certificates` (2.63; not built) and
+//! removes it), `trusted_image_certificates` (2.63; null removes them) and
 //! `hostname` (2.90, a fully qualified name from 2.94). The answer is
 //! the server as the rebuild leaves it, with `adminPass` and (2.57)
 //! `user_data`, as Nova's.
@@ -21,6 +21,7 @@ use super::servers::schema::{
     boolean_field, check_inert, description_field, hostname_error, hostname_ok, name_field,
     user_data_field,
 };
+use super::servers::trusted_certs::trusted_certs_field;
 use super::servers::views::detail_view;
 use super::servers::{access_ip, add_server_groups};
 use super::{App, Ctx};
@@ -110,6 +111,13 @@ fn parse(ctx: &Ctx, o: &Map<String, Value>) -> ApiResult<Rebuild> {
     } else {
         None
     };
+    let trusted_certs = if ctx.mv.at_least(63) {
+        o.get("trusted_image_certificates")
+            .map(trusted_certs_field)
+            .transpose()?
+    } else {
+        None
+    };
     let hostname = match o.get("hostname").filter(|_| ctx.mv.at_least(90)) {
         None => None,
         Some(Value::String(h)) if hostname_ok(ctx, h) => Some(h.clone()),
@@ -126,17 +134,10 @@ fn parse(ctx: &Ctx, o: &Map<String, Value>) -> ApiResult<Rebuild> {
             python_repr(k)
         )));
     }
-    // Known to Nova's schema, not built in this region.
+    // Known to Nova's schema (below 2.57), not built in this region.
     if o.get("personality").is_some_and(|p| p != &json!([])) {
         return Err(bad(
             "File injection (personality) is not built in this region; rebuild without 'personality'.",
-        ));
-    }
-    if o.get("trusted_image_certificates")
-        .is_some_and(|t| !t.is_null())
-    {
-        return Err(bad(
-            "Trusted image certificates are not built in this region; rebuild without 'trusted_image_certificates'.",
         ));
     }
     Ok(Rebuild {
@@ -148,6 +149,7 @@ fn parse(ctx: &Ctx, o: &Map<String, Value>) -> ApiResult<Rebuild> {
         key_name,
         user_data,
         hostname,
+        trusted_certs,
     })
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod access_ip;
 pub(crate) mod lookup;
 pub(crate) mod model;
 pub(crate) mod schema;
+pub(crate) mod trusted_certs;
 pub(crate) mod views;
 
 use std::collections::HashMap;

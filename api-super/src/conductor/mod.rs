@@ -679,6 +679,7 @@ pub fn new_instance(
         config_drive: b.config_drive,
         access_ip_v4: b.access_ip_v4.clone(),
         access_ip_v6: b.access_ip_v6.clone(),
+        trusted_certs: b.trusted_certs.clone(),
     }
 }
 

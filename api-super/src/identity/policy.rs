@@ -144,6 +144,14 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:admin_api",
     ),
     (
+        "os_compute_api:servers:create:trusted_certs",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:servers:rebuild:trusted_certs",
+        "rule:project_member_or_admin",
+    ),
+    (
         "os_compute_api:servers:create:zero_disk_flavor",
         "rule:admin_api",
     ),

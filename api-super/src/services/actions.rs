@@ -168,12 +168,23 @@ pub struct Rebuild {
     pub user_data: Option<Option<String>>,
     /// The hostname (2.90).
     pub hostname: Option<String>,
+    /// Trusted certificates (2.63; `Some(None)` removes them).
+    pub trusted_certs: Option<Option<Vec<String>>>,
 }
 
 /// Rebuilds the server `id` from `r.image` (which must exist, be visible
 /// to the caller and fit the server's flavor) and returns the server as
 /// the rebuild leaves it.
 pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Server> {
+    if r.trusted_certs.is_some() {
+        // Nova: checked whenever the key is given, null included.
+        let (_, s) = in_cell(app, ctx, id, REBUILD.rule, REBUILD.name).await?;
+        app.authorize(
+            ctx,
+            "os_compute_api:servers:rebuild:trusted_certs",
+            &s.project_id,
+        )?;
+    }
     // Nova: the caller's key pair (users own keys, projects servers).
     let key = match r.key_name {
         Some(Some(k)) => match app.db.keypair(ctx.user_id(), &k).await? {
@@ -234,6 +245,7 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
         key: key.clone(),
         user_data: r.user_data.clone(),
         hostname: r.hostname.clone(),
+        trusted_certs: r.trusted_certs.clone(),
     };
     let recorded = spec_image.recorded.clone();
     let mut s = start_action(app, ctx, id, &REBUILD, Some((change, spec_image))).await?;
@@ -252,6 +264,7 @@ pub async fn rebuild(app: &App, ctx: &Ctx, id: &str, r: Rebuild) -> ApiResult<Se
     s.key_name = key.map(|k| k.map(|k| k.0)).unwrap_or(s.key_name);
     s.user_data = r.user_data.unwrap_or(s.user_data);
     s.hostname = r.hostname.or(s.hostname);
+    s.trusted_certs = r.trusted_certs.unwrap_or(s.trusted_certs);
     s.task_state = Some(ts::REBUILDING.to_owned());
     s.updated_at = Some(chrono::Utc::now());
     Ok(s)

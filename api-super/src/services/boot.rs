@@ -45,6 +45,14 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
         // here, as for one that does not exist.
         .ok_or_else(|| bad(format!("Flavor {} could not be found.", req.flavor_ref)))?;
     let (flavor, extra_specs) = (reads.flavor, reads.extra_specs);
+    // Nova checks its policy only when certificates are given.
+    if req.trusted_certs.is_some() {
+        app.authorize(
+            ctx,
+            "os_compute_api:servers:create:trusted_certs",
+            ctx.project_id(),
+        )?;
+    }
     // A flavor without a root disk boots only volume-backed servers
     // (not built here), except for whom the policy allows (admins), as
     // Nova.
@@ -209,6 +217,7 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
                     key_data: key_data.clone(),
                     access_ip_v4: req.access_ips.v4.clone(),
                     access_ip_v6: req.access_ips.v6.clone(),
+                    trusted_certs: req.trusted_certs.clone(),
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

@@ -198,6 +198,7 @@ impl Fixture {
                 key_data: None,
                 access_ip_v4: None,
                 access_ip_v6: None,
+                trusted_certs: None,
             };
             let spec = RequestSpec {
                 instance_uuid: id.clone(),
@@ -262,6 +263,7 @@ impl Fixture {
                         key_data: None,
                         access_ip_v4: None,
                         access_ip_v6: None,
+                        trusted_certs: None,
                     })
                     .await
                     .unwrap();

@@ -63,6 +63,7 @@ pub(crate) async fn builds(
                     key_data: None,
                     access_ip_v4: None,
                     access_ip_v6: None,
+                    trusted_certs: None,
                 },
                 RequestSpec {
                     instance_uuid: u.clone(),

@@ -76,6 +76,9 @@ pub struct NewCellInstance {
     pub access_ip_v4: Option<String>,
     /// `accessIPv6`.
     pub access_ip_v6: Option<String>,
+    /// `trusted_image_certificates` given at create (2.63), kept in
+    /// `instance_extra.trusted_certs` as a JSON list.
+    pub trusted_certs: Option<Vec<String>>,
     /// When the super-conductor started scheduling it: the `create`
     /// action gets upstream's `conductor_schedule_and_build_instances`
     /// event from then to now (Success, or Error with the fault).
@@ -122,6 +125,10 @@ impl CellDb {
             Some(_) => (fabric::rpc::vm_state::ERROR, None),
         };
         let flavor = serde_json::to_string(&n.flavor).unwrap_or_default();
+        let trusted = n
+            .trusted_certs
+            .as_ref()
+            .map(|c| serde_json::to_string(c).unwrap_or_default());
         let t = Utc::now();
         // The instance row's binds, $1 to $19, in both statements below.
         macro_rules! bind_instance {
@@ -159,18 +166,18 @@ impl CellDb {
             } else {
                 "m AS (INSERT INTO instance_metadata (instance_uuid, key, value, created_at) \
                  SELECT i.uuid, k.key, k.value, $19 FROM i, \
-                 unnest($36::VARCHAR[], $37::VARCHAR[]) AS k (key, value)), "
+                 unnest($37::VARCHAR[], $38::VARCHAR[]) AS k (key, value)), "
             };
             let tags = if n.tags.is_empty() {
                 ""
             } else {
                 "t AS (INSERT INTO tags (resource_id, tag, created_at) \
-                 SELECT i.uuid, t.tag, $19 FROM i, unnest($38::VARCHAR[]) AS t (tag)), "
+                 SELECT i.uuid, t.tag, $19 FROM i, unnest($39::VARCHAR[]) AS t (tag)), "
             };
             let sql = format!(
                 "WITH i AS ({} RETURNING uuid, id), {metadata}{tags}\
-                 x AS (INSERT INTO instance_extra (instance_uuid, flavor, created_at) \
-                 SELECT uuid, $20, $19 FROM i), \
+                 x AS (INSERT INTO instance_extra (instance_uuid, flavor, trusted_certs, created_at) \
+                 SELECT uuid, $20, $36, $19 FROM i), \
                  a AS (INSERT INTO instance_actions (instance_uuid, action, request_id, \
                  global_request_id, user_id, project_id, start_time, created_at) \
                  SELECT uuid, $21, $22, $23, $2, $3, $24, $24 FROM i RETURNING id), \
@@ -201,7 +208,8 @@ impl CellDb {
                 .bind(&n.key_data)
                 .bind(n.config_drive.then_some("True"))
                 .bind(&n.access_ip_v4)
-                .bind(&n.access_ip_v6);
+                .bind(&n.access_ip_v6)
+                .bind(&trusted);
             if !n.metadata.is_empty() || !n.tags.is_empty() {
                 q = q.bind(keys).bind(values);
             }
@@ -236,8 +244,9 @@ impl CellDb {
                     .execute(&mut *tx)).await?;
             }
             measured("api_instance_extra_insert", sqlx::query(
-                "INSERT INTO instance_extra (instance_uuid, flavor, created_at) VALUES ($1, $2, $3)")
-                .bind(&n.uuid).bind(&flavor).bind(t)
+                "INSERT INTO instance_extra (instance_uuid, flavor, trusted_certs, created_at) \
+                 VALUES ($1, $2, $3, $4)")
+                .bind(&n.uuid).bind(&flavor).bind(&trusted).bind(t)
                 .execute(&mut *tx)).await?;
             let action_id: i64 = measured("api_action_create", sqlx::query_scalar(
                 "INSERT INTO instance_actions (instance_uuid, action, request_id, global_request_id, \

@@ -44,6 +44,8 @@ pub struct ShownInstance {
     pub metadata: Vec<(String, String)>,
     /// Its tags, sorted.
     pub tags: Vec<String>,
+    /// Its trusted certificates (2.63), if any.
+    pub trusted_certs: Option<Vec<String>>,
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -52,6 +54,7 @@ struct ShownRow {
     instance: CellInstance,
     metadata_json: Option<String>,
     tags_json: Option<String>,
+    trusted_certs_json: Option<String>,
 }
 
 /// An instance as the API shows it.
@@ -553,8 +556,9 @@ impl CellDb {
             ),
         };
         let sql = format!(
-            "SELECT {COLUMNS}, {meta} AS metadata_json, {tags} AS tags_json FROM {FROM} \
-             WHERE i.uuid = $1"
+            "SELECT {COLUMNS}, {meta} AS metadata_json, {tags} AS tags_json, \
+             (SELECT e.trusted_certs FROM instance_extra e WHERE e.instance_uuid = i.uuid) \
+             AS trusted_certs_json FROM {FROM} WHERE i.uuid = $1"
         );
         let row: Option<ShownRow> = with_pool!(self.pool(), p => measured("api_instance_shown",
             sqlx::query_as(&sql).bind(uuid).fetch_optional(p)).await?);
@@ -580,6 +584,7 @@ impl CellDb {
             instance: row.instance,
             metadata,
             tags,
+            trusted_certs: parse(row.trusted_certs_json)?,
         }))
     }
 

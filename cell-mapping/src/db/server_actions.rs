@@ -55,6 +55,9 @@ pub struct RebuildChange {
     pub user_data: Option<Option<String>>,
     /// The hostname (2.90) when given.
     pub hostname: Option<String>,
+    /// The trusted certificates (2.63) when given; `Some(None)` removes
+    /// them (`instance_extra.trusted_certs`, a JSON list).
+    pub trusted_certs: Option<Option<Vec<String>>>,
 }
 
 /// What a rebuild sets beside the task state: `$4` onwards, bound in
@@ -256,6 +259,13 @@ impl CellDb {
                     Some((_, task, false)) => ActionRefused::TaskState(task),
                 })
             } else {
+                if let Some(RebuildChange { trusted_certs: Some(certs), .. }) = &a.rebuild {
+                    let json = certs.as_ref().map(|c| serde_json::to_string(c).unwrap_or_default());
+                    measured("api_trusted_certs_set", sqlx::query(
+                        "UPDATE instance_extra SET trusted_certs = $1, updated_at = $2 \
+                         WHERE instance_uuid = $3")
+                        .bind(json).bind(t).bind(&a.uuid).execute(&mut *tx)).await?;
+                }
                 if let Some(RebuildChange { metadata: Some(items), .. }) = &a.rebuild {
                     measured("api_metadata_clear", sqlx::query(
                         "DELETE FROM instance_metadata WHERE instance_uuid = $1")
@@ -434,16 +444,26 @@ impl CellDb {
         Ok(out)
     }
 
-    /// [`Self::api_metadata`] and [`Self::api_tags`] of `uuids` in one
-    /// statement per chunk (what a server's show and each list page read).
+    /// [`Self::api_metadata`] and [`Self::api_tags`] of `uuids`, and the
+    /// trusted certificates (JSON lists) of those that have some, in one
+    /// statement per chunk (what each list page reads).
     #[allow(clippy::type_complexity)]
     pub async fn api_metadata_and_tags(
         &self,
         uuids: &[String],
-    ) -> Result<(Vec<(String, String, String)>, Vec<(String, String)>), Error> {
+    ) -> Result<
+        (
+            Vec<(String, String, String)>,
+            Vec<(String, String)>,
+            Vec<(String, String)>,
+        ),
+        Error,
+    > {
         const SQL: &str = "SELECT 'm', instance_uuid, key, COALESCE(value, '') \
             FROM instance_metadata WHERE instance_uuid IN ({list}) UNION ALL \
-            SELECT 't', resource_id, tag, '' FROM tags WHERE resource_id IN ({list}) \
+            SELECT 't', resource_id, tag, '' FROM tags WHERE resource_id IN ({list}) UNION ALL \
+            SELECT 'c', instance_uuid, trusted_certs, '' FROM instance_extra \
+            WHERE instance_uuid IN ({list}) AND trusted_certs IS NOT NULL \
             ORDER BY 1, 2, 3";
         let mut rows: Vec<(String, String, String, String)> = Vec::new();
         match self.pool() {
@@ -469,15 +489,15 @@ impl CellDb {
                 }
             }
         }
-        let (mut meta, mut tags) = (Vec::new(), Vec::new());
+        let (mut meta, mut tags, mut certs) = (Vec::new(), Vec::new(), Vec::new());
         for (kind, uuid, k, v) in rows {
-            if kind == "m" {
-                meta.push((uuid, k, v));
-            } else {
-                tags.push((uuid, k));
+            match kind.as_str() {
+                "m" => meta.push((uuid, k, v)),
+                "t" => tags.push((uuid, k)),
+                _ => certs.push((uuid, k)),
             }
         }
-        Ok((meta, tags))
+        Ok((meta, tags, certs))
     }
 
     /// Sets metadata items of a live instance (`replace`: the items become

@@ -68,6 +68,7 @@ pub(crate) fn building(uuid: &str, host: Option<&str>) -> NewCellInstance {
         key_data: None,
         access_ip_v4: None,
         access_ip_v6: None,
+        trusted_certs: None,
     }
 }
 

@@ -76,6 +76,7 @@ async fn flow(be: Be, name: &str) {
         key_data: None,
         access_ip_v4: Some("192.0.2.1".into()),
         access_ip_v6: None,
+        trusted_certs: Some(vec!["cert-a".into()]),
     })
     .await
     .expect("create");
@@ -162,8 +163,11 @@ async fn flow(be: Be, name: &str) {
         key: Some(Some(("k1".into(), "ssh-ed25519 AAAA".into()))),
         user_data: Some(None),
         hostname: Some("h-new".into()),
+        trusted_certs: Some(Some(vec!["cert-b".into(), "cert-c".into()])),
         ..RebuildChange::default()
     });
+    let shown = db.api_instance_shown(&uuid).await.unwrap().unwrap();
+    assert_eq!(shown.trusted_certs, Some(vec!["cert-a".to_owned()]));
     db.api_start_action(&rb).await.unwrap().expect("rebuild");
     let i = db.api_instance(&uuid).await.unwrap().unwrap();
     assert_eq!(i.image_ref.as_deref(), Some("img-2"));
@@ -336,7 +340,7 @@ async fn flow(be: Be, name: &str) {
     // array, SQLite in chunks of 200: the known one is in the third).
     let mut page: Vec<String> = (0..449).map(|i| format!("no-such-{i}")).collect();
     page.push(uuid.clone());
-    let (meta, tags) = db.api_metadata_and_tags(&page).await.unwrap();
+    let (meta, tags, _) = db.api_metadata_and_tags(&page).await.unwrap();
     assert!(
         meta.iter().all(|m| m.0 == uuid) && tags.iter().all(|t| t.0 == uuid),
         "{meta:?} {tags:?}"

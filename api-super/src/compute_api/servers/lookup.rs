@@ -108,6 +108,7 @@ pub(crate) async fn locate_with(
                         let mut s = Server::from_cell(shown.instance);
                         s.metadata = shown.metadata;
                         s.tags = shown.tags;
+                        s.trusted_certs = shown.trusted_certs;
                         let faults = if s.vm_state == vs::ERROR {
                             db.api_faults(std::slice::from_ref(&s.uuid)).await?
                         } else {

@@ -68,6 +68,8 @@ pub(crate) struct Server {
     /// `accessIPv4` and `accessIPv6` (`""` when unset, as Nova shows them).
     pub(crate) access_ip_v4: Option<String>,
     pub(crate) access_ip_v6: Option<String>,
+    /// `trusted_image_certificates` (2.63).
+    pub(crate) trusted_certs: Option<Vec<String>>,
 }
 
 impl Server {
@@ -80,6 +82,7 @@ impl Server {
         s.tags = b.tags.clone();
         s.pinned_az = b.availability_zone.clone();
         s.image_properties = b.image_properties.clone();
+        s.trusted_certs = b.trusted_certs.clone();
         s
     }
 
@@ -135,6 +138,7 @@ impl Server {
             config_drive: i.config_drive.unwrap_or_default(),
             access_ip_v4: i.access_ip_v4,
             access_ip_v6: i.access_ip_v6,
+            trusted_certs: None,
         }
     }
 
@@ -149,6 +153,8 @@ impl Server {
 pub(crate) struct CellDetails {
     meta: Vec<(String, String, String)>,
     tags: Vec<(String, String)>,
+    /// Trusted certificates (JSON lists) of the servers that have some.
+    certs: Vec<(String, String)>,
     faults: Vec<CellFault>,
 }
 
@@ -170,9 +176,14 @@ impl CellDetails {
                 db.api_faults(&errs).await
             }
         };
-        let ((meta, tags), faults) =
+        let ((meta, tags, certs), faults) =
             futures_util::future::try_join(db.api_metadata_and_tags(&uuids), faults).await?;
-        Ok(CellDetails { meta, tags, faults })
+        Ok(CellDetails {
+            meta,
+            tags,
+            certs,
+            faults,
+        })
     }
 
     /// Puts them on `servers`.
@@ -189,7 +200,13 @@ impl CellDetails {
         for f in self.faults {
             faults.insert(f.instance_uuid.clone(), f);
         }
+        let mut certs_of: HashMap<String, Vec<String>> = self
+            .certs
+            .into_iter()
+            .filter_map(|(uuid, json)| Some((uuid, serde_json::from_str(&json).ok()?)))
+            .collect();
         for s in servers {
+            s.trusted_certs = certs_of.remove(&s.uuid);
             s.metadata = meta_of.remove(&s.uuid).unwrap_or_default();
             s.tags = tags_of.remove(&s.uuid).unwrap_or_default();
             s.fault = faults.remove(&s.uuid);

@@ -49,6 +49,8 @@ pub(crate) struct CreateRequest {
     pub(crate) scheduler_hints: BTreeMap<String, Value>,
     /// `accessIPv4` and `accessIPv6`.
     pub(crate) access_ips: super::access_ip::AccessIps,
+    /// `trusted_image_certificates` (2.63).
+    pub(crate) trusted_certs: Option<Vec<String>>,
 }
 
 /// The keys of `server` in a create body at `ctx`'s microversion (Nova's
@@ -77,7 +79,7 @@ fn create_key(ctx: &Ctx, key: &str) -> Option<bool> {
         "personality" if !since(57) => Some(false),
         "description" if since(19) => Some(true),
         "tags" if since(52) => Some(true),
-        "trusted_image_certificates" if since(63) => Some(false),
+        "trusted_image_certificates" if since(63) => Some(true),
         "host" | "hypervisor_hostname" if since(74) => Some(true),
         "hostname" if since(90) => Some(true),
         _ => None,
@@ -357,8 +359,7 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
             Some(false) => {
                 let what = match k.as_str() {
                     "block_device_mapping" => "Block device mappings (boot from volume) are not built in this region: this region has no block storage service",
-                    "personality" => "File injection (personality) is not built in this region",
-                    _ => "Trusted image certificates are not built in this region",
+                    _ => "File injection (personality) is not built in this region",
                 };
                 return Err(bad(format!("{what}; boot without '{k}'.")));
             }
@@ -544,6 +545,11 @@ pub(crate) fn parse_create(ctx: &Ctx, body: &[u8]) -> ApiResult<CreateRequest> {
     let group = crate::compute_api::server_groups::group_hint(&v)?;
     Ok(CreateRequest {
         access_ips: super::access_ip::access_ips(o)?,
+        trusted_certs: o
+            .get("trusted_image_certificates")
+            .map(super::trusted_certs::trusted_certs_field)
+            .transpose()?
+            .flatten(),
         description: if ctx.mv.at_least(19) {
             description
         } else {

@@ -363,8 +363,7 @@ impl serde::Serialize for DetailView<'_> {
             m.serialize_entry("locked_reason", &s.locked_reason)?;
         }
         if ctx.mv.at_least(63) {
-            // Not built: trusted certificates are refused at create.
-            m.serialize_entry("trusted_image_certificates", &None::<&str>)?;
+            m.serialize_entry("trusted_image_certificates", &s.trusted_certs)?;
         }
         if ctx.mv.at_least(96) {
             m.serialize_entry("pinned_availability_zone", &s.pinned_az)?;

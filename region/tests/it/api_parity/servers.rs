@@ -148,8 +148,9 @@ fn openstack_cli_access_ips_answer_as_nova() {
 }
 
 /// Rebuild: every field of Nova's rebuild schema at its microversion
-/// (`key_name` 2.54, `user_data` 2.57, `hostname` 2.90, unknown below),
-/// with Nova's messages; a stopped server is rebuilt and stays SHUTOFF.
+/// (`key_name` 2.54, `user_data` 2.57, `trusted_image_certificates` 2.63
+/// (kept from the create too), `hostname` 2.90, unknown below), with
+/// Nova's messages; a stopped server is rebuilt and stays SHUTOFF.
 #[test]
 fn openstack_cli_rebuild_answers_as_nova() {
     let Some((_r, _admin, member)) = region("parity_rebuild") else {
@@ -161,8 +162,12 @@ fn openstack_cli_rebuild_answers_as_nova() {
     member.ok(&["keypair", "create", "k1"]);
     member.ok(&["keypair", "create", "k2"]);
     let created = member.json(&[
+        "--os-compute-api-version",
+        "2.63",
         "server",
         "create",
+        "--trusted-image-cert",
+        "cert-0",
         "--flavor",
         "m1.tiny",
         "--image",
@@ -201,6 +206,12 @@ fn openstack_cli_rebuild_answers_as_nova() {
     let s = crate::server_actions_cli::wait_for(&member, &id, "SHUTOFF");
     assert_eq!(s["OS-EXT-STS:vm_state"], "stopped", "{s}");
     let shown = member.json(&["--os-compute-api-version", "2.94", "server", "show", &id]);
+    // Kept from the create: the CLI's rebuild did not name them.
+    assert_eq!(
+        shown["trusted_image_certificates"],
+        json!(["cert-0"]),
+        "{shown}"
+    );
     assert_eq!(shown["name"], "vm2", "{shown}");
     assert_eq!(shown["description"], "rebuilt", "{shown}");
     assert_eq!(shown["key_name"], "k2", "{shown}");
@@ -233,7 +244,7 @@ fn openstack_cli_rebuild_answers_as_nova() {
         rebuild("2.54", json!({"key_name": ""})),
         rebuild("2.57", json!({"user_data": "abc"})),
         rebuild("2.90", json!({"hostname": "bad_host"})),
-        rebuild("2.63", json!({"trusted_image_certificates": ["cert-1"]})),
+        rebuild("2.63", json!({"trusted_image_certificates": []})),
         rebuild("2.57", json!({"personality": []})),
         rebuild(
             "2.56",
@@ -247,11 +258,12 @@ fn openstack_cli_rebuild_answers_as_nova() {
             None,
             Some(json!({"rebuild": {"name": "x"}})),
         ),
-        // Removing the key pair and the user data (null), at 2.57: the
-        // answer carries `user_data`.
+        // Removing the key pair and the user data (null), new trusted
+        // certificates, at 2.63: the answer carries `user_data`.
         rebuild(
-            "2.57",
-            json!({"key_name": null, "user_data": null, "preserve_ephemeral": false}),
+            "2.63",
+            json!({"key_name": null, "user_data": null, "preserve_ephemeral": false,
+                   "trusted_image_certificates": ["cert-1", "cert-2"]}),
         ),
     ]);
     let unexpected = |k: &str| {
@@ -269,7 +281,8 @@ fn openstack_cli_rebuild_answers_as_nova() {
         "Invalid input for field/attribute hostname. Value: bad_host. \
          'bad_host' does not match '^[a-zA-Z0-9]+[a-zA-Z0-9-]*[a-zA-Z0-9]+$'"
             .to_owned(),
-        "Trusted image certificates are not built in this region; rebuild without 'trusted_image_certificates'.".to_owned(),
+        "Invalid input for field/attribute trusted_image_certificates. Value: []. [] is too short"
+            .to_owned(),
         unexpected("personality"),
         "File injection (personality) is not built in this region; rebuild without 'personality'.".to_owned(),
         "Invalid input for field/attribute preserve_ephemeral. Value: maybe. 'maybe' is not one of \
@@ -291,8 +304,39 @@ fn openstack_cli_rebuild_answers_as_nova() {
     assert_eq!(answered["user_data"], Value::Null, "{answered}");
     assert_eq!(answered["key_name"], Value::Null, "{answered}");
     assert_eq!(answered["status"], "REBUILD", "{answered}");
+    assert_eq!(
+        answered["trusted_image_certificates"],
+        json!(["cert-1", "cert-2"]),
+        "{answered}"
+    );
     let s = crate::server_actions_cli::wait_for(&member, &id, "SHUTOFF");
     assert!(s["key_name"].is_null(), "{s}");
+    // Shown by a show and a detailed list from 2.63, not below.
+    let a = member.calls(vec![
+        call("GET", format!("/v2.1/servers/{id}"), Some("2.63"), None),
+        call("GET", "/v2.1/servers/detail", Some("2.63"), None),
+        call("GET", format!("/v2.1/servers/{id}"), Some("2.62"), None),
+    ]);
+    let certs = json!(["cert-1", "cert-2"]);
+    assert_eq!(
+        a[0].json()["server"]["trusted_image_certificates"],
+        certs,
+        "{}",
+        a[0].text
+    );
+    assert_eq!(
+        a[1].json()["servers"][0]["trusted_image_certificates"],
+        certs,
+        "{}",
+        a[1].text
+    );
+    assert!(
+        a[2].json()["server"]
+            .get("trusted_image_certificates")
+            .is_none(),
+        "{}",
+        a[2].text
+    );
     member.ok(&["server", "delete", "--wait", &id]);
     std::fs::remove_dir_all(&dir).ok();
 }
