@@ -218,16 +218,25 @@ async fn check_zone(
         .filter(|z| *z != zone)
         .map(python_repr)
         .collect();
-    if clash.is_empty() {
-        return Ok(());
+    if !clash.is_empty() {
+        return Err(check.refuse(
+            a.id,
+            &format!(
+                "One or more hosts already in availability zone(s) [{}]",
+                clash.join(", ")
+            ),
+        ));
     }
-    Err(check.refuse(
-        a.id,
-        &format!(
-            "One or more hosts already in availability zone(s) [{}]",
-            clash.join(", ")
-        ),
-    ))
+    // An update that changes the zone: no host may hold instances (they
+    // would change zone), as Nova's `check_no_instances_in_az`.
+    if !matches!(check, ZoneCheck::Add) && a.availability_zone() != Some(zone) {
+        for h in hosts {
+            if host_instances(app, h).await? > 0 {
+                return Err(check.refuse(a.id, "One or more hosts contain instances in this zone"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `GET /os-aggregates`.
@@ -438,6 +447,75 @@ async fn host_providers(app: &App, host: &str) -> ApiResult<Vec<String>> {
     Ok(nodes)
 }
 
+/// Live instances on `host` (in its cell; 0 for a host no cell maps).
+async fn host_instances(app: &App, host: &str) -> ApiResult<i64> {
+    let Some(cell) = app
+        .db()
+        .api()
+        .host_cell(host)
+        .await?
+        .and_then(|id| app.cells.by_id(id))
+    else {
+        return Ok(0);
+    };
+    Ok(app
+        .cells
+        .db(&cell)
+        .await?
+        .count_live_instances(Some(host))
+        .await?)
+}
+
+/// The zone `host` has through its aggregates other than `except`.
+async fn host_zone(app: &App, host: &str, except: Option<i64>) -> ApiResult<Option<String>> {
+    Ok(app
+        .db()
+        .api()
+        .host_aggregates(host)
+        .await?
+        .iter()
+        .filter(|a| Some(a.id) != except)
+        .find_map(|a| a.availability_zone().map(str::to_owned)))
+}
+
+/// Nova's `ensure_no_instances_need_to_move_az_when_host_added` /
+/// `…_removed`: a host with instances may not change zone by joining or
+/// leaving `a` (409, in the add's or the remove's words).
+async fn check_no_move(app: &App, a: &Aggregate, host: &str, add: bool) -> ApiResult<()> {
+    let Some(zone) = a.availability_zone() else {
+        return Ok(());
+    };
+    let n = host_instances(app, host).await?;
+    if n == 0 {
+        return Ok(());
+    }
+    let other = host_zone(app, host, (!add).then_some(a.id)).await?;
+    let (from, to) = if add {
+        (other.as_deref(), Some(zone))
+    } else {
+        (Some(zone), other.as_deref())
+    };
+    if from == to {
+        return Ok(());
+    }
+    let (verb, at) = if add {
+        ("added to", "add host to")
+    } else {
+        ("removed from", "remove host from")
+    };
+    Err(ApiError::Conflict(format!(
+        "Cannot {at} aggregate {}. Reason: The host cannot be {verb} the aggregate as the \
+         availability zone of the host would change from '{}' to '{}' but the host already \
+         has {n} instance(s). Changing the AZ of an existing instance is not supported by \
+         this action. Move the instances away from this host then try again. If you need to \
+         move the instances between AZs then you can use shelve_offload and unshelve to \
+         achieve this..",
+        a.id,
+        from.unwrap_or("None"),
+        to.unwrap_or("None"),
+    )))
+}
+
 async fn host_change(
     app: &App,
     ctx: &Ctx,
@@ -453,6 +531,7 @@ async fn host_change(
         if let Some(z) = a.availability_zone() {
             check_zone(app, &a, &[host.to_owned()], Some(z), ZoneCheck::Add).await?;
         }
+        check_no_move(app, &a, host, true).await?;
         api.aggregate_add_host(id, host)
             .await?
             .map_err(|r| refused(id, r, Some(host)))?;
@@ -469,6 +548,7 @@ async fn host_change(
             ApiError::NotFound(_) => gone(),
             e => e,
         })?;
+        check_no_move(app, &a, host, false).await?;
         api.aggregate_remove_host(id, host)
             .await?
             .map_err(|_| gone())?;

@@ -1058,9 +1058,20 @@ async fn os_aggregates_zones_and_the_placement_mirror() {
         "The requested availability zone is not available"
     );
 
-    // set_metadata (zone included) and update.
+    // set_metadata (zone included) and update. As Nova: no zone change
+    // while a host holds instances (they would change zone).
     let (p, b) =
         action(json!({"set_metadata": {"metadata": {"ssd": "true", "availability_zone": "az1b"}}}));
+    let r = at(&region, &admin, "2.41", "POST", &p, b.clone()).await;
+    fault(&r, 400, "badRequest");
+    assert!(r
+        .body
+        .contains("Reason: One or more hosts contain instances in this zone."));
+    let gone = format!("/v2.1/servers/{in_az1}");
+    region.call(&member, "DELETE", &gone, None).await;
+    while region.call(&admin, "GET", &gone, None).await.status != 404 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let r = at(&region, &admin, "2.41", "POST", &p, b).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let a = body(&r)["aggregate"].clone();
@@ -1069,25 +1080,6 @@ async fn os_aggregates_zones_and_the_placement_mirror() {
         json!({"ssd": "true", "availability_zone": "az1b"})
     );
     assert_eq!(a["availability_zone"], "az1b");
-    // The server on that host shows the host's zone as it is now.
-    let r = region.show(&member, &in_az1).await;
-    assert_eq!(
-        body(&r)["server"]["OS-EXT-AZ:availability_zone"],
-        "az1b",
-        "{}",
-        r.body
-    );
-    let r = region
-        .call(&member, "GET", "/v2.1/servers/detail", None)
-        .await;
-    let listed = body(&r)["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == in_az1.as_str())
-        .cloned()
-        .unwrap();
-    assert_eq!(listed["OS-EXT-AZ:availability_zone"], "az1b", "{listed}");
     let (p, b) = action(json!({"set_metadata": {"metadata": {"ssd": null}}}));
     let r = at(&region, &admin, "2.41", "POST", &p, b).await;
     assert_eq!(

@@ -424,6 +424,108 @@ fn openstack_cli_aggregates_answer_as_nova() {
     );
 }
 
+/// Boots `name` as `user` in `zone` (`az:host` forces a host, admins
+/// only); its id once ACTIVE.
+fn boot_on(user: &User, zone: &str, name: &str) -> String {
+    let mut args = BOOT.to_vec();
+    args.extend(["--availability-zone", zone, "--wait", name]);
+    user.json(&args)["id"].as_str().unwrap().to_owned()
+}
+
+/// The cirros image every region serves.
+pub(crate) const IMAGE: &str = "cirros-0.6.2-x86_64-disk";
+
+/// `openstack server create` of m1.tiny from [`IMAGE`] without networks.
+pub(crate) const BOOT: &[&str] = &[
+    "server", "create", "--flavor", "m1.tiny", "--image", IMAGE, "--nic", "none",
+];
+
+/// Aggregates and instances, as Nova: a host holding instances may not
+/// change zone by joining or leaving an aggregate (409), nor may the zone
+/// of an aggregate whose hosts hold instances change (400).
+#[test]
+fn openstack_cli_aggregates_keep_instances_in_their_zone() {
+    let Some((_r, admin, _member)) = region("parity_aggregate_instances") else {
+        return;
+    };
+    let host = "cell1-host02";
+    let vm = boot_on(&admin, &format!("nova:{host}"), "pinned");
+    let zoned = admin.json(&["aggregate", "create", "--zone", "az9", "zoned"]);
+    let plain = admin.json(&["aggregate", "create", "plain"]);
+    admin.ok(&["aggregate", "add", "host", "plain", host]);
+    let (zoned, plain) = (zoned["id"].as_i64().unwrap(), plain["id"].as_i64().unwrap());
+    let path = |id: i64| format!("/v2.1/os-aggregates/{id}");
+    let a = admin.calls(vec![
+        call(
+            "POST",
+            format!("{}/action", path(zoned)),
+            None,
+            Some(json!({"add_host": {"host": host}})),
+        ),
+        call(
+            "POST",
+            format!("{}/action", path(plain)),
+            None,
+            Some(json!({"set_metadata": {"metadata": {"availability_zone": "az8"}}})),
+        ),
+        call(
+            "PUT",
+            path(plain),
+            None,
+            Some(json!({"aggregate": {"availability_zone": "az8"}})),
+        ),
+    ]);
+    a[0].assert_error(
+        409,
+        "conflictingRequest",
+        &format!(
+            "Cannot add host to aggregate {zoned}. Reason: The host cannot be added to the \
+             aggregate as the availability zone of the host would change from 'None' to 'az9' \
+             but the host already has 1 instance(s). Changing the AZ of an existing instance is \
+             not supported by this action. Move the instances away from this host then try \
+             again. If you need to move the instances between AZs then you can use \
+             shelve_offload and unshelve to achieve this.."
+        ),
+    );
+    let in_zone = "Reason: One or more hosts contain instances in this zone.";
+    a[1].assert_error(
+        400,
+        "badRequest",
+        &format!("Cannot update metadata of aggregate {plain}. {in_zone}"),
+    );
+    a[2].assert_error(
+        400,
+        "badRequest",
+        &format!("Cannot update aggregate {plain}. {in_zone}"),
+    );
+    // A zone-less aggregate leaves the host's zone as it is.
+    admin.ok(&["aggregate", "remove", "host", "plain", host]);
+    admin.ok(&["server", "delete", "--wait", &vm]);
+    admin.ok(&["aggregate", "add", "host", "zoned", host]);
+    // Leaving its zone with an instance: the remove's words.
+    let vm = boot_on(&admin, &format!("az9:{host}"), "zoned-vm");
+    let r = admin.one(call(
+        "POST",
+        format!("{}/action", path(zoned)),
+        None,
+        Some(json!({"remove_host": {"host": host}})),
+    ));
+    r.assert_error(
+        409,
+        "conflictingRequest",
+        &format!(
+            "Cannot remove host from aggregate {zoned}. Reason: The host cannot be removed from \
+             the aggregate as the availability zone of the host would change from 'az9' to \
+             'None' but the host already has 1 instance(s). Changing the AZ of an existing \
+             instance is not supported by this action. Move the instances away from this host \
+             then try again. If you need to move the instances between AZs then you can use \
+             shelve_offload and unshelve to achieve this.."
+        ),
+    );
+    admin.ok(&["server", "delete", "--wait", &vm]);
+    admin.ok(&["aggregate", "remove", "host", "zoned", host]);
+}
+
 /// Versions: `GET /` lists v2.0 (deprecated, as Nova since 2025.2) then
 /// v2.1; `/v2` is the v2.1 API at 2.1 whatever microversion is asked,
 /// and answers without microversion headers.

@@ -6,10 +6,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use super::{call, region, stdout_of, User};
-
-/// The cirros image every region serves.
-const IMAGE: &str = "cirros-0.6.2-x86_64-disk";
+use super::{call, region, stdout_of, User, BOOT, IMAGE};
 
 /// Runs `script` with openstacksdk as `user` (`c` is the connection, the
 /// image's id in `img` and m1.tiny's in `flv`); its standard output.
@@ -161,24 +158,17 @@ fn openstack_cli_rebuild_answers_as_nova() {
     std::fs::write(&user_data, "#!/bin/sh\necho rebuilt\n").unwrap();
     member.ok(&["keypair", "create", "k1"]);
     member.ok(&["keypair", "create", "k2"]);
-    let created = member.json(&[
-        "--os-compute-api-version",
-        "2.63",
-        "server",
-        "create",
+    let mut args = vec!["--os-compute-api-version", "2.63"];
+    args.extend(BOOT);
+    args.extend([
         "--trusted-image-cert",
         "cert-0",
-        "--flavor",
-        "m1.tiny",
-        "--image",
-        IMAGE,
-        "--nic",
-        "none",
         "--key-name",
         "k1",
         "--wait",
         "vm",
     ]);
+    let created = member.json(&args);
     let id = created["id"].as_str().unwrap().to_owned();
     member.ok(&["server", "stop", &id]);
     crate::server_actions_cli::wait_for(&member, &id, "SHUTOFF");
