@@ -420,7 +420,7 @@ const TABLE: &[Row] = &[
         "DELETE",
         "/v2.1/flavors/matrix/os-extra_specs/hw:cpu_policy",
         None,
-        202,
+        200,
         403,
         403,
         401,
