@@ -82,6 +82,18 @@ pub struct LimitFilter {
     pub project_id: Option<String>,
 }
 
+impl LimitFilter {
+    /// Every limit of one service, region and resource (any project).
+    pub fn key(service_id: &str, region_id: &str, resource_name: &str) -> Self {
+        Self {
+            service_id: Some(service_id.to_owned()),
+            region_id: Some(region_id.to_owned()),
+            resource_name: Some(resource_name.to_owned()),
+            project_id: None,
+        }
+    }
+}
+
 fn conflict(e: sqlx::Error, what: &str) -> IdentityError {
     match &e {
         sqlx::Error::Database(d) if d.is_unique_violation() => IdentityError::Conflict(format!(

@@ -252,12 +252,11 @@ pub async fn get_registered(
 async fn unreferenced(id: &Identity, r: &RegisteredLimitRow) -> Result<()> {
     let refs = id
         .db
-        .limits(&LimitFilter {
-            service_id: Some(r.service_id.clone()),
-            region_id: Some(r.region_id.clone()),
-            resource_name: Some(r.resource_name.clone()),
-            project_id: None,
-        })
+        .limits(&LimitFilter::key(
+            &r.service_id,
+            &r.region_id,
+            &r.resource_name,
+        ))
         .await?;
     if refs.is_empty() {
         Ok(())
@@ -373,12 +372,11 @@ pub async fn create_limits(S(id): S<State>, caller: Caller, body: Bytes) -> Resu
         };
         let registered = id
             .db
-            .registered_limits(&LimitFilter {
-                service_id: Some(row.service_id.clone()),
-                region_id: Some(row.region_id.clone()),
-                resource_name: Some(row.resource_name.clone()),
-                project_id: None,
-            })
+            .registered_limits(&LimitFilter::key(
+                &row.service_id,
+                &row.region_id,
+                &row.resource_name,
+            ))
             .await?;
         if registered.is_empty() {
             return Err(IdentityError::Forbidden(
