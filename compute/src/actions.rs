@@ -216,6 +216,19 @@ impl Host {
         }
     }
 
+    /// `get_host_uptime`: a call; answers what the driver reports
+    /// (`NotImplemented` when it reports none, as Nova's fake driver).
+    pub(crate) async fn host_uptime(&self, d: Delivery) {
+        let env = d.envelope().clone();
+        let reply = match self.driver.host_uptime().await {
+            Ok(uptime) => env.reply(prost::Message::encode_to_vec(&rpc::HostUptime { uptime })),
+            Err(e) => console_error(&env, e),
+        };
+        if let Err(e) = d.reply(reply).await {
+            warn!(error = %chain(&e), "could not answer get_host_uptime");
+        }
+    }
+
     /// One server action (see the module docs).
     #[instrument(skip_all, fields(instance = %r.instance_uuid, action = plan.action,
         request_id = %r.request_id, global_request_id = %r.global_request_id))]

@@ -549,6 +549,10 @@ impl Host {
                 self.console_addr(d, true).await;
                 return;
             }
+            method::GET_HOST_UPTIME => {
+                self.host_uptime(d).await;
+                return;
+            }
             other => {
                 warn!(method = %other.chars().take(64).collect::<String>(), "unknown method; dropped");
                 let _ = d.reject().await;

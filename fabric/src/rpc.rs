@@ -145,6 +145,10 @@ pub mod method {
     /// Where the guest's VNC server listens (a call to `compute.<host>`;
     /// the request and reply are the serial console's).
     pub const GET_VNC_CONSOLE: &str = "get_vnc_console";
+    /// The host's uptime, as the driver reports it (a call to
+    /// `compute.<host>`; request [`HostUptimeRequest`], reply
+    /// [`HostUptime`]).
+    pub const GET_HOST_UPTIME: &str = "get_host_uptime";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.
@@ -877,45 +881,8 @@ impl RpcError {
     }
 }
 
-/// `get_console_output` (call to `compute.<host>`).
-#[derive(Clone, PartialEq, Eq, prost::Message)]
-pub struct ConsoleOutputRequest {
-    /// The instance.
-    #[prost(string, tag = "1")]
-    pub instance_uuid: String,
-    /// The last this many lines; 0: all the host keeps.
-    #[prost(uint32, tag = "2")]
-    pub tail_lines: u32,
-}
-
-/// The reply to `get_console_output`.
-#[derive(Clone, PartialEq, Eq, prost::Message)]
-pub struct ConsoleOutput {
-    /// The console's text (invalid UTF-8 replaced).
-    #[prost(string, tag = "1")]
-    pub output: String,
-}
-
-/// `get_serial_console` and `get_vnc_console` (calls to
-/// `compute.<host>`): the instance.
-#[derive(Clone, PartialEq, Eq, prost::Message)]
-pub struct SerialConsoleRequest {
-    /// The instance.
-    #[prost(string, tag = "1")]
-    pub instance_uuid: String,
-}
-
-/// The reply to `get_serial_console` and `get_vnc_console`: where the
-/// console proxy connects.
-#[derive(Clone, PartialEq, Eq, prost::Message)]
-pub struct SerialConsole {
-    /// Address (an IP) on the compute host.
-    #[prost(string, tag = "1")]
-    pub host: String,
-    /// TCP port.
-    #[prost(uint32, tag = "2")]
-    pub port: u32,
-}
+mod host_calls;
+pub use host_calls::*;
 
 /// Request ids carried by every envelope of one flow.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

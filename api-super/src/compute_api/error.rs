@@ -178,7 +178,9 @@ impl IntoResponse for ApiError {
                 "compute API request failed: it needs a cell that is down");
             return fault_response(status, message);
         }
-        if let ApiError::Unavailable(message) = &self {
+        // Said on purpose, so shown as said (Nova's HTTPNotImplemented and
+        // HTTPServiceUnavailable carry their explanation).
+        if let ApiError::Unavailable(message) | ApiError::NotImplemented(message) = &self {
             return fault_response(status, message);
         }
         if status.is_server_error() {

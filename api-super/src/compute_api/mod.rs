@@ -14,14 +14,17 @@ pub mod availability_zones;
 pub(crate) mod body_schema;
 pub mod db;
 pub mod error;
+pub mod extensions;
 pub mod flavor_manage;
 pub mod flavors;
 pub mod host_source;
+pub mod hosts;
 pub mod hypervisors;
 pub mod images;
 pub mod instance_actions;
 pub(crate) mod keypair_x509;
 pub mod keypairs;
+pub mod legacy_ids;
 pub mod microversion;
 pub mod query_schema;
 pub mod quotas;
@@ -459,6 +462,12 @@ pub fn router(app: App) -> Router {
         )
         .route("/v2.1/os-hypervisors/{id}", get(hypervisors::show))
         .route("/v2.1/os-hypervisors/{id}/search", get(hypervisors::search))
+        .route("/v2.1/os-hypervisors/{id}/uptime", get(hypervisors::uptime))
+        .route("/v2.1/extensions", get(extensions::index))
+        .route("/v2.1/extensions/{alias}", get(extensions::show))
+        .route("/v2.1/os-hosts", get(hosts::index))
+        .route("/v2.1/os-hosts/{host}", get(hosts::show).put(hosts::update))
+        .route("/v2.1/os-hosts/{host}/{action}", get(hosts::power))
         .route(
             "/v2.1/os-hypervisors/{id}/servers",
             get(hypervisors::servers),

@@ -5,8 +5,10 @@
 //! hosting instances is refused; its compute nodes, host mapping,
 //! aggregate memberships and placement providers go with it). Admin only.
 //!
-//! Ids are the cell-local integer below 2.53 and the service UUID from 2.53.
+//! Ids are a region-wide integer below 2.53 (unique across cells: see
+//! [`legacy_ids`](super::legacy_ids)) and the service UUID from 2.53.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -14,12 +16,13 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use cell_mapping::db::{ServiceDeleted, ServiceRecord, ServiceSwitches};
+use cell_mapping::db::{LegacyKind, ServiceDeleted, ServiceRecord, ServiceSwitches};
 use cell_mapping::CellMapping;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::legacy_ids;
 use super::query_schema;
 use super::servers::parse_query;
 use super::{App, Ctx};
@@ -111,7 +114,15 @@ where
     (out, down)
 }
 
-fn view(ctx: &Ctx, s: &ServiceRecord, up: bool, zones: &(Arc<HostZones>, String)) -> Value {
+/// A service's view; `ids` holds the region-wide ids below 2.53 (see
+/// [`legacy_ids`](super::legacy_ids)).
+fn view(
+    ctx: &Ctx,
+    s: &ServiceRecord,
+    ids: &HashMap<String, i64>,
+    up: bool,
+    zones: &(Arc<HostZones>, String),
+) -> Value {
     let zone = if s.binary == COMPUTE_BINARY {
         zones
             .0
@@ -122,7 +133,7 @@ fn view(ctx: &Ctx, s: &ServiceRecord, up: bool, zones: &(Arc<HostZones>, String)
         INTERNAL_ZONE.to_owned()
     };
     let mut v = json!({
-        "id": if ctx.mv.at_least(53) { json!(s.uuid) } else { json!(s.id) },
+        "id": if ctx.mv.at_least(53) { json!(s.uuid) } else { json!(ids.get(&s.uuid)) },
         "binary": s.binary,
         "host": s.host,
         "zone": zone,
@@ -181,10 +192,22 @@ pub async fn index(
             );
         }
     }
-    services.extend(
-        all.iter()
-            .map(|s| view(&ctx, s, is_up(&app, s.forced_down, s.last_seen_up), &zones)),
-    );
+    let ids = legacy_ids::for_uuids(
+        &app,
+        &ctx,
+        LegacyKind::Service,
+        all.iter().map(|s| s.uuid.as_str()),
+    )
+    .await?;
+    services.extend(all.iter().map(|s| {
+        view(
+            &ctx,
+            s,
+            &ids,
+            is_up(&app, s.forced_down, s.last_seen_up),
+            &zones,
+        )
+    }));
     Ok(Json(json!({ "services": services })))
 }
 
@@ -196,27 +219,30 @@ enum ServiceKey<'a> {
     HostBinary(&'a str, &'a str),
 }
 
-/// Finds the live service named by `key` in some cell. An integer id found
-/// in more than one cell is ambiguous (400, as Nova).
+/// Finds the live service named by `key` in some cell. An integer id is
+/// the region-wide one (see [`legacy_ids`](super::legacy_ids)), so it names
+/// one service whatever the number of cells.
 async fn find(app: &App, key: ServiceKey<'_>) -> ApiResult<Option<(CellMapping, ServiceRecord)>> {
+    let uuid;
+    let key = match key {
+        ServiceKey::Id(id) => match legacy_ids::uuid_of(app, LegacyKind::Service, id).await? {
+            Some(u) => {
+                uuid = u;
+                ServiceKey::Uuid(&uuid)
+            }
+            None => return Ok(None),
+        },
+        other => other,
+    };
     let found = each_cell(app, |db| async move {
         match key {
             ServiceKey::Uuid(u) => db.service_by_uuid(u).await,
-            ServiceKey::Id(id) => db.service_by_id(id).await,
+            ServiceKey::Id(_) => Ok(None),
             ServiceKey::HostBinary(h, b) => Ok(db.services_list(Some(h), Some(b)).await?.pop()),
         }
     })
     .await?;
-    let mut hits: Vec<(CellMapping, ServiceRecord)> = found
-        .into_iter()
-        .filter_map(|(c, s)| s.map(|s| (c, s)))
-        .collect();
-    if hits.len() > 1 {
-        if let ServiceKey::Id(id) = key {
-            return Err(bad(format!("Service id {id} refers to multiple services.")));
-        }
-    }
-    Ok(hits.pop())
+    Ok(found.into_iter().find_map(|(c, s)| s.map(|s| (c, s))))
 }
 
 async fn write(
@@ -350,7 +376,9 @@ async fn update_by_uuid(app: &App, ctx: &Ctx, id: &str, body: &[u8]) -> ApiResul
     let row = write(app, &cell, &s, &sw).await?;
     let zones = host_zones(app).await?;
     let up = is_up(app, row.forced_down, row.last_seen_up);
-    Ok(Json(json!({ "service": view(ctx, &row, up, &zones) })))
+    Ok(Json(
+        json!({ "service": view(ctx, &row, &HashMap::new(), up, &zones) }),
+    ))
 }
 
 async fn update_action(app: &App, ctx: &Ctx, action: &str, body: &[u8]) -> ApiResult<Json<Value>> {

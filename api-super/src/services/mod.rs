@@ -11,6 +11,7 @@
 //!   super-conductor.
 //! - [`console`]: a guest's console output, asked of its compute.
 //! - [`delete`]: a delete, by the compute or, with none to do it, here.
+//! - [`host_uptime`]: a compute host's uptime, asked of its compute.
 //! - [`update`]: a rename (name, description, hostname) of a build or an
 //!   instance.
 
@@ -18,4 +19,5 @@ pub mod actions;
 pub mod boot;
 pub mod console;
 pub mod delete;
+pub mod host_uptime;
 pub mod update;

@@ -8,7 +8,8 @@
 //! lock), the instance-actions reads, server metadata and tags; [`services`]
 //! the operator APIs' statements on a cell's services and compute nodes;
 //! [`aggregates`] and [`server_groups`] those on the API database's
-//! aggregates, server groups and flavor extra specs.
+//! aggregates, server groups and flavor extra specs; [`legacy_ids`] the
+//! region-wide integer ids of compute nodes and services (below 2.53).
 //!
 //! One [`Pool`] enum (PostgreSQL or SQLite) and plain `query`/`query_as`
 //! with `$N` binds, which both backends accept; the [`with_pool!`] macro
@@ -23,6 +24,7 @@ pub mod build_casts;
 pub mod cell;
 pub mod instance_create;
 pub mod instances;
+pub mod legacy_ids;
 pub mod server_actions;
 pub mod server_groups;
 pub mod services;
@@ -247,5 +249,6 @@ pub use instances::{
     CellFault, CellInstance, ComputeHost, InstanceEdit, InstanceFlavor, ListFilter, ListOrder,
     SortKey, SortValue,
 };
+pub use legacy_ids::LegacyKind;
 pub use server_groups::{NewServerGroup, ServerGroup};
 pub use services::{HypervisorRecord, ServiceDeleted, ServiceRecord, ServiceSwitches};

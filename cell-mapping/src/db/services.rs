@@ -247,4 +247,19 @@ impl CellDb {
             .map(|(u, n)| (u, n.unwrap_or_default()))
             .collect())
     }
+
+    /// `(project_id, vcpus, memory_mb, root_gb + ephemeral_gb)` of each
+    /// live instance on `host` (the deprecated `os-hosts` show).
+    pub async fn host_instance_resources(
+        &self,
+        host: &str,
+    ) -> Result<Vec<(String, i64, i64, i64)>, Error> {
+        Ok(with_pool!(self.pool(), p => {
+            measured("host_instance_resources", sqlx::query_as(
+                "SELECT project_id, COALESCE(vcpus, 0), COALESCE(memory_mb, 0), \
+                 COALESCE(root_gb, 0) + COALESCE(ephemeral_gb, 0) FROM instances \
+                 WHERE host = $1 AND NOT deleted ORDER BY created_at, uuid")
+                .bind(host).fetch_all(p)).await?
+        }))
+    }
 }

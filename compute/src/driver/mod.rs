@@ -197,6 +197,17 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// gone.
     fn list(&self) -> Result<Vec<InstanceUuid>, DriverError>;
 
+    /// What `uptime` prints on this host (Nova's `get_host_uptime`).
+    /// Drivers without one answer [`DriverError::Unavailable`], as Nova's
+    /// fake driver does.
+    fn host_uptime(&self) -> BoxFuture<'_, Result<String, DriverError>> {
+        Box::pin(async {
+            Err(DriverError::Unavailable(
+                "the host's uptime is not reported by this driver".into(),
+            ))
+        })
+    }
+
     /// The guest's console log, at most its last `max_bytes` bytes.
     /// Drivers without one answer [`DriverError::Unavailable`].
     fn console_output(

@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 
 use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
 
+mod extensions;
+mod hosts;
 mod servers;
 
 /// Runs raw calls through openstacksdk's authenticated session: reads a

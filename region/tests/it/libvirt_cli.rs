@@ -338,4 +338,25 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
     assert!(ok, "{out}{err}");
     let allocs: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(allocs, serde_json::json!([]), "no allocation is left");
+
+    // The host's uptime, as Nova's libvirt driver reports it (`uptime`
+    // on the host): 2.88's hypervisor view, which the CLI shows.
+    let name = admin.json(&["hypervisor", "list"])[0]["Hypervisor Hostname"]
+        .as_str()
+        .expect("a hypervisor")
+        .to_owned();
+    let (ok, out, err) = admin.run(&[
+        "--os-compute-api-version",
+        "2.88",
+        "hypervisor",
+        "show",
+        &name,
+        "-f",
+        "json",
+    ]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("load average") || out.contains("load_average"),
+        "no uptime: {out}"
+    );
 }

@@ -651,6 +651,38 @@ const TABLE: &[Row] = &[
     (
         Svc::Compute,
         "GET",
+        "/v2.1/extensions",
+        None,
+        200,
+        200,
+        200,
+        401,
+    ),
+    // Gone at 2.88 (uptime) and 2.43 (os-hosts): 404 at the latest
+    // microversion whatever the role; api_parity checks them below.
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/os-hypervisors/6f1f6a4e-9a47-4c7e-8f0e-000000000001/uptime",
+        None,
+        404,
+        404,
+        404,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/os-hosts",
+        None,
+        404,
+        404,
+        404,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
         "/v2.1/os-aggregates",
         None,
         200,

@@ -41,3 +41,32 @@ pub fn inventory(conn: &Connect, cfg: &LibvirtSection) -> Result<HostInventory, 
         disk_gb: ((disk / (1 << 30)) as i64 - reserved_disk_gb).max(0),
     })
 }
+
+/// How long `uptime` may take.
+const UPTIME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What `env LANG=C uptime` prints on this host, as Nova's libvirt driver
+/// answers `get_host_uptime` (the trailing newline removed).
+pub async fn uptime() -> Result<String, DriverError> {
+    let failed = |message: String| DriverError::OperationFailed {
+        op: "get_host_uptime",
+        message,
+    };
+    let run = tokio::process::Command::new("uptime")
+        .env("LANG", "C")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(UPTIME_TIMEOUT, run)
+        .await
+        .map_err(|_| failed(format!("uptime did not answer in {UPTIME_TIMEOUT:?}")))?
+        .map_err(|e| failed(format!("could not run uptime: {e}")))?;
+    if !out.status.success() {
+        return Err(failed(format!(
+            "uptime exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+}

@@ -686,6 +686,10 @@ impl Driver for LibvirtDriver {
         Ok(self.guests()?.into_iter().map(|(u, _)| u).collect())
     }
 
+    fn host_uptime(&self) -> BoxFuture<'_, Result<String, DriverError>> {
+        Box::pin(host::uptime())
+    }
+
     fn console_output(
         &self,
         instance: InstanceUuid,

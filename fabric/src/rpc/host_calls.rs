@@ -1,0 +1,56 @@
+//! The calls the API makes to one compute host and waits on (as opposed
+//! to the casts of [`super`]): a guest's console log and console address,
+//! and the host's uptime.
+
+/// `get_console_output` (call to `compute.<host>`).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ConsoleOutputRequest {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+    /// The last this many lines; 0: all the host keeps.
+    #[prost(uint32, tag = "2")]
+    pub tail_lines: u32,
+}
+
+/// The reply to `get_console_output`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ConsoleOutput {
+    /// The console's text (invalid UTF-8 replaced).
+    #[prost(string, tag = "1")]
+    pub output: String,
+}
+
+/// `get_host_uptime` (call to `compute.<host>`): nothing to say.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct HostUptimeRequest {}
+
+/// The reply to `get_host_uptime`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct HostUptime {
+    /// What `uptime` would print on the host (Nova's libvirt driver runs
+    /// it; the API answers it as the hypervisor's `uptime`).
+    #[prost(string, tag = "1")]
+    pub uptime: String,
+}
+
+/// `get_serial_console` and `get_vnc_console` (calls to
+/// `compute.<host>`): the instance.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SerialConsoleRequest {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+}
+
+/// The reply to `get_serial_console` and `get_vnc_console`: where the
+/// console proxy connects.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SerialConsole {
+    /// Address (an IP) on the compute host.
+    #[prost(string, tag = "1")]
+    pub host: String,
+    /// TCP port.
+    #[prost(uint32, tag = "2")]
+    pub port: u32,
+}
