@@ -44,6 +44,99 @@ pub trait ImageLookup: Send + Sync + std::fmt::Debug {
     /// cannot be booted (a 400 in Nova's words), or a 500 when the image
     /// service failed.
     fn resolve<'a>(&'a self, image_ref: &'a str, needs: BootNeeds<'a>) -> LookupFuture<'a>;
+
+    /// The image service behind Nova's deprecated `/images` proxy, when
+    /// this lookup has one (`None`: the proxy answers that there is no
+    /// image service to proxy to).
+    fn proxy(&self) -> Option<&dyn ImageProxy> {
+        None
+    }
+}
+
+/// An image as Nova's `/images` proxy shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProxyImage {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: Option<String>,
+    /// The image service's status (`queued`, `active`, …).
+    pub status: String,
+    /// `min_ram`, MiB.
+    pub min_ram: i64,
+    /// `min_disk`, GiB.
+    pub min_disk: i64,
+    /// Bytes of data.
+    pub size: Option<i64>,
+    /// Created, Unix ms.
+    pub created_at_ms: i64,
+    /// Updated, Unix ms.
+    pub updated_at_ms: i64,
+    /// Extra properties (Nova's `metadata`).
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+/// The filters and page of an `/images` listing, as Nova hands them to
+/// the image service.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyQuery {
+    /// `name`: exact.
+    pub name: Option<String>,
+    /// `status`: the image service's status, lower case.
+    pub status: Option<String>,
+    /// `changes-since`: updated at or after, Unix ms.
+    pub changes_since_ms: Option<i64>,
+    /// `property-<key>` (`server` is `instance_uuid`, `type` is
+    /// `image_type`): exact.
+    pub properties: std::collections::BTreeMap<String, String>,
+    /// `minRam`: `min_ram` at least this.
+    pub min_ram: Option<i64>,
+    /// `minDisk`: `min_disk` at least this.
+    pub min_disk: Option<i64>,
+    /// Page size.
+    pub limit: Option<u32>,
+    /// The last image of the previous page.
+    pub marker: Option<String>,
+}
+
+/// Boxed future of [`ImageProxy`]'s calls.
+pub type ProxyFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// What Nova's `/images` and `/images/{id}/metadata` proxies ask of the
+/// image service, as the caller (visibility and policy are the image
+/// service's; errors are already the Compute API's, in Nova's words).
+pub trait ImageProxy: Send + Sync {
+    /// The image service's public URL (the views' alternate links).
+    fn public_url(&self) -> String;
+    /// A page of the images the caller sees, and whether more follow.
+    fn list<'a>(
+        &'a self,
+        claims: &'a Claims,
+        request_id: &'a str,
+        q: ProxyQuery,
+    ) -> ProxyFuture<'a, (Vec<ProxyImage>, bool)>;
+    /// One image (404 `Image not found.`).
+    fn get<'a>(
+        &'a self,
+        claims: &'a Claims,
+        request_id: &'a str,
+        id: &'a str,
+    ) -> ProxyFuture<'a, ProxyImage>;
+    /// Deletes an image (403 `You are not allowed to delete the image.`).
+    fn delete<'a>(
+        &'a self,
+        claims: &'a Claims,
+        request_id: &'a str,
+        id: &'a str,
+    ) -> ProxyFuture<'a, ()>;
+    /// Replaces the image's extra properties with `properties`.
+    fn set_properties<'a>(
+        &'a self,
+        claims: &'a Claims,
+        request_id: &'a str,
+        id: &'a str,
+        properties: std::collections::BTreeMap<String, String>,
+    ) -> ProxyFuture<'a, ProxyImage>;
 }
 
 /// Images in memory: id → name.
@@ -258,6 +351,10 @@ impl ImageLookup for crate::image::lookup::ImageLookup {
                     e => ApiError::BadRequest(e.to_string()),
                 })
         })
+    }
+
+    fn proxy(&self) -> Option<&dyn ImageProxy> {
+        Some(self)
     }
 }
 

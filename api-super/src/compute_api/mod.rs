@@ -21,6 +21,7 @@ pub mod host_source;
 pub mod hosts;
 pub mod hypervisors;
 pub mod images;
+pub mod images_proxy;
 pub mod instance_actions;
 pub(crate) mod keypair_x509;
 pub mod keypairs;
@@ -463,6 +464,26 @@ pub fn router(app: App) -> Router {
         .route("/v2.1/os-hypervisors/{id}", get(hypervisors::show))
         .route("/v2.1/os-hypervisors/{id}/search", get(hypervisors::search))
         .route("/v2.1/os-hypervisors/{id}/uptime", get(hypervisors::uptime))
+        .route("/v2.1/images", get(images_proxy::index))
+        .route("/v2.1/images/detail", get(images_proxy::index_detail))
+        .route(
+            "/v2.1/images/{id}",
+            get(images_proxy::show).delete(images_proxy::delete),
+        )
+        .route(
+            "/v2.1/images/{id}/metadata",
+            get(images_proxy::meta_index)
+                .post(images_proxy::meta_create)
+                .put(images_proxy::meta_update_all),
+        )
+        .route(
+            "/v2.1/images/{id}/metadata/{key}",
+            get(images_proxy::meta_show)
+                .put(images_proxy::meta_update)
+                .delete(images_proxy::meta_delete),
+        )
+        .route("/v2.1/os-networks", get(images_proxy::networks))
+        .route("/v2.1/os-networks/{id}", get(images_proxy::networks))
         .route("/v2.1/extensions", get(extensions::index))
         .route("/v2.1/extensions/{alias}", get(extensions::show))
         .route("/v2.1/os-hosts", get(hosts::index))

@@ -155,6 +155,10 @@ pub struct RowFilters {
     pub protected: Option<bool>,
     /// Time comparisons, Unix ms, to the second as the API shows times.
     pub times: Vec<(TimeField, CmpOp, i64)>,
+    /// `min_ram` at least this (the Compute API's `/images?minRam=`).
+    pub min_ram_at_least: Option<i64>,
+    /// `min_disk` at least this (the Compute API's `/images?minDisk=`).
+    pub min_disk_at_least: Option<i64>,
 }
 
 impl RowFilters {
@@ -166,6 +170,8 @@ impl RowFilters {
             && self.size_min.is_none_or(|m| r.size.is_some_and(|s| s >= m))
             && self.size_max.is_none_or(|m| r.size.is_some_and(|s| s <= m))
             && self.protected.is_none_or(|p| r.protected == p)
+            && self.min_ram_at_least.is_none_or(|m| r.min_ram >= m)
+            && self.min_disk_at_least.is_none_or(|m| r.min_disk >= m)
             && self.times.iter().all(|(f, op, t)| {
                 let v = match f {
                     TimeField::CreatedAt => r.created_at,

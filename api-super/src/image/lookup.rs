@@ -128,6 +128,11 @@ impl ImageLookup {
         Self { svc }
     }
 
+    /// The image service it asks.
+    pub fn service(&self) -> &Arc<ImageService> {
+        &self.svc
+    }
+
     /// The image `image_ref` names for the caller: an id, a URL ending in an
     /// id (old clients), or a name (the caller's own image wins over a
     /// public one of the same name). Visibility as in Glance: another

@@ -13,6 +13,7 @@
 //! region: the identity service's own `TokenValidator`).
 
 pub mod api;
+mod compute_proxy;
 pub mod config;
 pub mod db;
 pub mod error;

@@ -13,6 +13,7 @@ use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
 
 mod extensions;
 mod hosts;
+mod images;
 mod servers;
 
 /// Runs raw calls through openstacksdk's authenticated session: reads a

@@ -658,6 +658,38 @@ const TABLE: &[Row] = &[
         200,
         401,
     ),
+    // The image and network proxies: gone at 2.36 and 2.39, so 404 at
+    // the latest microversion whatever the role (api_parity checks them).
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/images",
+        None,
+        404,
+        404,
+        404,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/images/6f1f6a4e-9a47-4c7e-8f0e-000000000001/metadata",
+        None,
+        404,
+        404,
+        404,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/os-networks",
+        None,
+        404,
+        404,
+        404,
+        401,
+    ),
     // Gone at 2.88 (uptime) and 2.43 (os-hosts): 404 at the latest
     // microversion whatever the role; api_parity checks them below.
     (
