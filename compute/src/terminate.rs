@@ -36,9 +36,14 @@ impl Host {
             warn!("terminate dropped unread (failpoint: a lost cast)");
             return;
         }
+        // Only while the server is still being deleted (Nova's
+        // expected_task_state): a cast that outlived its request (the API
+        // put the task state back after a send it took for failed) is
+        // dropped, not carried out against what the client was told.
         let mut u = InstanceUpdate {
             instance_uuid: t.instance_uuid.clone(),
             task_state: NullableString::set(ts::DELETING),
+            expected_task_states: vec![ts::DELETING.to_owned()],
             ..Default::default()
         };
         if !t.request_id.is_empty() {
@@ -57,6 +62,11 @@ impl Host {
             Err(e) if e.remote_code() == Some(code::NOT_FOUND) => {
                 debug!("already deleted");
                 let _ = self.driver.destroy(instance).await;
+                return;
+            }
+            Err(e) if e.remote_code() == Some(code::UNEXPECTED_TASK_STATE) => {
+                warn!(error = %chain(&e), "terminate dropped: the server is no longer being deleted (the API took the delete back)");
+                metrics::terminate("superseded");
                 return;
             }
             Err(e) => {

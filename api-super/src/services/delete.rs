@@ -6,6 +6,7 @@
 //! down, is deleted here ("local delete"), its allocations removed with
 //! retries in the background.
 
+use fabric::bus::BusError;
 use fabric::failpoint;
 use fabric::rpc::{self, method, RequestIds};
 
@@ -98,7 +99,7 @@ async fn queue_and_cast(
         )
     };
     failpoint::hit(failpoint::DELETE_CAST).map_err(|e| unsent(e.to_string()))?;
-    rpc::cast(
+    let sent = rpc::cast(
         bus.as_ref(),
         &rpc::compute_queue(host),
         method::TERMINATE_INSTANCE,
@@ -110,8 +111,21 @@ async fn queue_and_cast(
         ids,
         rpc::ACTION_CAST_TTL,
     )
-    .await
-    .map_err(|e| unsent(e.to_string()))
+    .await;
+    match sent {
+        Ok(()) => Ok(()),
+        // The broker began blocking while the cast was on its way: it may
+        // have been taken and is then routed when the alarm clears. Taken
+        // as sent: the server stays `deleting`, and if the cast was lost
+        // after all, the cell conductor's heal sends a delete left
+        // untouched again. Undoing would tell the client "unchanged" about
+        // a server that may yet be deleted.
+        Err(BusError::BlockedInFlight) => {
+            tracing::warn!(instance = %id, %host, "the broker began blocking while the delete was on its way: taken as sent (the heal resends it if it was lost)");
+            Ok(())
+        }
+        Err(e) => Err(unsent(e.to_string())),
+    }
 }
 
 /// Whether the compute service of `host` can take a delete: it exists, is

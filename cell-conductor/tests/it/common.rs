@@ -216,7 +216,31 @@ impl Cell {
         (uuid, ids, build)
     }
 
+    /// A delete as the API makes it: the task state `deleting` (an
+    /// instance already deleted is left so), then `terminate_instance`.
     pub async fn terminate(&self, uuid: InstanceUuid, host: &str) -> RequestIds {
+        let deleting = rpc::InstanceUpdate {
+            instance_uuid: uuid.to_string(),
+            task_state: rpc::NullableString::set(rpc::task_state::DELETING),
+            ..Default::default()
+        };
+        let set = rpc::call::<_, rpc::InstanceRecord>(
+            self.bus.as_ref(),
+            rpc::CONDUCTOR_QUEUE,
+            method::INSTANCE_UPDATE,
+            &deleting,
+            &RequestIds::default(),
+            Duration::from_secs(10),
+        )
+        .await;
+        if let Err(e) = set {
+            assert_eq!(e.remote_code(), Some(rpc::code::NOT_FOUND), "{e:?}");
+        }
+        self.cast_terminate(uuid, host).await
+    }
+
+    /// `terminate_instance` alone, whatever the instance's task state.
+    pub async fn cast_terminate(&self, uuid: InstanceUuid, host: &str) -> RequestIds {
         let ids = RequestIds {
             request_id: RequestId::generate().to_string(),
             global_request_id: RequestId::generate().to_string(),

@@ -44,6 +44,12 @@ async fn terminate_deletes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_needs_deleting() {
+    let (db, bus) = backends("terminate_needs_deleting");
+    scenarios::terminate_needs_deleting(&db.url, bus).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_failures_are_counted_and_reset() {
     let (db, bus) = backends("build_failures_are_counted_and_reset");
     scenarios::build_failures_are_counted_and_reset(&db.url, bus).await;

@@ -361,3 +361,34 @@ pub async fn terminate_deletes(db_url: &str, bus: Arc<dyn Transport>) {
     assert!(cell.instance(uuid).await.deleted);
     cell.stop().await;
 }
+
+/// A `terminate_instance` for a server that is not being deleted (a cast
+/// that outlived its request: the API took the delete back) is dropped,
+/// as Nova's expected task state drops it: the server stays ACTIVE with
+/// its guest and claim.
+pub async fn terminate_needs_deleting(db_url: &str, bus: Arc<dyn Transport>) {
+    let cell = Cell::start(db_url, bus, FakeHypervisor::automatic(Duration::ZERO), 1).await;
+    let (uuid, _) = cell.boot("host1", &[]).await;
+    cell.wait_for(uuid, "active", |r| {
+        r.vm_state.as_deref() == Some(vs::ACTIVE)
+    })
+    .await;
+    cell.cast_terminate(uuid, "host1").await;
+    // A later terminate behind it on the same queue shows the first was
+    // read (the queue is served in order).
+    let (other, _) = cell.boot("host1", &[]).await;
+    cell.wait_for(other, "active", |r| {
+        r.vm_state.as_deref() == Some(vs::ACTIVE)
+    })
+    .await;
+    cell.terminate(other, "host1").await;
+    cell.wait_for(other, "deleted", |r| r.deleted).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let row = cell.instance(uuid).await;
+    assert!(!row.deleted, "{row:?}");
+    assert_eq!(row.vm_state.as_deref(), Some(vs::ACTIVE));
+    assert_eq!(row.task_state, None);
+    assert_eq!(cell.hv.guests("host1").len(), 1);
+    assert!(cell.placement.allocation(uuid).is_some());
+    cell.stop().await;
+}

@@ -632,14 +632,15 @@ impl Inner {
                     Ok(r) => r,
                     // A blocked broker reads nothing until its alarm
                     // clears: the connection is not lost.
-                    Err(_) if live.conn.status().blocked() => return Err(BusError::Blocked),
+                    // Sent (or being sent): its outcome is not known.
+                    Err(_) if live.conn.status().blocked() => return Err(BusError::BlockedInFlight),
                     Err(_) => {
                         live.lost.notify_one();
                         return Err(BusError::Timeout(self.options.publish_wait));
                     }
                 },
                 // Blocked while this publish waited for its confirm.
-                () = live.until_blocked() => return Err(BusError::Blocked),
+                () = live.until_blocked() => return Err(BusError::BlockedInFlight),
             };
             match res {
                 Ok(()) => {

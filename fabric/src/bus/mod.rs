@@ -104,6 +104,12 @@ pub enum BusError {
     /// for a broker that reads nothing until its alarm clears.
     #[error("the broker is blocking publishers (connection.blocked: a memory or disk alarm); nothing was sent")]
     Blocked,
+    /// The broker began blocking publishers while this publish was on its
+    /// way (sent, its confirm not yet in): it may have been taken, and is
+    /// then routed once the alarm clears. The sender cannot tell, so it
+    /// must treat the message as possibly delivered.
+    #[error("the broker began blocking publishers (connection.blocked) while this publish awaited its confirm; it may have been delivered")]
+    BlockedInFlight,
     /// The bus URL is not one we understand.
     #[error("invalid bus url {0:?} (expected amqp://... or inproc://<name>)")]
     InvalidUrl(String),

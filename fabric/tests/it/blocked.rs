@@ -59,7 +59,8 @@ async fn amqp_broker_blocked_fails_fast_and_recovers() {
         );
         match res {
             Err(BusError::Blocked) => break,
-            Err(BusError::Timeout(_)) => {}
+            // The publish the alarm met on its way: its outcome unknown.
+            Err(BusError::Timeout(_) | BusError::BlockedInFlight) => {}
             other => panic!("while blocked: {other:?}"),
         }
         assert!(
