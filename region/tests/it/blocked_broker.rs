@@ -41,78 +41,89 @@ async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
     let region = Region::start(&cfg, None).await.expect("start the region");
     let api = Api::admin_of(&region).await;
     let t = Instant::now();
-    let (id, s) = api.boot("kept", "").await;
-    eprintln!("booted in {:?}", t.elapsed());
+    let (first, s) = api.boot("first", "").await;
     assert_eq!(s["status"], "ACTIVE", "{s}");
-    let path = format!("/v2.1/servers/{id}");
+    let (second, s) = api.boot("second", "").await;
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    eprintln!("booted in {:?}", t.elapsed());
+    let path = |id: &str| format!("/v2.1/servers/{id}");
 
     let restore = RestoreWatermark;
     tokio::task::spawn_blocking(|| rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", "1"]))
         .await
         .unwrap();
+    // The first DELETE's cast meets the alarm: either nothing was sent
+    // (503, the server unchanged) or it was on its way (204: it may have
+    // been taken, so the server stays `deleting` and is deleted once the
+    // alarm clears, by that cast or by the conductor's heal). Each within
+    // the publish wait (10 s), in practice at once.
     let started = Instant::now();
-    let (status, body) = api.call("DELETE", &path, "2.1", None).await;
+    let (status, body) = api.call("DELETE", &path(&first), "2.1", None).await;
     let took = started.elapsed();
-    eprintln!("while blocked: DELETE answered {status} in {took:?}");
-    // Bounded by the publish wait (10 s), in practice at once.
+    eprintln!("while blocked: the first DELETE answered {status} in {took:?}");
     assert!(took < Duration::from_secs(12), "the DELETE took {took:?}");
-    // Either nothing was sent (503, the server unchanged), or the alarm
-    // met this DELETE's own cast on its way (204: it may have been taken,
-    // so the server stays `deleting` and is deleted once the alarm clears,
-    // by that cast or by the conductor's heal).
-    let in_flight = match status {
-        503 => {
-            let (_, v) = api.show(&id).await;
-            assert_eq!(v["server"]["status"], "ACTIVE", "unchanged: {v}");
-            assert_eq!(
-                v["server"]["OS-EXT-STS:task_state"],
-                serde_json::Value::Null,
-                "{v}"
-            );
-            false
-        }
-        204 => {
-            eprintln!("the alarm met the DELETE's own cast: taken as sent");
-            true
-        }
+    let first_sent = match status {
+        204 => true,
+        503 => false,
         other => panic!("while blocked: DELETE answered {other}: {body}"),
     };
+    // Once the connection is known blocked, nothing is sent: 503 at once,
+    // the server unchanged.
+    let mut refused = Vec::new();
+    for id in [&first, &second] {
+        if *id == first && first_sent {
+            continue;
+        }
+        let started = Instant::now();
+        let (status, body) = api.call("DELETE", &path(id), "2.1", None).await;
+        eprintln!("while blocked: DELETE answered {status} in {:?}", started.elapsed());
+        assert_eq!(status, 503, "{body}");
+        let (_, v) = api.show(id).await;
+        assert_eq!(v["server"]["status"], "ACTIVE", "unchanged: {v}");
+        assert_eq!(
+            v["server"]["OS-EXT-STS:task_state"],
+            serde_json::Value::Null,
+            "{v}"
+        );
+        refused.push(id.clone());
+    }
 
     tokio::task::spawn_blocking(move || drop(restore))
         .await
         .unwrap();
     let unblocked = Instant::now();
     eprintln!(
-        "alarm cleared {:?} after the blocked DELETE",
+        "alarm cleared {:?} after the first DELETE",
         started.elapsed()
     );
-    // The host's heartbeats go on: it is up, and takes the delete.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if in_flight {
-            break;
+    // A refused DELETE sent nothing, and a cast that outlived its request
+    // would be dropped by the compute (the task state is no longer
+    // `deleting`): those servers are still there, and the host (its
+    // heartbeats going on) takes their DELETE now.
+    for id in &refused {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let t = Instant::now();
+            let (status, body) = api.call("DELETE", &path(id), "2.1", None).await;
+            eprintln!(
+                "{:?} after the alarm cleared: DELETE answered {status} in {:?}: {body}",
+                unblocked.elapsed(),
+                t.elapsed()
+            );
+            if status == 204 {
+                break;
+            }
+            assert_ne!(status, 404, "deleted by a DELETE answered 503: {body}");
+            assert!(Instant::now() < deadline, "still refused: {status} {body}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let t = Instant::now();
-        let (status, body) = api.call("DELETE", &path, "2.1", None).await;
-        eprintln!(
-            "{:?} after the alarm cleared: DELETE answered {status} in {:?}: {body}",
-            unblocked.elapsed(),
-            t.elapsed()
-        );
-        if status == 204 {
-            break;
-        }
-        // A 503'd DELETE sent nothing, and a cast that outlived its request
-        // is dropped by the compute (the task state is no longer
-        // `deleting`): the server is still there to delete.
-        assert_ne!(status, 404, "deleted by a DELETE answered 503: {body}");
-        assert!(Instant::now() < deadline, "still refused: {status} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while api.show(&id).await.0 != 404 {
-        assert!(Instant::now() < deadline, "{id} not deleted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for id in [&first, &second] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while api.show(id).await.0 != 404 {
+            assert!(Instant::now() < deadline, "{id} not deleted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     eprintln!("{:?} after the alarm cleared: deleted", unblocked.elapsed());
     let (_, services) = api.call("GET", "/v2.1/os-services", "2.1", None).await;
