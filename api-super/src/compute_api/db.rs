@@ -73,6 +73,10 @@ pub struct CreateReads {
     pub extra_specs: BTreeMap<String, String>,
     /// The project's quota overrides (resource, hard limit).
     pub quotas: Vec<(String, i64)>,
+    /// The `default` quota class's limits (resource, hard limit).
+    pub class_defaults: Vec<(String, i64)>,
+    /// The per-user limits set in the project (user, resource, hard limit).
+    pub user_quotas: Vec<(String, String, i64)>,
 }
 
 /// The would-be instance stored in a build request (JSON).
@@ -468,6 +472,18 @@ impl ComputeDb {
                 if let Err(e) = l.check(used, want) {
                     tx.rollback().await.map_err(db("rollback"))?;
                     return Err(e);
+                }
+                // Nova's per-user quotas: the creating user's own count
+                // against the user's limits, under the same lock.
+                if let Some(u) = l.user {
+                    let mine: (i64, i64, i64) = sqlx::query_as(USER_INSTANCE_USAGE_SQL)
+                        .bind(&first.project_id).bind(&first.user_id)
+                        .fetch_one(&mut *tx).await.map_err(db("user_quota_usage"))?;
+                    let used = (mine.0 - want.0, mine.1 - want.1, mine.2 - want.2);
+                    if let Err(e) = u.check(used, want) {
+                        tx.rollback().await.map_err(db("rollback"))?;
+                        return Err(e);
+                    }
                 }
             }
             if let (Some(g), Some((first, _))) = (group, builds.first()) {
@@ -974,6 +990,9 @@ const INSTANCE_USAGE_SQL: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(vcpus), 0) 
 
 mod user_apis;
 pub use user_apis::*;
+
+mod quota_rows;
+use quota_rows::USER_INSTANCE_USAGE_SQL;
 
 mod consoles;
 pub use consoles::*;

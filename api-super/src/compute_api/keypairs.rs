@@ -282,7 +282,9 @@ pub async fn create(
             (p, fp, Some(s))
         }
     };
-    let limit = quotas::limit(&app, ctx.project_id(), "key_pairs").await?;
+    // Nova: the caller's limit in its project (its own, else the
+    // project's).
+    let limit = quotas::user_limit(&app, ctx.project_id(), ctx.user_id(), "key_pairs").await?;
     let row = app
         .db
         .keypair_create(&user, &name, &kind, &fingerprint, &public_key, limit)

@@ -28,6 +28,7 @@ pub mod keypairs;
 pub mod legacy_ids;
 pub mod microversion;
 pub mod query_schema;
+pub mod quota_classes;
 pub mod quotas;
 pub(crate) mod rebuild;
 pub mod server_actions;
@@ -385,6 +386,10 @@ pub fn router(app: App) -> Router {
         .route(
             "/v2.1/os-quota-sets/{project_id}/detail",
             get(quotas::detail),
+        )
+        .route(
+            "/v2.1/os-quota-class-sets/{id}",
+            get(quota_classes::show).put(quota_classes::update),
         )
         .route("/v2.1/limits", get(quotas::limits))
         .route("/v2.1/os-simple-tenant-usage", get(usage::index))

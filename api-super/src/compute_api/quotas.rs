@@ -1,16 +1,20 @@
 //! Quotas: `/os-quota-sets/{project_id}` (show, update, delete, `defaults`,
-//! `detail`) and `/limits`. Limits are the configured defaults
-//! ([`QuotaConfig`], Nova's defaults) overridden per project in the API
-//! database's `quotas` table. Usage is counted, never stored: instances,
-//! cores and RAM from the API database's instance mappings (so a cell that
-//! is down cannot hide them), key pairs per user, server groups per
-//! project. Server create checks instances/cores/RAM (and, booting into
-//! a server group, server_group_members) in the same transaction that
-//! writes its build requests, under a per-project lock (see
-//! `ComputeDb::create_builds`); server group create checks server_groups
-//! the same way. As in Nova, `server_group_members` is counted per group
-//! (the booting user's members) and is no project usage: `detail` shows
-//! it in use 0.
+//! `detail`, each but `defaults` also per user with `?user_id=`) and
+//! `/limits`. Limits, as Nova's: the configured defaults ([`QuotaConfig`],
+//! Nova's defaults) overridden by the `default` quota class
+//! (`os-quota-class-sets`, [`super::quota_classes`]), those by the
+//! project's own (the API database's `quotas`), and for a user those by
+//! the user's (`project_user_quotas`). Usage is counted, never stored:
+//! instances, cores and RAM from the API database's instance mappings (so
+//! a cell that is down cannot hide them), of the project or of one user
+//! in it; server groups of the project or the user. Server create checks
+//! instances/cores/RAM (the user's own limits too, when set) and, booting
+//! into a server group, the user's server_group_members, in the same
+//! transaction that writes its build requests, under a per-project lock
+//! (see `ComputeDb::create_builds`); server group create checks
+//! server_groups the same way. As in Nova, `key_pairs` and
+//! `server_group_members` are per-user (per-group) resources that
+//! `detail` shows in use 0.
 //!
 //! Resource names at 2.57+: instances, cores, ram, key_pairs,
 //! metadata_items, server_groups, server_group_members; below 2.57 also
@@ -28,9 +32,9 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::db::InstanceLimits;
+use super::db::{InstanceLimits, UserLimits};
 use super::error::{ApiError, ApiResult};
-use super::query_schema;
+use super::{body_schema, query_schema};
 use super::{App, Ctx};
 
 /// `[compute.quota]`: the default limits (-1: unlimited).
@@ -118,26 +122,61 @@ fn resources(ctx: &Ctx) -> Vec<&'static str> {
     v
 }
 
-/// A project's limits, every known resource: overrides over defaults.
-pub async fn project_limits(app: &App, project: &str) -> ApiResult<BTreeMap<String, i64>> {
-    Ok(limits_with(app, app.db.quotas(project).await?))
-}
-
-/// Every known resource's limit: the project's `overrides` over the
-/// defaults.
-fn limits_with(app: &App, overrides: Vec<(String, i64)>) -> BTreeMap<String, i64> {
+/// Every known resource's default: the configured defaults overridden by
+/// the `default` quota class's limits (Nova: a default set through
+/// `os-quota-class-sets` takes precedence over the configuration).
+fn defaults_with(app: &App, class: Vec<(String, i64)>) -> BTreeMap<String, i64> {
     let mut out: BTreeMap<String, i64> = CORE
         .iter()
         .copied()
         .chain(INJECTED.iter().chain(NETWORK).map(|(n, _)| *n))
         .filter_map(|n| Some((n.to_owned(), app.quota.get(n)?)))
         .collect();
+    overlay(&mut out, class);
+    out
+}
+
+/// `overrides` over the known resources of `base`.
+fn overlay(base: &mut BTreeMap<String, i64>, overrides: Vec<(String, i64)>) {
     for (r, l) in overrides {
-        if out.contains_key(&r) {
-            out.insert(r, l);
+        if let Some(v) = base.get_mut(&r) {
+            *v = l;
         }
     }
-    out
+}
+
+/// The defaults every project starts from (see [`defaults_with`]).
+pub async fn default_limits(app: &App) -> ApiResult<BTreeMap<String, i64>> {
+    Ok(defaults_with(app, app.db.quota_class(DEFAULT_CLASS).await?))
+}
+
+/// A quota class's limits, every known resource: its own over the
+/// defaults (Nova's `get_class_quotas`).
+pub async fn class_limits(app: &App, class: &str) -> ApiResult<BTreeMap<String, i64>> {
+    let mut l = default_limits(app).await?;
+    if class != DEFAULT_CLASS {
+        overlay(&mut l, app.db.quota_class(class).await?);
+    }
+    Ok(l)
+}
+
+/// The quota class whose limits are the defaults.
+pub const DEFAULT_CLASS: &str = "default";
+
+/// A project's limits, every known resource: its overrides over the
+/// defaults.
+pub async fn project_limits(app: &App, project: &str) -> ApiResult<BTreeMap<String, i64>> {
+    let mut l = default_limits(app).await?;
+    overlay(&mut l, app.db.quotas(project).await?);
+    Ok(l)
+}
+
+/// A user's limits in a project: the user's own over the project's (Nova's
+/// `get_user_quotas`).
+pub async fn user_limits(app: &App, project: &str, user: &str) -> ApiResult<BTreeMap<String, i64>> {
+    let mut l = project_limits(app, project).await?;
+    overlay(&mut l, app.db.user_quotas(project, user).await?);
+    Ok(l)
 }
 
 /// One limit of a project.
@@ -149,18 +188,52 @@ pub async fn limit(app: &App, project: &str, resource: &str) -> ApiResult<i64> {
         .unwrap_or(-1))
 }
 
-/// What a server create is checked against, from the project's quota
-/// `overrides` (read with the flavor): the instance limits,
+/// One limit of a user in a project (the project's unless the user has
+/// one set).
+pub async fn user_limit(app: &App, project: &str, user: &str, resource: &str) -> ApiResult<i64> {
+    Ok(user_limits(app, project, user)
+        .await?
+        .get(resource)
+        .copied()
+        .unwrap_or(-1))
+}
+
+/// The quota rows a server create read with its flavor
+/// (`ComputeDb::flavor_for_create`).
+#[derive(Debug, Clone, Default)]
+pub struct QuotaReads {
+    /// The project's own limits.
+    pub project: Vec<(String, i64)>,
+    /// The `default` class's limits.
+    pub class_defaults: Vec<(String, i64)>,
+    /// The per-user limits set in the project (user, resource, limit).
+    pub users: Vec<(String, String, i64)>,
+}
+
+/// What a server create of `user` is checked against, from what it read
+/// with the flavor (the project's overrides, the `default` class, the
+/// project's per-user limits): the instance limits (the user's own beside
+/// the project's when the user has one of them set, as Nova checks both),
 /// `metadata_items` (checked here: Nova's 403 when the server's metadata
-/// has more items) and `server_group_members`.
+/// has more items) and the user's `server_group_members`.
 pub fn create_limits(
     app: &App,
-    overrides: Vec<(String, i64)>,
+    reads: &QuotaReads,
+    user: &str,
     metadata_items: usize,
 ) -> ApiResult<(InstanceLimits, i64)> {
-    let l = limits_with(app, overrides);
-    let g = |r: &str| l.get(r).copied().unwrap_or(-1);
-    let items = g("metadata_items");
+    let mut l = defaults_with(app, reads.class_defaults.clone());
+    overlay(&mut l, reads.project.clone());
+    let own: Vec<(String, i64)> = reads
+        .users
+        .iter()
+        .filter(|(u, _, _)| u == user)
+        .map(|(_, r, v)| (r.clone(), *v))
+        .collect();
+    let mut ul = l.clone();
+    overlay(&mut ul, own.clone());
+    let g = |m: &BTreeMap<String, i64>, r: &str| m.get(r).copied().unwrap_or(-1);
+    let items = g(&ul, "metadata_items");
     if items >= 0 && metadata_items as i64 > items {
         // Nova's MetadataLimitExceeded (nova.compute.api's
         // `_check_metadata_properties_quota`).
@@ -168,44 +241,57 @@ pub fn create_limits(
             "Maximum number of metadata items exceeds {items}"
         )));
     }
+    let per_user = own
+        .iter()
+        .any(|(r, _)| matches!(r.as_str(), "instances" | "cores" | "ram"));
     Ok((
         InstanceLimits {
-            instances: g("instances"),
-            cores: g("cores"),
-            ram: g("ram"),
+            instances: g(&l, "instances"),
+            cores: g(&l, "cores"),
+            ram: g(&l, "ram"),
+            user: per_user.then(|| UserLimits {
+                instances: g(&ul, "instances"),
+                cores: g(&ul, "cores"),
+                ram: g(&ul, "ram"),
+            }),
         },
-        g("server_group_members"),
+        g(&ul, "server_group_members"),
     ))
 }
 
-/// Usage of a project by resource (`key_pairs` of `user`).
+/// Usage by resource, as Nova's `_get_usages` counts it: instances,
+/// cores, RAM and server groups of the project, or of `user` in it;
+/// `key_pairs` and `server_group_members` are per-user (per-group)
+/// resources Nova never counts here: 0.
 async fn usage(
     app: &App,
     project: &str,
     user: Option<&str>,
 ) -> ApiResult<HashMap<&'static str, i64>> {
-    let (instances, cores, ram) = app.db.instance_usage(project).await?;
-    let groups = app.db.api().server_group_count(project).await?;
-    let key_pairs = match user {
-        Some(u) => app.db.keypair_count(u).await?,
-        None => 0,
+    let ((instances, cores, ram), groups) = match user {
+        Some(u) => (
+            app.db.user_instance_usage(project, u).await?,
+            app.db.user_server_group_count(project, u).await?,
+        ),
+        None => (
+            app.db.instance_usage(project).await?,
+            app.db.api().server_group_count(project).await?,
+        ),
     };
     Ok(HashMap::from([
         ("instances", instances),
         ("cores", cores),
         ("ram", ram),
         ("server_groups", groups),
-        ("key_pairs", key_pairs),
     ]))
 }
 
-fn reject_user_quotas(q: &HashMap<String, String>) -> ApiResult<()> {
-    if q.contains_key("user_id") {
-        return Err(ApiError::BadRequest(
-            "Per-user quotas (user_id) are not supported by this deployment.".into(),
-        ));
-    }
-    Ok(())
+/// The `user_id` query parameter (Nova: the first given; empty: none).
+fn user_of(q: &[(String, String)]) -> Option<&str> {
+    q.iter()
+        .find(|(k, _)| k == "user_id")
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
 }
 
 fn view(ctx: &Ctx, limits: &BTreeMap<String, i64>) -> Map<String, Value> {
@@ -215,36 +301,43 @@ fn view(ctx: &Ctx, limits: &BTreeMap<String, i64>) -> Map<String, Value> {
         .collect()
 }
 
-/// `GET /os-quota-sets/{project_id}`.
+/// `GET /os-quota-sets/{project_id}[?user_id=]`: the project's limits, or
+/// the user's (the user's own over the project's).
 pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
     query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:show", &project)?;
-    reject_user_quotas(&q)?;
-    let mut v = view(&ctx, &project_limits(&app, &project).await?);
+    let limits = match user_of(&q) {
+        Some(u) => user_limits(&app, &project, u).await?,
+        None => project_limits(&app, &project).await?,
+    };
+    let mut v = view(&ctx, &limits);
     v.insert("id".into(), json!(project));
     Ok(Json(json!({ "quota_set": v })))
 }
 
-/// `GET /os-quota-sets/{project_id}/detail`.
+/// `GET /os-quota-sets/{project_id}/detail[?user_id=]`: limits with what
+/// is in use (the user's, with `user_id`).
 pub async fn detail(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
     query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:detail", &project)?;
-    reject_user_quotas(&q)?;
-    let limits = project_limits(&app, &project).await?;
-    let own = (project == ctx.project_id()).then(|| ctx.user_id());
-    let used = usage(&app, &project, own).await?;
+    let user = user_of(&q);
+    let limits = match user {
+        Some(u) => user_limits(&app, &project, u).await?,
+        None => project_limits(&app, &project).await?,
+    };
+    let used = usage(&app, &project, user).await?;
     let mut v = Map::new();
     for r in resources(&ctx) {
         v.insert(
@@ -257,22 +350,22 @@ pub async fn detail(
     Ok(Json(json!({ "quota_set": v })))
 }
 
-/// `GET /os-quota-sets/{project_id}/defaults`.
+/// `GET /os-quota-sets/{project_id}/defaults`: the configured defaults
+/// overridden by the `default` quota class.
 pub async fn defaults(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
 ) -> ApiResult<Json<Value>> {
     app.authorize(&ctx, "os_compute_api:os-quota-sets:defaults", &project)?;
-    let mut v: Map<String, Value> = resources(&ctx)
-        .into_iter()
-        .map(|r| (r.to_owned(), json!(app.quota.get(r).unwrap_or(-1))))
-        .collect();
+    let mut v = view(&ctx, &default_limits(&app).await?);
     v.insert("id".into(), json!(project));
     Ok(Json(json!({ "quota_set": v })))
 }
 
-fn quota_value(key: &str, v: &Value) -> ApiResult<i64> {
+/// A quota value as Nova's schema takes it (`common_quota`: an integer,
+/// or a string of digits, from -1 to the database's largest integer).
+pub(crate) fn quota_value(key: &str, v: &Value) -> ApiResult<i64> {
     let n = match v {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => s.trim().parse::<i64>().ok(),
@@ -289,79 +382,180 @@ fn quota_value(key: &str, v: &Value) -> ApiResult<i64> {
     }
 }
 
-/// `PUT /os-quota-sets/{project_id}` (admin): `{"quota_set": {...,
-/// "force": bool}}`. Without `force`, a limit below what is in use is a 400.
+/// Nova's unlimited test (`_is_unlimited_value`: -1 or less).
+fn unlimited(v: i64) -> bool {
+    v <= -1
+}
+
+/// Nova's `_validate_quota_limit`: -1 is infinite on both sides.
+fn validate_limit(resource: &str, limit: i64, minimum: i64, maximum: i64) -> ApiResult<()> {
+    let inf = |v: i64| if v == -1 { f64::INFINITY } else { v as f64 };
+    if inf(limit) < inf(minimum) {
+        return Err(ApiError::BadRequest(format!(
+            "Quota limit {limit} for {resource} must be greater than or equal to already used and reserved {minimum}."
+        )));
+    }
+    if inf(limit) > inf(maximum) {
+        return Err(ApiError::BadRequest(format!(
+            "Quota limit {limit} for {resource} must be less than or equal to {maximum}."
+        )));
+    }
+    Ok(())
+}
+
+/// Nova's `get_settable_quotas`: the (minimum, maximum) each resource may
+/// be set to. A project's: at least what is in use and the sum of the
+/// per-user limits set in it, no maximum. A user's: at least what the
+/// user uses, at most what the project has left to give out (its limit
+/// less every user's limit, computed as Nova does) plus the user's own.
+async fn settable(
+    app: &App,
+    project: &str,
+    user: Option<&str>,
+) -> ApiResult<HashMap<String, (i64, i64)>> {
+    let limits = project_limits(app, project).await?;
+    let mut remains = limits.clone();
+    for (r, l) in app.db.user_quotas_of_project(project).await? {
+        if let Some(v) = remains.get_mut(&r) {
+            *v -= l;
+        }
+    }
+    let mut out = HashMap::new();
+    match user {
+        Some(u) => {
+            let own: HashMap<String, i64> =
+                app.db.user_quotas(project, u).await?.into_iter().collect();
+            let used = usage(app, project, Some(u)).await?;
+            for (r, rem) in &remains {
+                let mine = own.get(r).copied().unwrap_or(0);
+                let maximum = if unlimited(*rem) || unlimited(mine) {
+                    -1
+                } else {
+                    rem + mine
+                };
+                let minimum = used.get(r.as_str()).copied().unwrap_or(0);
+                out.insert(r.clone(), (minimum, maximum));
+            }
+        }
+        None => {
+            let used = usage(app, project, None).await?;
+            for (r, limit) in &limits {
+                let rem = remains.get(r).copied().unwrap_or(*limit);
+                let given = if unlimited(*limit) || unlimited(rem) {
+                    -1
+                } else {
+                    limit - rem
+                };
+                let minimum = given.max(used.get(r.as_str()).copied().unwrap_or(0));
+                out.insert(r.clone(), (minimum, -1));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `{"quota_set": {...}}` of an update, checked as Nova's schema for
+/// the microversion: `(changes, force)`.
+fn update_body(ctx: &Ctx, body: &[u8]) -> ApiResult<(Vec<(String, i64)>, bool)> {
+    let v = body_schema::parse(body)?;
+    let mut allowed = resources(ctx);
+    allowed.push("force");
+    if !ctx.mv.at_least(36) {
+        allowed.push("networks");
+    }
+    let (changes, force, networks) = body_schema::member(&v, "quota_set", &allowed, &[], |set| {
+        let mut force = false;
+        let mut networks = false;
+        let mut changes = Vec::new();
+        for (k, val) in set {
+            if k == "force" {
+                force = match val {
+                    Value::Bool(b) => *b,
+                    Value::String(s) => matches!(
+                        s.to_ascii_lowercase().as_str(),
+                        "1" | "t" | "true" | "on" | "y" | "yes"
+                    ),
+                    other => {
+                        return Err(ApiError::BadRequest(format!(
+                            "Invalid input for field/attribute force. Value: {other}. {other} is not of type 'boolean', 'string'"
+                        )))
+                    }
+                };
+                continue;
+            }
+            // Only the schema's properties are checked here; any other
+            // key is the `additionalProperties` 400 that follows.
+            if !allowed.contains(&k.as_str()) {
+                continue;
+            }
+            let n = quota_value(k, val)?;
+            if k == "networks" {
+                networks = true;
+            } else {
+                changes.push((k.clone(), n));
+            }
+        }
+        Ok((changes, force, networks))
+    })?;
+    if networks {
+        return Err(ApiError::BadRequest(
+            "The networks quota has been removed".into(),
+        ));
+    }
+    Ok((changes, force))
+}
+
+/// `PUT /os-quota-sets/{project_id}[?user_id=]` (admin): `{"quota_set":
+/// {..., "force": bool}}`. Without `force`, each limit is checked against
+/// Nova's settable range (see [`settable`]): 400 with Nova's words.
 pub async fn update(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
     query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:update", &project)?;
-    reject_user_quotas(&q)?;
-    let v: Value = serde_json::from_slice(&body)
-        .map_err(|_| ApiError::BadRequest("Malformed request body".into()))?;
-    let Some(set) = v.get("quota_set").and_then(Value::as_object) else {
-        return Err(ApiError::BadRequest(
-            "Invalid input for field/attribute quota_set. Value: None. 'quota_set' is a required property"
-                .into(),
-        ));
-    };
-    let known = resources(&ctx);
-    let mut force = false;
-    let mut changes: Vec<(String, i64)> = Vec::new();
-    for (k, val) in set {
-        if k == "force" {
-            force = match val {
-                Value::Bool(b) => *b,
-                Value::String(s) if s.eq_ignore_ascii_case("true") => true,
-                Value::String(s) if s.eq_ignore_ascii_case("false") => false,
-                other => {
-                    return Err(ApiError::BadRequest(format!(
-                        "Invalid input for field/attribute force. Value: {other}. {other} is not of type 'boolean', 'string'"
-                    )))
-                }
-            };
-            continue;
-        }
-        if !known.contains(&k.as_str()) {
-            return Err(ApiError::BadRequest(format!(
-                "Invalid input for field/attribute quota_set. Additional properties are not allowed ('{k}' was unexpected)"
-            )));
-        }
-        changes.push((k.clone(), quota_value(k, val)?));
-    }
+    let user = user_of(&q);
+    let (changes, force) = update_body(&ctx, &body)?;
     if !force {
-        let used = usage(&app, &project, None).await?;
+        let range = settable(&app, &project, user).await?;
         for (r, l) in &changes {
-            let u = used.get(r.as_str()).copied().unwrap_or(0);
-            if *l >= 0 && *l < u {
-                return Err(ApiError::BadRequest(format!(
-                    "Quota limit {l} for {r} must be greater than or equal to already used and reserved {u}."
-                )));
-            }
+            let (minimum, maximum) = range.get(r).copied().unwrap_or((0, -1));
+            validate_limit(r, *l, minimum, maximum)?;
         }
     }
-    app.db.quotas_set(&project, &changes).await?;
-    let limits = project_limits(&app, &project).await?;
+    let limits = match user {
+        Some(u) => {
+            app.db.user_quotas_set(&project, u, &changes).await?;
+            user_limits(&app, &project, u).await?
+        }
+        None => {
+            app.db.quotas_set(&project, &changes).await?;
+            project_limits(&app, &project).await?
+        }
+    };
     Ok(Json(json!({ "quota_set": view(&ctx, &limits) })))
 }
 
-/// `DELETE /os-quota-sets/{project_id}` (admin): back to the defaults.
+/// `DELETE /os-quota-sets/{project_id}[?user_id=]` (admin): the project
+/// back to the defaults (its users' limits too), or the user back to the
+/// project's limits.
 pub async fn delete(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
     query_schema::QUOTA_SET.check(ctx.mv, raw.as_deref())?;
     app.authorize(&ctx, "os_compute_api:os-quota-sets:delete", &project)?;
-    reject_user_quotas(&q)?;
-    app.db.quotas_delete(&project).await?;
+    match user_of(&q) {
+        Some(u) => app.db.user_quotas_delete(&project, u).await?,
+        None => app.db.quotas_delete(&project).await?,
+    }
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -383,8 +577,7 @@ pub async fn limits(
         _ => ctx.project_id().to_owned(),
     };
     let l = project_limits(&app, &project).await?;
-    let own = (project == ctx.project_id()).then(|| ctx.user_id());
-    let used = usage(&app, &project, own).await?;
+    let used = usage(&app, &project, None).await?;
     let g = |r: &str| l.get(r).copied().unwrap_or(-1);
     let u = |r: &str| used.get(r).copied().unwrap_or(0);
     let mut abs = json!({

@@ -279,6 +279,23 @@ pub async fn create(
     // Counted and written under the project's quota lock: concurrent
     // creates cannot pass the limit.
     let limit = super::quotas::limit(&app, ctx.project_id(), "server_groups").await?;
+    // Nova checks the user's own count against the user's limit too; here
+    // only when the user has a limit of its own (read before the locked
+    // write, so two creates of one user may race past it).
+    let mine =
+        super::quotas::user_limit(&app, ctx.project_id(), ctx.user_id(), "server_groups").await?;
+    if mine >= 0
+        && mine != limit
+        && app
+            .db
+            .user_server_group_count(ctx.project_id(), ctx.user_id())
+            .await?
+            >= mine
+    {
+        return Err(ApiError::Forbidden(
+            "Quota exceeded, too many server groups.".into(),
+        ));
+    }
     let uuid = app
         .db()
         .api()

@@ -268,6 +268,11 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:project_reader_or_admin",
     ),
     ("os_compute_api:limits:other_project", "rule:admin_api"),
+    ("os_compute_api:os-quota-class-sets:show", "rule:admin_api"),
+    (
+        "os_compute_api:os-quota-class-sets:update",
+        "rule:admin_api",
+    ),
     (
         "os_compute_api:os-flavor-extra-specs:index",
         "rule:project_reader_or_admin",

@@ -45,6 +45,11 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
         // here, as for one that does not exist.
         .ok_or_else(|| bad(format!("Flavor {} could not be found.", req.flavor_ref)))?;
     let (flavor, extra_specs) = (reads.flavor, reads.extra_specs);
+    let quota_reads = crate::compute_api::quotas::QuotaReads {
+        project: reads.quotas,
+        class_defaults: reads.class_defaults,
+        users: reads.user_quotas,
+    };
     // Nova checks its policy only when certificates are given.
     if req.trusted_certs.is_some() {
         app.authorize(
@@ -76,8 +81,12 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
         },
         None => None,
     };
-    let (limits, group_members_limit) =
-        crate::compute_api::quotas::create_limits(app, reads.quotas, req.metadata.len())?;
+    let (limits, group_members_limit) = crate::compute_api::quotas::create_limits(
+        app,
+        &quota_reads,
+        ctx.user_id(),
+        req.metadata.len(),
+    )?;
     let (image_ref, image_props, recorded_props) = match &app.images {
         Some(images) => {
             let needs = crate::compute_api::images::BootNeeds {
@@ -163,8 +172,16 @@ pub async fn boot(app: &App, ctx: &Ctx, req: &CreateRequest) -> ApiResult<Booted
     // written).
     let mut n = req.max_count;
     if req.min_count < n && !limits.unlimited() {
+        let each = (1, flavor.vcpus, flavor.memory_mb);
         let used = app.db.instance_usage(ctx.project_id()).await?;
-        let fit = limits.fit(used, (1, flavor.vcpus, flavor.memory_mb));
+        let mut fit = limits.fit(used, each);
+        if let Some(u) = limits.user {
+            let mine = app
+                .db
+                .user_instance_usage(ctx.project_id(), ctx.user_id())
+                .await?;
+            fit = fit.min(u.fit(mine, each));
+        }
         if fit >= req.min_count {
             n = n.min(fit);
         }

@@ -14,6 +14,7 @@ use super::osc_placement::{os_env, Cli, PACKAGES, VENV};
 mod extensions;
 mod hosts;
 mod images;
+mod quotas;
 mod servers;
 
 /// Runs raw calls through openstacksdk's authenticated session: reads a

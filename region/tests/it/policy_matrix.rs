@@ -557,6 +557,27 @@ const TABLE: &[Row] = &[
         403,
         401,
     ),
+    // compute: quota classes (admin)
+    (
+        Svc::Compute,
+        "GET",
+        "/v2.1/os-quota-class-sets/default",
+        None,
+        200,
+        403,
+        403,
+        401,
+    ),
+    (
+        Svc::Compute,
+        "PUT",
+        "/v2.1/os-quota-class-sets/matrix-class",
+        Some(r#"{"quota_class_set": {"instances": 3}}"#),
+        200,
+        403,
+        403,
+        401,
+    ),
     // compute: operator APIs (services, hypervisors, aggregates, zones, server groups)
     (
         Svc::Compute,

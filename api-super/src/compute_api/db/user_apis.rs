@@ -13,49 +13,93 @@ pub struct InstanceLimits {
     pub cores: i64,
     /// `ram` (MB).
     pub ram: i64,
+    /// The creating user's own limits (Nova's per-user quotas), when the
+    /// user has one of `instances`, `cores`, `ram` set: checked against
+    /// the user's usage beside the project's.
+    pub user: Option<UserLimits>,
+}
+
+/// A user's `instances`, `cores`, `ram` limits (-1: unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserLimits {
+    /// `instances`.
+    pub instances: i64,
+    /// `cores`.
+    pub cores: i64,
+    /// `ram` (MB).
+    pub ram: i64,
+}
+
+impl UserLimits {
+    /// As [`InstanceLimits::check`], against the user's usage.
+    pub fn check(&self, used: (i64, i64, i64), want: (i64, i64, i64)) -> Result<(), ApiError> {
+        check_limits([self.instances, self.cores, self.ram], used, want)
+    }
+
+    /// As [`InstanceLimits::fit`], beside the user's usage.
+    pub fn fit(&self, used: (i64, i64, i64), each: (i64, i64, i64)) -> i64 {
+        fit_limits([self.instances, self.cores, self.ram], used, each)
+    }
+}
+
+fn fit_limits(limits: [i64; 3], used: (i64, i64, i64), each: (i64, i64, i64)) -> i64 {
+    [
+        (limits[0], used.0, each.0),
+        (limits[1], used.1, each.1),
+        (limits[2], used.2, each.2),
+    ]
+    .iter()
+    .filter(|(limit, _, per)| *limit >= 0 && *per > 0)
+    .map(|(limit, u, per)| ((limit - u) / per).max(0))
+    .min()
+    .unwrap_or(i64::MAX)
+}
+
+fn check_limits(
+    limits: [i64; 3],
+    used: (i64, i64, i64),
+    want: (i64, i64, i64),
+) -> Result<(), ApiError> {
+    let rows = [
+        ("instances", limits[0], used.0, want.0),
+        ("cores", limits[1], used.1, want.1),
+        ("ram", limits[2], used.2, want.2),
+    ];
+    let overs: Vec<_> = rows
+        .iter()
+        .filter(|(_, limit, u, w)| *limit >= 0 && u + w > *limit)
+        .collect();
+    if let Some((_, limit, u, w)) = overs.first() {
+        let names: Vec<&str> = overs.iter().map(|o| o.0).collect();
+        let names = names.join(", ");
+        return Err(ApiError::Forbidden(format!(
+            "Quota exceeded for {names}: Requested {w}, but already used {u} of {limit} {names}"
+        )));
+    }
+    Ok(())
 }
 
 impl InstanceLimits {
     /// Every limit is -1: a create needs no count (nor the project's lock).
     pub fn unlimited(&self) -> bool {
-        self.instances < 0 && self.cores < 0 && self.ram < 0
+        self.instances < 0
+            && self.cores < 0
+            && self.ram < 0
+            && self
+                .user
+                .is_none_or(|u| u.instances < 0 && u.cores < 0 && u.ram < 0)
     }
 
     /// How many more instances of `each` (instances, cores, ram of one)
     /// fit beside `used` (`i64::MAX` when nothing limits them).
     pub fn fit(&self, used: (i64, i64, i64), each: (i64, i64, i64)) -> i64 {
-        [
-            (self.instances, used.0, each.0),
-            (self.cores, used.1, each.1),
-            (self.ram, used.2, each.2),
-        ]
-        .iter()
-        .filter(|(limit, _, per)| *limit >= 0 && *per > 0)
-        .map(|(limit, u, per)| ((limit - u) / per).max(0))
-        .min()
-        .unwrap_or(i64::MAX)
+        fit_limits([self.instances, self.cores, self.ram], used, each)
     }
 
     /// Nova's 403 when `used + want` exceeds a limit (first resource over,
     /// in the order instances, cores, ram, named as Nova names them).
     pub fn check(&self, used: (i64, i64, i64), want: (i64, i64, i64)) -> Result<(), ApiError> {
-        let rows = [
-            ("instances", self.instances, used.0, want.0),
-            ("cores", self.cores, used.1, want.1),
-            ("ram", self.ram, used.2, want.2),
-        ];
-        let overs: Vec<_> = rows
-            .iter()
-            .filter(|(_, limit, u, w)| *limit >= 0 && u + w > *limit)
-            .collect();
-        if let Some((_, limit, u, w)) = overs.first() {
-            let names: Vec<&str> = overs.iter().map(|o| o.0).collect();
-            let names = names.join(", ");
-            return Err(ApiError::Forbidden(format!(
-                "Quota exceeded for {names}: Requested {w}, but already used {u} of {limit} {names}"
-            )));
-        }
-        Ok(())
+        check_limits([self.instances, self.cores, self.ram], used, want)
     }
 }
 
@@ -298,7 +342,11 @@ impl ComputeDb {
              e.value AS spec_value, CAST(NULL AS BIGINT) AS hard_limit \
              FROM f LEFT JOIN flavor_extra_specs e ON e.flavor_id = f.id \
              UNION ALL SELECT f.*, 'q', q.resource, NULL, q.hard_limit \
-             FROM f JOIN quotas q ON q.project_id = $2"
+             FROM f JOIN quotas q ON q.project_id = $2 \
+             UNION ALL SELECT f.*, 'c', c.resource, NULL, c.hard_limit \
+             FROM f JOIN quota_classes c ON c.class_name = 'default' \
+             UNION ALL SELECT f.*, 'u', u.resource, u.user_id, u.hard_limit \
+             FROM f JOIN project_user_quotas u ON u.project_id = $2"
         );
         let rows: Vec<FlavorCreateRow> = on_pool!(self.pool(), p =>
             sqlx::query_as(&sql).bind(flavorid).bind(project).bind(admin)
@@ -310,17 +358,21 @@ impl ComputeDb {
             flavor: first.flavor.clone(),
             extra_specs: BTreeMap::new(),
             quotas: Vec::new(),
+            class_defaults: Vec::new(),
+            user_quotas: Vec::new(),
         };
         for r in rows {
             match (r.kind.as_str(), r.item) {
                 ("s", Some(k)) => {
                     out.extra_specs.insert(k, r.spec_value.unwrap_or_default());
                 }
-                ("q", Some(res)) => {
-                    if let Some(l) = r.hard_limit {
-                        out.quotas.push((res, l));
-                    }
-                }
+                ("q", Some(res)) => out.quotas.push((res, r.hard_limit.unwrap_or(-1))),
+                ("c", Some(res)) => out.class_defaults.push((res, r.hard_limit.unwrap_or(-1))),
+                ("u", Some(res)) => out.user_quotas.push((
+                    r.spec_value.unwrap_or_default(),
+                    res,
+                    r.hard_limit.unwrap_or(-1),
+                )),
                 _ => {}
             }
         }
@@ -538,8 +590,16 @@ impl ComputeDb {
     /// Deletes a project's overrides (back to the defaults).
     pub async fn quotas_delete(&self, project: &str) -> Result<(), ApiError> {
         let _forget = self.create_reads.forget_after();
-        on_pool!(self.pool(), p => sqlx::query("DELETE FROM quotas WHERE project_id = $1")
-            .bind(project).execute(p).await.map_err(db("quota_delete"))?.rows_affected());
+        // Nova's `quota_destroy_all_by_project`: the project's limits
+        // and every per-user limit in it.
+        on_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            sqlx::query("DELETE FROM project_user_quotas WHERE project_id = $1")
+                .bind(project).execute(&mut *tx).await.map_err(db("user_quota_delete"))?;
+            sqlx::query("DELETE FROM quotas WHERE project_id = $1")
+                .bind(project).execute(&mut *tx).await.map_err(db("quota_delete"))?;
+            tx.commit().await.map_err(db("commit"))?;
+        });
         Ok(())
     }
 

@@ -1,0 +1,322 @@
+//! Quota parity with Nova (issue 37): per-user quota sets and quota
+//! classes (the `default` class as the defaults), through the `openstack`
+//! CLI and openstacksdk against the region binary (the harness in
+//! [`super`]).
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use super::{call, region, stdout_of, User, BOOT};
+
+/// The caller's `(project_id, user_id)`.
+fn ids(user: &User) -> (String, String) {
+    let t = user.json(&["token", "issue"]);
+    (
+        t["project_id"].as_str().expect("project_id").to_owned(),
+        t["user_id"].as_str().expect("user_id").to_owned(),
+    )
+}
+
+/// A row of the CLI's `quota show` (a list of Resource/Limit rows or an
+/// object).
+fn field(v: &Value, name: &str) -> Value {
+    if let Some(a) = v.as_array() {
+        return a
+            .iter()
+            .find(|r| r.get("Resource").and_then(Value::as_str) == Some(name))
+            .and_then(|r| r.get("Limit").cloned())
+            .unwrap_or(Value::Null);
+    }
+    v.get(name).cloned().unwrap_or(Value::Null)
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    k.sort();
+    k
+}
+
+/// Per-user quota sets: shown, set, detailed and deleted with `user_id`
+/// as Nova's; a user's limit within the project's (Nova's 400s) and the
+/// project's at least the sum of its users'; `force`; a server create
+/// held to the user's limit.
+#[test]
+fn openstack_cli_per_user_quotas_answer_as_nova() {
+    let Some((_r, admin, member)) = region("parity_user_quotas") else {
+        return;
+    };
+    let (project, user) = ids(&member);
+    let q = format!("/v2.1/os-quota-sets/{project}");
+    let uq = format!("{q}?user_id={user}");
+    let aq = format!("{q}?user_id={}", ids(&admin).1);
+    let put = |path: &str, set: Value| call("PUT", path, None, Some(json!({ "quota_set": set })));
+    let a = admin.calls(vec![
+        call("GET", uq.clone(), None, None),
+        put(&uq, json!({"cores": 21})),
+        put(&uq, json!({"instances": 1, "key_pairs": 5})),
+        call("GET", uq.clone(), None, None),
+        call("GET", q.clone(), None, None),
+        put(&q, json!({"key_pairs": 4})),
+        put(&q, json!({"key_pairs": 4, "force": true})),
+        put(&aq, json!({"instances": 10})),
+        put(&aq, json!({"instances": 9})),
+        put(&q, json!({"key_pairs": 100})),
+        call("GET", format!("{q}?user_id="), None, None),
+    ]);
+    // Without limits of its own, the user has the project's.
+    assert_eq!(a[0].status, 200, "{}", a[0].text);
+    assert_eq!(a[0].json()["quota_set"]["instances"], 10);
+    assert_eq!(a[0].json()["quota_set"]["id"], project.as_str());
+    a[1].assert_error(
+        400,
+        "badRequest",
+        "Quota limit 21 for cores must be less than or equal to 20.",
+    );
+    assert_eq!(a[2].status, 200, "{}", a[2].text);
+    let set = a[2].json()["quota_set"].clone();
+    assert_eq!(set["instances"], 1, "{set}");
+    assert_eq!(set["key_pairs"], 5, "{set}");
+    assert_eq!(set["cores"], 20, "{set}");
+    assert!(set.get("id").is_none(), "{set}");
+    assert_eq!(a[3].json()["quota_set"]["instances"], 1);
+    // The project's own are unchanged.
+    assert_eq!(a[4].json()["quota_set"]["instances"], 10);
+    // The project's limit covers its users' limits ...
+    a[5].assert_error(
+        400,
+        "badRequest",
+        "Quota limit 4 for key_pairs must be greater than or equal to already used and reserved 5.",
+    );
+    // ... unless forced.
+    assert_eq!(a[6].status, 200, "{}", a[6].text);
+    // Another user's most: what the project has left to give out (10
+    // less the member's 1).
+    a[7].assert_error(
+        400,
+        "badRequest",
+        "Quota limit 10 for instances must be less than or equal to 9.",
+    );
+    assert_eq!(a[8].status, 200, "{}", a[8].text);
+    assert_eq!(a[9].status, 200, "{}", a[9].text);
+    // An empty user_id is the project.
+    assert_eq!(a[10].json()["quota_set"]["instances"], 10);
+
+    // A member may read but not set its quotas.
+    let m = member.calls(vec![
+        call("GET", uq.clone(), None, None),
+        put(&uq, json!({"instances": 5})),
+        call("DELETE", uq.clone(), None, None),
+    ]);
+    assert_eq!(m[0].json()["quota_set"]["instances"], 1, "{}", m[0].text);
+    assert_eq!(m[1].status, 403, "{}", m[1].text);
+    assert_eq!(m[2].status, 403, "{}", m[2].text);
+
+    // The server create is held to the user's limit of 1 instance.
+    let mut args = BOOT.to_vec();
+    args.extend(["--wait", "mine"]);
+    member.json(&args);
+    let mut args = BOOT.to_vec();
+    args.push("second");
+    let (ok, _, err) = member.run(&args);
+    assert!(!ok, "a second server past the user's limit: {err}");
+    assert!(
+        err.contains(
+            "Quota exceeded for instances: Requested 1, but already used 1 of 1 instances"
+        ),
+        "{err}"
+    );
+    // detail: the user's usage; key_pairs is never counted (Nova: 0).
+    member.ok(&["keypair", "create", "k1"]);
+    let d = admin.calls(vec![
+        call("GET", format!("{q}/detail?user_id={user}"), None, None),
+        call("GET", format!("{q}/detail"), None, None),
+        put(&uq, json!({"instances": 0})),
+    ]);
+    let det = d[0].json()["quota_set"].clone();
+    assert_eq!(
+        det["instances"],
+        json!({"limit": 1, "in_use": 1, "reserved": 0}),
+        "{det}"
+    );
+    assert_eq!(det["cores"]["in_use"], 1, "{det}");
+    assert_eq!(det["key_pairs"]["in_use"], 0, "{det}");
+    assert_eq!(det["id"], project.as_str(), "{det}");
+    assert_eq!(d[1].json()["quota_set"]["instances"]["in_use"], 1);
+    // A user's limit may not go below what the user uses.
+    d[2].assert_error(
+        400,
+        "badRequest",
+        "Quota limit 0 for instances must be greater than or equal to already used and reserved 1.",
+    );
+    // DELETE with user_id: the user back to the project's limits.
+    let del = admin.calls(vec![
+        call("DELETE", uq.clone(), None, None),
+        call("GET", uq.clone(), None, None),
+    ]);
+    assert_eq!(del[0].status, 202, "{}", del[0].text);
+    assert_eq!(del[1].json()["quota_set"]["instances"], 10);
+    let mut args = BOOT.to_vec();
+    args.extend(["--wait", "second"]);
+    member.json(&args);
+}
+
+/// `os-quota-class-sets`: the CLI's `quota show --class` and `quota set
+/// --class`; the resources of each microversion (2.50, 2.57); the
+/// `default` class's limits as every project's defaults, shown and held to
+/// at server create; admin only.
+#[test]
+fn openstack_cli_quota_classes_answer_as_nova() {
+    let Some((_r, admin, member)) = region("parity_quota_classes") else {
+        return;
+    };
+    let (project, _) = ids(&member);
+    // python-openstackclient 7.4 dropped `quota show --class` (its `quota
+    // set --class` stays); openstacksdk reads the class as it did.
+    let class = |user: &User| -> Value {
+        let out = stdout_of(
+            Command::new(user.bin.join("python"))
+                .args([
+                    "-c",
+                    "import json, openstack\nc = openstack.connect()\n\
+                     print(json.dumps(c.compute.get_quota_class_set('default').to_dict()))",
+                ])
+                .envs(user.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        );
+        serde_json::from_str(out.trim()).expect("json")
+    };
+    assert_eq!(class(&admin)["instances"], 10);
+    admin.ok(&["quota", "set", "--class", "--instances", "7", "default"]);
+    let c = class(&admin);
+    assert_eq!(c["instances"], 7, "{c}");
+    // openstacksdk asks for 2.56: the server group resources, no network
+    // ones.
+    assert_eq!(c["server_groups"], 10, "{c}");
+    // The default class is every project's default.
+    let q = member.json(&["quota", "show", "--compute"]);
+    assert_eq!(field(&q, "instances"), 7, "{q}");
+    let q = admin.json(&["quota", "show", "--default", "--compute", &project]);
+    assert_eq!(field(&q, "instances"), 7, "{q}");
+
+    let c = "/v2.1/os-quota-class-sets/default";
+    let put = |mv: &'static str, set: Value| {
+        call("PUT", c, Some(mv), Some(json!({ "quota_class_set": set })))
+    };
+    let a = admin.calls(vec![
+        call("GET", c, Some("2.1"), None),
+        call("GET", c, Some("2.50"), None),
+        call("GET", c, Some("2.57"), None),
+        put("2.1", json!({"server_groups": 9})),
+        put("2.50", json!({"fixed_ips": 1})),
+        put("2.57", json!({"injected_files": 1})),
+        put("2.57", json!({"instances": -2})),
+        put("2.57", json!({"force": true})),
+        call("GET", c, Some("2.57"), None),
+        call("GET", "/v2.1/os-quota-class-sets/gold", Some("2.57"), None),
+        call("PUT", c, Some("2.57"), Some(json!({"quota_set": {}}))),
+    ]);
+    let base = ["cores", "instances", "key_pairs", "metadata_items", "ram"];
+    let with = |extra: &[&str]| {
+        let mut k: Vec<String> = base.iter().chain(extra).map(|s| s.to_string()).collect();
+        k.push("id".into());
+        k.sort();
+        k
+    };
+    let injected = [
+        "injected_file_content_bytes",
+        "injected_file_path_bytes",
+        "injected_files",
+    ];
+    let network = [
+        "fixed_ips",
+        "floating_ips",
+        "security_group_rules",
+        "security_groups",
+    ];
+    let groups = ["server_group_members", "server_groups"];
+    let below_50: Vec<&str> = injected.iter().chain(&network).copied().collect();
+    let at_50: Vec<&str> = injected.iter().chain(&groups).copied().collect();
+    assert_eq!(
+        keys(&a[0].json()["quota_class_set"]),
+        with(&below_50),
+        "{}",
+        a[0].text
+    );
+    assert_eq!(a[0].json()["quota_class_set"]["id"], "default");
+    assert_eq!(
+        keys(&a[1].json()["quota_class_set"]),
+        with(&at_50),
+        "{}",
+        a[1].text
+    );
+    assert_eq!(
+        keys(&a[2].json()["quota_class_set"]),
+        with(&groups),
+        "{}",
+        a[2].text
+    );
+    // 2.1 accepts the server group resources but does not show them.
+    assert_eq!(a[3].status, 200, "{}", a[3].text);
+    let mut shown = with(&below_50);
+    shown.retain(|k| k != "id");
+    assert_eq!(
+        keys(&a[3].json()["quota_class_set"]),
+        shown,
+        "{}",
+        a[3].text
+    );
+    a[4].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute quota_class_set. Value: {'fixed_ips': 1}. Additional properties are not allowed ('fixed_ips' was unexpected)",
+    );
+    a[5].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute quota_class_set. Value: {'injected_files': 1}. Additional properties are not allowed ('injected_files' was unexpected)",
+    );
+    assert_eq!(a[6].status, 400, "{}", a[6].text);
+    a[7].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute quota_class_set. Value: {'force': True}. Additional properties are not allowed ('force' was unexpected)",
+    );
+    assert_eq!(
+        a[8].json()["quota_class_set"]["server_groups"],
+        9,
+        "{}",
+        a[8].text
+    );
+    // Another class: its own (none) over the default class.
+    assert_eq!(
+        a[9].json()["quota_class_set"]["instances"],
+        7,
+        "{}",
+        a[9].text
+    );
+    assert_eq!(a[9].json()["quota_class_set"]["id"], "gold");
+    a[10].assert_error(
+        400,
+        "badRequest",
+        "'quota_class_set' is a required property",
+    );
+    // Admin only.
+    let m = member.calls(vec![
+        call("GET", c, None, None),
+        put("2.57", json!({"instances": 100})),
+    ]);
+    assert_eq!(m[0].status, 403, "{}", m[0].text);
+    assert_eq!(m[1].status, 403, "{}", m[1].text);
+    // A server create is held to the default class's limits.
+    admin.ok(&["quota", "set", "--class", "--cores", "0", "default"]);
+    let (ok, _, err) = member.run(&BOOT.iter().copied().chain(["held"]).collect::<Vec<_>>());
+    assert!(!ok, "a server past the default class's cores: {err}");
+    assert!(
+        err.contains("Quota exceeded for cores: Requested 1, but already used 0 of 0 cores"),
+        "{err}"
+    );
+    admin.ok(&["quota", "set", "--class", "--cores", "20", "default"]);
+}
