@@ -1,14 +1,18 @@
 //! `os-simple-tenant-usage`: `GET /os-simple-tenant-usage` (admin, every
 //! project; `detailed=1` adds each server) and
 //! `GET /os-simple-tenant-usage/{project_id}` (a member: its own project),
-//! over `start` … `end` (default: now). Computed as Nova does from the
-//! instances of every cell, read in parallel: an instance counts from its
-//! `launched_at` (or the period's start) to its `terminated_at` (or the
-//! period's end); never-launched instances count nothing. A cell that does
-//! not answer is left out and logged, as upstream. Paging (2.40
-//! `limit`/`marker`) is not built: every matching instance is returned.
+//! over `start` … `end` (default: now; an end after now is now, as Nova
+//! clips it). Computed as Nova does from the instances of every cell: an
+//! instance counts from its `launched_at` (or the period's start) to its
+//! `terminated_at` (or the period's end); never-launched instances count
+//! nothing. Instances are read in Nova's order (project, uuid), cell after
+//! cell, at most the API's largest page; from 2.40 a page is `limit`
+//! instances after `marker` (an instance uuid; in no cell: 400 "Marker …
+//! could not be found."), with a `next` link (`tenant_usages_links`,
+//! `tenant_usage_links`) when `limit` was given and the page is full. A
+//! cell that does not answer is left out and logged, as upstream.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::{Extension, Json};
@@ -36,66 +40,200 @@ struct UsageRow {
     ephemeral_gb: Option<i64>,
 }
 
+/// The instances active in the period (`$1` end, `$2` start), of one
+/// project (`$3`, '' for all), after the marker's `(project_id, uuid)`
+/// (`$5`, `$4`; `$4` '' for none), at most `$6`: Nova's
+/// `instance_get_active_by_window_joined`, paged by project and uuid.
 const SQL: &str = "SELECT i.uuid, i.project_id, i.display_name, i.vm_state, i.launched_at, \
      i.terminated_at, e.flavor, i.memory_mb, i.vcpus, i.root_gb, i.ephemeral_gb \
      FROM instances i LEFT JOIN instance_extra e ON e.instance_uuid = i.uuid \
      WHERE i.launched_at IS NOT NULL AND i.launched_at < $1 \
      AND (i.terminated_at IS NULL OR i.terminated_at > $2) \
-     AND ($3 = '' OR i.project_id = $3) ORDER BY i.created_at, i.uuid";
+     AND ($3 = '' OR i.project_id = $3) \
+     AND ($4 = '' OR i.project_id > $5 OR (i.project_id = $5 AND i.uuid > $4)) \
+     ORDER BY i.project_id, i.uuid LIMIT $6";
 
+/// The marker instance's project, if the cell has it (deleted or not).
+const MARKER_SQL: &str = "SELECT project_id FROM instances WHERE uuid = $1";
+
+/// A page's bounds: the marker (uuid) and the most instances.
+#[derive(Debug, Clone, Default)]
+struct Page {
+    marker: Option<String>,
+    limit: i64,
+}
+
+/// The rows of one cell after `page`'s marker; `None` when the cell does
+/// not hold the marker.
 async fn rows_of(
     pool: &Pool,
     start: DateTime<Utc>,
     stop: DateTime<Utc>,
     project: &str,
-) -> Result<Vec<UsageRow>, sqlx::Error> {
-    match pool {
+    marker: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<UsageRow>>, sqlx::Error> {
+    let marker_project: String = match marker {
+        Some(m) => {
+            let p: Option<Option<String>> = match pool {
+                Pool::Postgres(p) => {
+                    sqlx::query_scalar(MARKER_SQL)
+                        .bind(m)
+                        .fetch_optional(p)
+                        .await?
+                }
+                Pool::Sqlite(p) => {
+                    sqlx::query_scalar(MARKER_SQL)
+                        .bind(m)
+                        .fetch_optional(p)
+                        .await?
+                }
+            };
+            match p {
+                Some(p) => p.unwrap_or_default(),
+                None => return Ok(None),
+            }
+        }
+        None => String::new(),
+    };
+    let marker = marker.unwrap_or("");
+    let rows = match pool {
         Pool::Postgres(p) => {
             sqlx::query_as(SQL)
                 .bind(stop)
                 .bind(start)
                 .bind(project)
+                .bind(marker)
+                .bind(&marker_project)
+                .bind(limit)
                 .fetch_all(p)
-                .await
+                .await?
         }
         Pool::Sqlite(p) => {
             sqlx::query_as(SQL)
                 .bind(stop)
                 .bind(start)
                 .bind(project)
+                .bind(marker)
+                .bind(&marker_project)
+                .bind(limit)
                 .fetch_all(p)
-                .await
+                .await?
         }
-    }
+    };
+    Ok(Some(rows))
 }
 
-/// Instances active in the period, from every cell that answers.
+/// Instances active in the period, cell after cell as Nova's
+/// `_get_instances_all_cells` pages them: the cells before the one holding
+/// the marker are skipped, the page continues in the cells after it until
+/// `limit` instances. A cell that does not answer is left out and logged.
+/// 400 when no cell holds the marker.
 async fn active(
     app: &App,
     start: DateTime<Utc>,
     stop: DateTime<Utc>,
     project: &str,
+    page: &Page,
 ) -> ApiResult<Vec<UsageRow>> {
     let cells = app.cells.all();
-    let reads = cells.iter().map(|cell| async move {
-        let db = app.cells.db(cell).await.map_err(|e| e.to_string())?;
-        rows_of(db.pool(), start, stop, project)
-            .await
-            .map_err(|e| e.to_string())
-    });
+    let mut marker = page.marker.clone();
+    let mut limit = page.limit;
     let mut out = Vec::new();
-    for (cell, r) in cells
-        .iter()
-        .zip(futures_util::future::join_all(reads).await)
-    {
-        match r {
-            Ok(rows) => out.extend(rows),
+    for cell in cells.iter() {
+        let read = async {
+            let db = app.cells.db(cell).await.map_err(|e| e.to_string())?;
+            rows_of(db.pool(), start, stop, project, marker.as_deref(), limit)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match read.await {
+            Ok(Some(rows)) => {
+                marker = None;
+                limit -= rows.len() as i64;
+                out.extend(rows);
+                if limit <= 0 && page.limit > 0 {
+                    break;
+                }
+            }
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(cell = %cell.uuid, error = %e, "cell left out of the usage: it did not answer")
             }
         }
     }
+    if let Some(m) = marker {
+        if out.is_empty() {
+            return Err(ApiError::BadRequest(format!(
+                "Marker {m} could not be found."
+            )));
+        }
+    }
     Ok(out)
+}
+
+/// The page asked for: from 2.40 `limit` (at most the API's largest page)
+/// and `marker`; below, the largest page (Nova's `max_limit`).
+fn page_of(app: &App, ctx: &Ctx, q: &[(String, String)]) -> ApiResult<Page> {
+    let max = app.max_limit as i64;
+    if !ctx.mv.at_least(40) {
+        return Ok(Page {
+            marker: None,
+            limit: max,
+        });
+    }
+    let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let limit = match get("limit") {
+        None => max,
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if n >= 0 && s.bytes().all(|b| b.is_ascii_digit()) => n.min(max),
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "Invalid input for query parameters limit. Value: {s}. '{s}' does not match '^[0-9]*$'"
+                )))
+            }
+        },
+    };
+    Ok(Page {
+        marker: get("marker").map(str::to_owned),
+        limit,
+    })
+}
+
+/// Nova's `_get_collection_links`: a `next` link when `limit` was given
+/// and the page holds that many instances, its marker the page's last
+/// instance, the request's other parameters kept in their order.
+fn links(app: &App, coll: &str, q: &[(String, String)], rows: &[UsageRow]) -> Option<Value> {
+    let asked: i64 = q
+        .iter()
+        .find(|(k, _)| k == "limit")
+        .and_then(|(_, v)| v.parse().ok())?;
+    let last = rows.last()?;
+    if asked == 0 || asked != rows.len() as i64 {
+        return None;
+    }
+    let mut params: Vec<(String, String)> =
+        q.iter().filter(|(k, _)| k != "marker").cloned().collect();
+    params.push(("marker".into(), last.uuid.clone()));
+    let query: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+        .collect();
+    Some(json!([{"rel": "next", "href": format!(
+        "{}/v2.1/{coll}?{}", app.public_url(), query.join("&"))}]))
+}
+
+/// Python's `urlencode` (`quote_plus`) of one key or value.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Nova's accepted forms; empty: now.
@@ -121,15 +259,22 @@ fn parse_time(key: &str, v: Option<&String>) -> ApiResult<DateTime<Utc>> {
     )))
 }
 
-fn period(q: &HashMap<String, String>) -> ApiResult<(DateTime<Utc>, DateTime<Utc>, bool)> {
-    let start = parse_time("start", q.get("start"))?;
-    let stop = parse_time("end", q.get("end"))?;
+/// The period asked for, its end no later than now (Nova clips it), and
+/// `detailed`.
+fn period(q: &[(String, String)]) -> ApiResult<(DateTime<Utc>, DateTime<Utc>, bool)> {
+    let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let start = parse_time("start", get("start").as_ref())?;
+    let stop = parse_time("end", get("end").as_ref())?;
     if start >= stop {
         return Err(ApiError::BadRequest(
             "Invalid start time. The start time cannot occur after the end time.".into(),
         ));
     }
-    Ok((start, stop, q.get("detailed").is_some_and(|d| d == "1")))
+    Ok((
+        start,
+        stop.min(Utc::now()),
+        get("detailed").is_some_and(|d| d == "1"),
+    ))
 }
 
 fn ts(t: DateTime<Utc>) -> String {
@@ -223,11 +368,12 @@ fn summarize(
     by_project.into_values().collect()
 }
 
-/// `GET /os-simple-tenant-usage` (admin).
+/// `GET /os-simple-tenant-usage` (admin); from 2.40 paged (`limit`,
+/// `marker`, `tenant_usages_links`).
 pub async fn index(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
     query_schema::USAGE_LIST.check(ctx.mv, raw.as_deref())?;
@@ -237,18 +383,24 @@ pub async fn index(
         ctx.project_id(),
     )?;
     let (start, stop, detailed) = period(&q)?;
-    let rows = active(&app, start, stop, "").await?;
-    Ok(Json(
-        json!({ "tenant_usages": summarize(&rows, start, stop, detailed) }),
-    ))
+    let page = page_of(&app, &ctx, &q)?;
+    let rows = active(&app, start, stop, "", &page).await?;
+    let mut body = json!({ "tenant_usages": summarize(&rows, start, stop, detailed) });
+    if ctx.mv.at_least(40) {
+        if let Some(l) = links(&app, "os-simple-tenant-usage", &q, &rows) {
+            body["tenant_usages_links"] = l;
+        }
+    }
+    Ok(Json(body))
 }
 
-/// `GET /os-simple-tenant-usage/{project_id}` (a member: its own).
+/// `GET /os-simple-tenant-usage/{project_id}` (a member: its own); from
+/// 2.40 paged (`limit`, `marker`, `tenant_usage_links`).
 pub async fn show(
     State(app): State<App>,
     Extension(ctx): Extension<Ctx>,
     Path(project): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Value>> {
     query_schema::USAGE_SHOW.check(ctx.mv, raw.as_deref())?;
@@ -257,12 +409,20 @@ pub async fn show(
     if project.is_empty() {
         return Ok(Json(json!({"tenant_usage": {}})));
     }
-    let rows = active(&app, start, stop, &project).await?;
+    let page = page_of(&app, &ctx, &q)?;
+    let rows = active(&app, start, stop, &project, &page).await?;
     let usage = summarize(&rows, start, stop, true)
         .into_iter()
         .next()
         .unwrap_or_else(|| json!({}));
-    Ok(Json(json!({ "tenant_usage": usage })))
+    let mut body = json!({ "tenant_usage": usage });
+    if ctx.mv.at_least(40) {
+        let coll = format!("os-simple-tenant-usage/{project}");
+        if let Some(l) = links(&app, &coll, &q, &rows) {
+            body["tenant_usage_links"] = l;
+        }
+    }
+    Ok(Json(body))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! Quota parity with Nova (issue 37): per-user quota sets and quota
-//! classes (the `default` class as the defaults), through the `openstack`
-//! CLI and openstacksdk against the region binary (the harness in
-//! [`super`]).
+//! Quota parity with Nova (issue 37): per-user quota sets, quota classes
+//! (the `default` class as the defaults) and the 2.40 paging of
+//! `os-simple-tenant-usage`, through the `openstack` CLI and openstacksdk
+//! against the region binary (the harness in [`super`]).
 
 use std::process::Command;
 
@@ -319,4 +319,119 @@ fn openstack_cli_quota_classes_answer_as_nova() {
         "{err}"
     );
     admin.ok(&["quota", "set", "--class", "--cores", "20", "default"]);
+}
+
+/// `os-simple-tenant-usage` at 2.40: `limit` and `marker` page the
+/// instances (project, uuid order) with a `next` link when the page is
+/// full; an unknown marker is Nova's 400; the CLI's `usage list` follows
+/// the links.
+#[test]
+fn openstack_cli_simple_tenant_usage_pages_as_nova() {
+    let Some((_r, admin, member)) = region("parity_usage_paging") else {
+        return;
+    };
+    let (project, _) = ids(&member);
+    let mut servers: Vec<String> = ["u1", "u2", "u3"]
+        .iter()
+        .map(|n| {
+            let mut args = BOOT.to_vec();
+            args.extend(["--wait", n]);
+            member.json(&args)["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    servers.sort();
+    let period = "start=2026-01-01T00:00:00";
+    let list = |q: &str| {
+        call(
+            "GET",
+            format!("/v2.1/os-simple-tenant-usage?{period}&detailed=1{q}"),
+            Some("2.40"),
+            None,
+        )
+    };
+    let a = admin.calls(vec![
+        list("&limit=2"),
+        list("&limit=2&marker=MARKER"),
+        list("&marker=nope"),
+        list("&limit=x"),
+        list(""),
+        call(
+            "GET",
+            format!("/v2.1/os-simple-tenant-usage?{period}&detailed=1&limit=1"),
+            Some("2.39"),
+            None,
+        ),
+        call(
+            "GET",
+            format!("/v2.1/os-simple-tenant-usage/{project}?{period}&limit=2"),
+            Some("2.40"),
+            None,
+        ),
+    ]);
+    let uuids = |v: &Value| -> Vec<String> {
+        v["tenant_usages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t["server_usages"].as_array().unwrap().clone())
+            .map(|s| s["instance_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Nova's order: cell after cell, by project and uuid in each.
+    let all = a[4].json();
+    let order = uuids(&all);
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, servers, "{all}");
+    assert!(all.get("tenant_usages_links").is_none(), "{all}");
+    let p1 = a[0].json();
+    assert_eq!(uuids(&p1), order[..2].to_vec(), "{p1}");
+    let next = p1["tenant_usages_links"][0].clone();
+    assert_eq!(next["rel"], "next", "{p1}");
+    let href = next["href"].as_str().unwrap();
+    assert!(
+        href.contains("/v2.1/os-simple-tenant-usage?")
+            && href.contains(&format!("marker={}", order[1]))
+            && href.contains("limit=2"),
+        "{href}"
+    );
+    let p2 = admin
+        .one(list(&format!("&limit=2&marker={}", order[1])))
+        .json();
+    assert_eq!(uuids(&p2), order[2..].to_vec(), "{p2}");
+    assert!(p2.get("tenant_usages_links").is_none(), "{p2}");
+    a[2].assert_error(400, "badRequest", "Marker nope could not be found.");
+    a[3].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for query parameters limit. Value: x. 'x' does not match '^[0-9]*$'",
+    );
+    a[1].assert_error(400, "badRequest", "Marker MARKER could not be found.");
+    // Below 2.40 limit is no paging.
+    assert_eq!(uuids(&a[5].json()), order, "{}", a[5].text);
+    assert!(a[5].json().get("tenant_usages_links").is_none());
+    // One project: tenant_usage_links.
+    let one = a[6].json();
+    let n = one["tenant_usage"]["server_usages"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(n, 2, "{one}");
+    let href = one["tenant_usage_links"][0]["href"].as_str().unwrap();
+    assert!(
+        href.contains(&format!("/v2.1/os-simple-tenant-usage/{project}?")),
+        "{href}"
+    );
+    // The CLI's usage list (openstacksdk sends `detailed=True`, which
+    // Nova, taking only "1", answers without `server_usages`).
+    let u = admin.json(&["usage", "list", "--start", "2026-01-01"]);
+    let row = u
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["Project"] == project.as_str() || r["Project"] == "demo")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert!(row["CPU Hours"].as_f64().unwrap_or(0.0) > 0.0, "{u}");
+    assert_eq!(row["Servers"], Value::Null, "{u}");
 }
