@@ -40,6 +40,7 @@ pub mod server_metadata;
 pub mod servers;
 pub mod services;
 pub mod usage;
+pub mod usage_audit;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -396,6 +397,16 @@ pub fn router(app: App) -> Router {
         .route(
             "/v2.1/os-simple-tenant-usage/{project_id}",
             get(usage::show),
+        )
+        .route("/v2.1/os-instance_usage_audit_log", get(usage_audit::index))
+        .route(
+            "/v2.1/os-instance_usage_audit_log/{id}",
+            get(usage_audit::show),
+        )
+        .route("/v2.1/os-instance-usage-audit-log", get(usage_audit::index))
+        .route(
+            "/v2.1/os-instance-usage-audit-log/{id}",
+            get(usage_audit::show),
         )
         .route(
             "/v2.1/servers",

@@ -274,6 +274,14 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:admin_api",
     ),
     (
+        "os_compute_api:os-instance-usage-audit-log:list",
+        "rule:admin_api",
+    ),
+    (
+        "os_compute_api:os-instance-usage-audit-log:show",
+        "rule:admin_api",
+    ),
+    (
         "os_compute_api:os-flavor-extra-specs:index",
         "rule:project_reader_or_admin",
     ),

@@ -1,7 +1,8 @@
 //! Quota parity with Nova (issue 37): per-user quota sets, quota classes
-//! (the `default` class as the defaults) and the 2.40 paging of
-//! `os-simple-tenant-usage`, through the `openstack` CLI and openstacksdk
-//! against the region binary (the harness in [`super`]).
+//! (the `default` class as the defaults), the 2.40 paging of
+//! `os-simple-tenant-usage` and `os-instance_usage_audit_log`, through
+//! the `openstack` CLI and openstacksdk against the region binary (the
+//! harness in [`super`]).
 
 use std::process::Command;
 
@@ -434,4 +435,67 @@ fn openstack_cli_simple_tenant_usage_pages_as_nova() {
         .unwrap_or(Value::Null);
     assert!(row["CPU Hours"].as_f64().unwrap_or(0.0) > 0.0, "{u}");
     assert_eq!(row["Servers"], Value::Null, "{u}");
+}
+
+/// `os-instance_usage_audit_log`: Nova's answer with the audit task off
+/// (every compute host not run, the last completed month), before a
+/// timestamp, Nova's 400 for a bad one; admin only.
+#[test]
+fn openstack_cli_instance_usage_audit_log_answers_as_nova() {
+    let Some((_r, admin, member)) = region("parity_usage_audit") else {
+        return;
+    };
+    let services = admin.json(&["compute", "service", "list", "--service", "nova-compute"]);
+    let mut hosts: Vec<String> = services
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["Host"].as_str().unwrap().to_owned())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    assert!(!hosts.is_empty(), "{services}");
+    let a = admin.calls(vec![
+        call("GET", "/v2.1/os-instance_usage_audit_log", None, None),
+        call(
+            "GET",
+            "/v2.1/os-instance_usage_audit_log/2026-02-01%2000:00:00",
+            None,
+            None,
+        ),
+        call(
+            "GET",
+            "/v2.1/os-instance_usage_audit_log/2026-03-15%2010:00:00.5",
+            None,
+            None,
+        ),
+        call("GET", "/v2.1/os-instance_usage_audit_log/bad", None, None),
+        call("GET", "/v2.1/os-instance-usage-audit-log", None, None),
+    ]);
+    let l = a[0].json()["instance_usage_audit_logs"].clone();
+    let mut not_run: Vec<String> = serde_json::from_value(l["hosts_not_run"].clone()).unwrap();
+    not_run.sort();
+    assert_eq!(not_run, hosts, "{l}");
+    assert_eq!(l["num_hosts"], hosts.len(), "{l}");
+    assert_eq!(l["num_hosts_not_run"], hosts.len(), "{l}");
+    assert_eq!(l["num_hosts_done"], 0, "{l}");
+    assert_eq!(l["num_hosts_running"], 0, "{l}");
+    assert_eq!(l["total_instances"], 0, "{l}");
+    assert_eq!(l["total_errors"], 0, "{l}");
+    assert_eq!(l["log"], json!({}), "{l}");
+    assert_eq!(
+        l["overall_status"],
+        format!("0 of {} hosts done. 0 errors.", hosts.len()),
+        "{l}"
+    );
+    let b = a[1].json()["instance_usage_audit_log"].clone();
+    assert_eq!(b["period_beginning"], "2025-12-01 00:00:00", "{b}");
+    assert_eq!(b["period_ending"], "2026-01-01 00:00:00", "{b}");
+    let c = a[2].json()["instance_usage_audit_log"].clone();
+    assert_eq!(c["period_beginning"], "2026-02-01 00:00:00", "{c}");
+    assert_eq!(c["period_ending"], "2026-03-01 00:00:00", "{c}");
+    a[3].assert_error(400, "badRequest", "Invalid timestamp for date bad");
+    assert_eq!(a[4].status, 200, "{}", a[4].text);
+    let m = member.one(call("GET", "/v2.1/os-instance_usage_audit_log", None, None));
+    assert_eq!(m.status, 403, "{}", m.text);
 }
