@@ -520,6 +520,15 @@ pub async fn update(
     app.authorize(&ctx, "os_compute_api:os-quota-sets:update", &project)?;
     let user = user_of(&q);
     let (changes, force) = update_body(&ctx, &body)?;
+    // The rows' columns hold 255 characters (Nova's too): a longer id is
+    // the caller's mistake, not the database's.
+    for (name, id) in [("project_id", Some(project.as_str())), ("user_id", user)] {
+        if id.is_some_and(|i| i.chars().count() > 255) {
+            return Err(ApiError::BadRequest(format!(
+                "{name} has more than 255 characters."
+            )));
+        }
+    }
     if !force {
         let range = settable(&app, &project, user).await?;
         for (r, l) in &changes {
