@@ -279,27 +279,15 @@ pub async fn create(
     // Counted and written under the project's quota lock: concurrent
     // creates cannot pass the limit.
     let limit = super::quotas::limit(&app, ctx.project_id(), "server_groups").await?;
-    // Nova checks the user's own count against the user's limit too; here
-    // only when the user has a limit of its own (read before the locked
-    // write, so two creates of one user may race past it).
+    // Nova also holds the user to its own limit: when the user has one that
+    // differs from the project's, its groups are counted under the same
+    // lock.
     let mine =
         super::quotas::user_limit(&app, ctx.project_id(), ctx.user_id(), "server_groups").await?;
-    if mine >= 0
-        && mine != limit
-        && app
-            .db
-            .user_server_group_count(ctx.project_id(), ctx.user_id())
-            .await?
-            >= mine
-    {
-        return Err(ApiError::Forbidden(
-            "Quota exceeded, too many server groups.".into(),
-        ));
-    }
     let uuid = app
         .db()
         .api()
-        .server_group_create(
+        .server_group_create_limited(
             &NewServerGroup {
                 name,
                 user_id: ctx.user_id().to_owned(),
@@ -308,6 +296,7 @@ pub async fn create(
                 rules,
             },
             Some(limit),
+            (mine != limit).then_some(mine),
         )
         .await?
         .ok_or_else(|| ApiError::Forbidden("Quota exceeded, too many server groups.".into()))?;

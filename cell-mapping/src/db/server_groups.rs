@@ -68,6 +68,10 @@ const GROUP_SELECT: &str = "SELECT g.id, g.uuid, g.name, g.user_id, g.project_id
 /// A project's server groups (`server_groups` usage): `$1` the project.
 const GROUP_COUNT_SQL: &str = "SELECT COUNT(*) FROM instance_groups WHERE project_id = $1";
 
+/// The groups of one user (`$2`) in a project (`$1`).
+const GROUP_COUNT_BY_USER_SQL: &str =
+    "SELECT COUNT(*) FROM instance_groups WHERE project_id = $1 AND user_id = $2";
+
 /// Adds one member: `$1` group id, `$2` instance uuid, `$3` created at.
 /// Also run by the Compute API's server create, in the transaction that
 /// writes the builds.
@@ -182,19 +186,44 @@ impl ApiDb {
         g: &NewServerGroup,
         limit: Option<i64>,
     ) -> Result<Option<String>, Error> {
+        self.server_group_create_limited(g, limit, None).await
+    }
+
+    /// As [`Self::server_group_create`], also holding the creating user
+    /// to `user_limit` (Nova's per-user `server_groups`, -1: unlimited):
+    /// the user's groups in the project are counted under the same lock.
+    pub async fn server_group_create_limited(
+        &self,
+        g: &NewServerGroup,
+        limit: Option<i64>,
+        user_limit: Option<i64>,
+    ) -> Result<Option<String>, Error> {
         let uuid = uuid::Uuid::new_v4().to_string();
         let now = Utc::now();
         let pg = matches!(self.pool(), super::Pool::Postgres(_));
         let scope = format!("project:{}", g.project_id);
+        let limit = limit.filter(|l| *l >= 0);
+        let user_limit = user_limit.filter(|l| *l >= 0);
         with_pool!(self.pool(), p => {
             let mut tx = measured("begin", p.begin_write()).await?;
-            if let Some(limit) = limit.filter(|l| *l >= 0) {
+            if limit.is_some() || user_limit.is_some() {
                 measured("quota_lock_insert", sqlx::query(super::QUOTA_LOCK_INSERT)
                     .bind(&scope).execute(&mut *tx)).await?;
                 measured("quota_lock", sqlx::query(super::quota_lock_sql(pg))
                     .bind(&scope).fetch_optional(&mut *tx)).await?;
+            }
+            if let Some(limit) = limit {
                 let n: i64 = measured("server_group_count", sqlx::query_scalar(GROUP_COUNT_SQL)
                     .bind(&g.project_id).fetch_one(&mut *tx)).await?;
+                if n + 1 > limit {
+                    measured("rollback", tx.rollback()).await?;
+                    return Ok(None);
+                }
+            }
+            if let Some(limit) = user_limit {
+                let n: i64 = measured("server_group_count_by_user",
+                    sqlx::query_scalar(GROUP_COUNT_BY_USER_SQL)
+                    .bind(&g.project_id).bind(&g.user_id).fetch_one(&mut *tx)).await?;
                 if n + 1 > limit {
                     measured("rollback", tx.rollback()).await?;
                     return Ok(None);

@@ -153,6 +153,27 @@ fn openstack_cli_per_user_quotas_answer_as_nova() {
         "badRequest",
         "Quota limit 0 for instances must be greater than or equal to already used and reserved 1.",
     );
+    // A user's own server_groups limit holds at group create.
+    assert_eq!(admin.one(put(&uq, json!({"server_groups": 1}))).status, 200);
+    member.ok(&["server", "group", "create", "--policy", "affinity", "g1"]);
+    let (ok, _, err) = member.run(&["server", "group", "create", "--policy", "affinity", "g2"]);
+    assert!(!ok, "a second group past the user's limit: {err}");
+    assert!(
+        err.contains("Quota exceeded, too many server groups."),
+        "{err}"
+    );
+    let g = admin.one(call(
+        "GET",
+        format!("{q}/detail?user_id={user}"),
+        None,
+        None,
+    ));
+    assert_eq!(
+        g.json()["quota_set"]["server_groups"]["in_use"],
+        1,
+        "{}",
+        g.text
+    );
     // DELETE with user_id: the user back to the project's limits.
     let del = admin.calls(vec![
         call("DELETE", uq.clone(), None, None),
