@@ -153,7 +153,10 @@ pub fn tail_lines(text: &str, lines: u32) -> &str {
 /// A driver's failure as the reply of a console call: `NotFound` (no such
 /// guest here), `NotImplemented` (the driver has no such console),
 /// `InvalidStateTransition` (the guest is not running), else `Internal`.
-fn console_error(env: &fabric::wire::Envelope, e: DriverError) -> fabric::wire::Envelope {
+pub(crate) fn console_error(
+    env: &fabric::wire::Envelope,
+    e: DriverError,
+) -> fabric::wire::Envelope {
     let c = match e {
         DriverError::NotFound(_) => code::NOT_FOUND,
         DriverError::Unavailable(_) => code::NOT_IMPLEMENTED,

@@ -553,6 +553,14 @@ impl Host {
                 self.host_uptime(d).await;
                 return;
             }
+            method::GET_DIAGNOSTICS => {
+                self.diagnostics(d, false).await;
+                return;
+            }
+            method::GET_INSTANCE_DIAGNOSTICS => {
+                self.diagnostics(d, true).await;
+                return;
+            }
             other => {
                 warn!(method = %other.chars().take(64).collect::<String>(), "unknown method; dropped");
                 let _ = d.reject().await;

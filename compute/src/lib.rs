@@ -27,6 +27,7 @@ pub mod agent;
 pub mod conductor;
 pub mod config;
 pub mod config_drive;
+pub mod diagnostics;
 pub mod driver;
 pub mod error;
 pub mod init_host;

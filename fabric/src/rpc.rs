@@ -48,10 +48,16 @@ use crate::bus::{BusError, Transport};
 
 mod build_cast;
 mod guest;
+mod host_calls;
 mod placement_audit;
 use crate::wire::Envelope;
 pub use build_cast::cast_build;
 pub use guest::{GuestData, GuestKey};
+pub use host_calls::{
+    ConsoleOutput, ConsoleOutputRequest, DiagnosticsReply, DiagnosticsRequest, HostUptime,
+    HostUptimeRequest, SerialConsole,
+    SerialConsoleRequest,
+};
 pub use placement_audit::{
     finding, AllocationFinding, AllocationReport, HealAllocations, PlacementAudit,
 };
@@ -149,6 +155,13 @@ pub mod method {
     /// `compute.<host>`; request [`HostUptimeRequest`], reply
     /// [`HostUptime`]).
     pub const GET_HOST_UPTIME: &str = "get_host_uptime";
+    /// The driver's free-form diagnostics of a running guest (a call to
+    /// `compute.<host>`; [`super::DiagnosticsRequest`] →
+    /// [`super::DiagnosticsReply`]).
+    pub const GET_DIAGNOSTICS: &str = "get_diagnostics";
+    /// The standard diagnostics of a running guest (Nova's 2.48 form; a
+    /// call to `compute.<host>`, as [`GET_DIAGNOSTICS`]).
+    pub const GET_INSTANCE_DIAGNOSTICS: &str = "get_instance_diagnostics";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.
@@ -244,6 +257,19 @@ pub mod power_state {
     pub const CRASHED: i32 = 6;
     /// Suspended.
     pub const SUSPENDED: i32 = 7;
+
+    /// The state's name, as Nova's `power_state.STATE_MAP` (`pending` for
+    /// anything unknown).
+    pub fn name(state: i32) -> &'static str {
+        match state {
+            RUNNING => "running",
+            PAUSED => "paused",
+            SHUTDOWN => "shutdown",
+            CRASHED => "crashed",
+            SUSPENDED => "suspended",
+            _ => "pending",
+        }
+    }
 }
 
 /// Action and event names written into `instance_actions(_events)`.
@@ -284,6 +310,8 @@ pub mod action {
     pub const RESUME: &str = "resume";
     /// `rebuild`.
     pub const REBUILD: &str = "rebuild";
+    /// `os-resetState` (the API writes it; no compute event).
+    pub const RESET_STATE: &str = "resetState";
     /// Stop on the compute host.
     pub const EV_STOP: &str = "compute_stop_instance";
     /// Start on the compute host.
@@ -880,9 +908,6 @@ impl RpcError {
         }
     }
 }
-
-mod host_calls;
-pub use host_calls::*;
 
 /// Request ids carried by every envelope of one flow.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

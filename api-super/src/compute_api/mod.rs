@@ -33,10 +33,13 @@ pub mod quotas;
 pub(crate) mod rebuild;
 pub mod server_actions;
 pub mod server_console;
+pub mod server_diagnostics;
 pub mod server_filters;
 pub mod server_groups;
 pub mod server_list;
 pub mod server_metadata;
+pub mod server_password;
+pub mod server_security_groups;
 pub mod servers;
 pub mod services;
 pub mod usage;
@@ -450,6 +453,18 @@ pub fn router(app: App) -> Router {
             get(server_metadata::show)
                 .put(server_metadata::update)
                 .delete(server_metadata::delete),
+        )
+        .route(
+            "/v2.1/servers/{id}/diagnostics",
+            get(server_diagnostics::show),
+        )
+        .route(
+            "/v2.1/servers/{id}/os-security-groups",
+            get(server_security_groups::index),
+        )
+        .route(
+            "/v2.1/servers/{id}/os-server-password",
+            get(server_password::show).delete(server_password::clear),
         )
         .route(
             "/v2.1/servers/{id}/tags",

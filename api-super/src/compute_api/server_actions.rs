@@ -1,6 +1,8 @@
 //! `POST /servers/{id}/action`: `os-stop`, `os-start`, `reboot`, `pause`,
 //! `unpause`, `suspend`, `resume`, `rebuild`, `lock`, `unlock`,
-//! `forceDelete`.
+//! `os-resetState`, `forceDelete`, the console actions and
+//! `addSecurityGroup` / `removeSecurityGroup`
+//! ([`super::server_security_groups`]).
 //!
 //! The handlers parse each action's body and render the answer;
 //! [`crate::services::actions`] checks and starts the action (policy
@@ -24,6 +26,7 @@ use crate::services::actions::{
     self, Spec, HARD_REBOOT, PAUSE, RESUME, SOFT_REBOOT, START, STOP, SUSPEND, UNPAUSE,
 };
 use crate::services::delete::delete_server;
+use fabric::rpc::vm_state as vs;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::BadRequest(msg.into())
@@ -78,6 +81,17 @@ pub async fn action(
         "os-getVNCConsole" => super::server_console::get_vnc_console(&app, &ctx, &id, arg).await,
         "os-getSerialConsole" => {
             super::server_console::get_serial_console(&app, &ctx, &id, arg).await
+        }
+        "os-resetState" => {
+            let state = reset_state_body(arg)?;
+            actions::reset_state(&app, &ctx, &id, state).await?;
+            Ok(StatusCode::ACCEPTED.into_response())
+        }
+        "addSecurityGroup" => {
+            super::server_security_groups::action(&app, &ctx, &id, arg, true).await
+        }
+        "removeSecurityGroup" => {
+            super::server_security_groups::action(&app, &ctx, &id, arg, false).await
         }
         "lock" => lock(&app, &ctx, &id, arg).await,
         "unlock" => {
@@ -152,6 +166,50 @@ fn reboot_type(arg: &Value) -> ApiResult<bool> {
             ),
         )),
     }
+}
+
+/// `{"os-resetState": {"state": "active" | "error"}}`, checked as Nova's
+/// `reset_server_state` schema (before the server is looked up): the
+/// vm_state to set.
+fn reset_state_body(arg: &Value) -> ApiResult<&'static str> {
+    let Some(o) = arg.as_object() else {
+        return Err(invalid_field(
+            "os-resetState",
+            arg,
+            &not_of_type(arg, "'object'"),
+        ));
+    };
+    let state = match o.get("state") {
+        Some(Value::String(s)) if s == "active" => Some(vs::ACTIVE),
+        Some(Value::String(s)) if s == "error" => Some(vs::ERROR),
+        Some(t @ Value::String(_)) => {
+            return Err(invalid_field(
+                "state",
+                t,
+                &format!("{} is not one of ['active', 'error']", py_repr(t)),
+            ))
+        }
+        Some(t) => return Err(invalid_field("state", t, &not_of_type(t, "'string'"))),
+        None => None,
+    };
+    let Some(state) = state else {
+        return Err(invalid_field(
+            "os-resetState",
+            arg,
+            "'state' is a required property",
+        ));
+    };
+    if let Some(k) = o.keys().find(|k| k.as_str() != "state") {
+        return Err(invalid_field(
+            "os-resetState",
+            arg,
+            &format!(
+                "Additional properties are not allowed ({} was unexpected)",
+                python_repr(k)
+            ),
+        ));
+    }
+    Ok(state)
 }
 
 async fn power(app: &App, ctx: &Ctx, id: &str, spec: &Spec) -> ApiResult<Response> {

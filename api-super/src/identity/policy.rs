@@ -376,6 +376,31 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:project_member_or_admin",
     ),
     (
+        "os_compute_api:os-admin-actions:reset_state",
+        "rule:admin_api",
+    ),
+    ("os_compute_api:os-server-diagnostics", "rule:admin_api"),
+    (
+        "os_compute_api:os-security-groups:add",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:os-security-groups:remove",
+        "rule:project_member_or_admin",
+    ),
+    (
+        "os_compute_api:os-security-groups:list",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-server-password:show",
+        "rule:project_reader_or_admin",
+    ),
+    (
+        "os_compute_api:os-server-password:clear",
+        "rule:project_member_or_admin",
+    ),
+    (
         "os_compute_api:server-metadata:index",
         "rule:project_reader_or_admin",
     ),

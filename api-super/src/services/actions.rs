@@ -330,6 +330,30 @@ async fn set_lock(
     Ok(())
 }
 
+/// `os-resetState` (admin): sets the server's vm_state to `vm_state`
+/// (active or error) and clears its task state, recording a `resetState`
+/// action; nothing is sent to the compute, as Nova.
+pub async fn reset_state(app: &App, ctx: &Ctx, id: &str, vm_state: &str) -> ApiResult<()> {
+    let (cell, _) = in_cell(
+        app,
+        ctx,
+        id,
+        "os_compute_api:os-admin-actions:reset_state",
+        "os-resetState",
+    )
+    .await?;
+    let global = format!("req-{}", uuid::Uuid::new_v4());
+    let db = app.cells.db(&cell).await?;
+    if !db
+        .api_reset_state(id, vm_state, &record(ctx, action::RESET_STATE, &global))
+        .await?
+    {
+        return Err(ApiError::server_not_found(id));
+    }
+    tracing::info!(instance = %id, vm_state, "server state reset");
+    Ok(())
+}
+
 /// The 409 of a refused action, in Nova's words.
 fn refused(spec_name: &str, id: &str, r: ActionRefused) -> ApiError {
     match r {

@@ -10,6 +10,7 @@
 //! - [`boot`]: a create's builds, written and handed to the
 //!   super-conductor.
 //! - [`console`]: a guest's console output, asked of its compute.
+//! - [`diagnostics`]: a guest's diagnostics, asked of its compute.
 //! - [`delete`]: a delete, by the compute or, with none to do it, here.
 //! - [`host_uptime`]: a compute host's uptime, asked of its compute.
 //! - [`update`]: a rename (name, description, hostname) of a build or an
@@ -19,5 +20,6 @@ pub mod actions;
 pub mod boot;
 pub mod console;
 pub mod delete;
+pub mod diagnostics;
 pub mod host_uptime;
 pub mod update;

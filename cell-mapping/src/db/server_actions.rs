@@ -346,6 +346,78 @@ impl CellDb {
         }))
     }
 
+    /// `os-resetState`: sets the vm_state of a live instance and clears its
+    /// task state, and records the action, in one transaction (Nova's
+    /// `admin_state_reset` save: no state is expected). False when there is
+    /// no live instance.
+    pub async fn api_reset_state(
+        &self,
+        uuid: &str,
+        vm_state: &str,
+        record: &ActionRecord,
+    ) -> Result<bool, Error> {
+        let t = Utc::now();
+        Ok(with_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            let n = measured("api_reset_state", sqlx::query(
+                "UPDATE instances SET vm_state = $1, task_state = NULL, updated_at = $2 \
+                 WHERE uuid = $3 AND deleted IS FALSE")
+                .bind(vm_state).bind(t).bind(uuid)
+                .execute(&mut *tx)).await?.rows_affected();
+            if n > 0 {
+                measured("api_action_insert", sqlx::query(
+                    "INSERT INTO instance_actions (instance_uuid, action, request_id, global_request_id, \
+                     user_id, project_id, start_time, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7)")
+                    .bind(uuid).bind(&record.action).bind(&record.request_id)
+                    .bind(&record.global_request_id).bind(&record.user_id).bind(&record.project_id)
+                    .bind(t).execute(&mut *tx)).await?;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+            n > 0
+        }))
+    }
+
+    /// The server password the metadata service stored (Nova's
+    /// `password_0` … `password_3` system metadata, joined in key order;
+    /// empty when unset). `None` when there is no live instance.
+    pub async fn api_server_password(&self, uuid: &str) -> Result<Option<String>, Error> {
+        Ok(with_pool!(self.pool(), p => {
+            let live: i64 = measured("api_password_live", sqlx::query_scalar(LIVE)
+                .bind(uuid).fetch_one(p)).await?;
+            if live == 0 {
+                None
+            } else {
+                let parts: Vec<(String, Option<String>)> = measured("api_password", sqlx::query_as(
+                    "SELECT key, value FROM instance_system_metadata \
+                     WHERE instance_uuid = $1 AND key IN ('password_0', 'password_1', \
+                     'password_2', 'password_3') ORDER BY key")
+                    .bind(uuid).fetch_all(p)).await?;
+                Some(parts.into_iter().filter_map(|(_, v)| v).collect::<String>())
+            }
+        }))
+    }
+
+    /// Clears the server password (`DELETE …/os-server-password`): the
+    /// `password_*` system metadata of a live instance goes. False when
+    /// there is no live instance.
+    pub async fn api_clear_server_password(&self, uuid: &str) -> Result<bool, Error> {
+        Ok(with_pool!(self.pool(), p => {
+            let mut tx = p.begin_write().await.map_err(db("begin"))?;
+            let live: i64 = measured("api_password_live", sqlx::query_scalar(LIVE)
+                .bind(uuid).fetch_one(&mut *tx)).await?;
+            if live > 0 {
+                measured("api_password_clear", sqlx::query(
+                    "DELETE FROM instance_system_metadata \
+                     WHERE instance_uuid = $1 AND key IN ('password_0', 'password_1', \
+                     'password_2', 'password_3')")
+                    .bind(uuid).execute(&mut *tx)).await?;
+            }
+            tx.commit().await.map_err(db("commit"))?;
+            live > 0
+        }))
+    }
+
     /// The actions of an instance (deleted or not), newest first.
     pub async fn api_instance_actions(
         &self,

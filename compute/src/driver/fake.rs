@@ -451,6 +451,22 @@ impl Driver for FakeDriver {
         self.hv.lock().power_sync
     }
 
+    /// Nova's fake driver's values, for a running guest.
+    fn diagnostics(
+        &self,
+        instance: InstanceUuid,
+        standard: bool,
+    ) -> BoxFuture<'_, Result<serde_json::Value, DriverError>> {
+        Box::pin(async move {
+            self.running(instance)?;
+            Ok(if standard {
+                crate::diagnostics::fake_instance_diagnostics()
+            } else {
+                crate::diagnostics::fake_diagnostics()
+            })
+        })
+    }
+
     /// An echo server standing in for the guest's serial console.
     fn serial_console(
         &self,

@@ -243,6 +243,19 @@ pub trait Driver: Send + Sync + fmt::Debug {
         unsupported("VNC consoles")
     }
 
+    /// The running guest's diagnostics, a JSON object: `standard`, Nova's
+    /// 2.48 fields the driver knows (`state`, `driver`, `cpu_details`,
+    /// …); else the driver's free-form dict. Drivers without them answer
+    /// [`DriverError::Unavailable`].
+    fn diagnostics(
+        &self,
+        instance: InstanceUuid,
+        standard: bool,
+    ) -> BoxFuture<'_, Result<serde_json::Value, DriverError>> {
+        let _ = (instance, standard);
+        unsupported("diagnostics")
+    }
+
     /// Runs `op` on an existing guest; returns once it is done. Drivers
     /// that do not implement an operation answer [`DriverError::Unavailable`].
     fn perform<'a>(

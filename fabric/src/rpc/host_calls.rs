@@ -1,6 +1,8 @@
-//! The calls the API makes to one compute host and waits on (as opposed
-//! to the casts of [`super`]): a guest's console log and console address,
-//! and the host's uptime.
+//! The calls and casts to a compute host about itself or one of its
+//! guests, besides the builds and the server actions: its consoles
+//! (`get_console_output`, `get_serial_console`, `get_vnc_console`), its
+//! diagnostics (`get_diagnostics`, `get_instance_diagnostics`), and the
+//! host's uptime (`get_host_uptime`).
 
 /// `get_console_output` (call to `compute.<host>`).
 #[derive(Clone, PartialEq, Eq, prost::Message)]
@@ -53,4 +55,25 @@ pub struct SerialConsole {
     /// TCP port.
     #[prost(uint32, tag = "2")]
     pub port: u32,
+}
+
+/// `get_diagnostics` and `get_instance_diagnostics` (calls to
+/// `compute.<host>`): the instance.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct DiagnosticsRequest {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+}
+
+/// The reply to a diagnostics call: a JSON object (the driver's free-form
+/// dict for `get_diagnostics`; Nova's standard fields, those the driver
+/// knows, for `get_instance_diagnostics`). A guest that is not running is
+/// an `InvalidStateTransition` error whose message is its power state's
+/// name.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct DiagnosticsReply {
+    /// The diagnostics, JSON.
+    #[prost(string, tag = "1")]
+    pub json: String,
 }

@@ -15,6 +15,7 @@ mod extensions;
 mod hosts;
 mod images;
 mod quotas;
+mod server_ops;
 mod servers;
 
 /// Runs raw calls through openstacksdk's authenticated session: reads a

@@ -733,6 +733,48 @@ impl Driver for LibvirtDriver {
         }))
     }
 
+    /// From the domain's info (libvirt's `virDomainGetInfo`): its state,
+    /// vCPUs and memory; the uptime and the config drive are the API's
+    /// (it knows the launch time and the instance's config drive), disks
+    /// and NICs are not read (none counted).
+    fn diagnostics(
+        &self,
+        instance: InstanceUuid,
+        standard: bool,
+    ) -> BoxFuture<'_, Result<serde_json::Value, DriverError>> {
+        let virt = self.inner.virt_type.as_str();
+        Box::pin(self.blocking(move |i| {
+            let dom = must(&i.conn(), instance)?;
+            let info = dom.info().map_err(hv("get_diagnostics"))?;
+            let state = power_state::name(power(info.state.to_raw()));
+            Ok(if standard {
+                let cpus: Vec<serde_json::Value> = (0..info.nr_virt_cpu)
+                    .map(|id| serde_json::json!({"id": id, "time": null, "utilisation": null}))
+                    .collect();
+                serde_json::json!({
+                    "state": state,
+                    "driver": "libvirt",
+                    "hypervisor": virt,
+                    "hypervisor_os": "linux",
+                    "num_cpus": info.nr_virt_cpu,
+                    "num_disks": 0,
+                    "num_nics": 0,
+                    "cpu_details": cpus,
+                    "disk_details": [],
+                    "nic_details": [],
+                    "memory_details": {"maximum": info.max_mem / 1024, "used": info.memory / 1024},
+                })
+            } else {
+                serde_json::json!({
+                    "cpu_time": info.cpu_time,
+                    "memory": info.max_mem,
+                    "memory-actual": info.memory,
+                    "vcpus": info.nr_virt_cpu,
+                })
+            })
+        }))
+    }
+
     fn power_sync_interval(&self) -> Option<Duration> {
         Some(Duration::from_millis(
             self.inner.cfg.power_state_poll_ms.max(100),
