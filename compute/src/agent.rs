@@ -561,6 +561,10 @@ impl Host {
                 self.diagnostics(d, true).await;
                 return;
             }
+            method::EXTERNAL_INSTANCE_EVENT => {
+                self.external_events(d).await;
+                return;
+            }
             other => {
                 warn!(method = %other.chars().take(64).collect::<String>(), "unknown method; dropped");
                 let _ = d.reject().await;

@@ -30,6 +30,7 @@ pub mod config_drive;
 pub mod diagnostics;
 pub mod driver;
 pub mod error;
+pub mod external_events;
 pub mod init_host;
 pub mod metrics;
 pub mod placement;

@@ -54,9 +54,8 @@ use crate::wire::Envelope;
 pub use build_cast::cast_build;
 pub use guest::{GuestData, GuestKey};
 pub use host_calls::{
-    ConsoleOutput, ConsoleOutputRequest, DiagnosticsReply, DiagnosticsRequest, HostUptime,
-    HostUptimeRequest, SerialConsole,
-    SerialConsoleRequest,
+    ConsoleOutput, ConsoleOutputRequest, DiagnosticsReply, DiagnosticsRequest, ExternalEvent,
+    ExternalEvents, HostUptime, HostUptimeRequest, SerialConsole, SerialConsoleRequest,
 };
 pub use placement_audit::{
     finding, AllocationFinding, AllocationReport, HealAllocations, PlacementAudit,
@@ -162,6 +161,9 @@ pub mod method {
     /// The standard diagnostics of a running guest (Nova's 2.48 form; a
     /// call to `compute.<host>`, as [`GET_DIAGNOSTICS`]).
     pub const GET_INSTANCE_DIAGNOSTICS: &str = "get_instance_diagnostics";
+    /// Events from other services for instances on the host (a cast to
+    /// `compute.<host>`; [`super::ExternalEvents`]).
+    pub const EXTERNAL_INSTANCE_EVENT: &str = "external_instance_event";
 }
 
 /// Error codes in [`crate::wire::RemoteError::code`] answered by the conductor.

@@ -34,6 +34,7 @@ pub(crate) mod rebuild;
 pub mod server_actions;
 pub mod server_console;
 pub mod server_diagnostics;
+pub mod server_external_events;
 pub mod server_filters;
 pub mod server_groups;
 pub mod server_list;
@@ -542,6 +543,10 @@ pub fn router(app: App) -> Router {
         .route(
             "/v2.1/os-availability-zone/detail",
             get(availability_zones::detail),
+        )
+        .route(
+            "/v2.1/os-server-external-events",
+            axum::routing::post(server_external_events::create),
         )
         .route(
             "/v2.1/os-server-groups",

@@ -381,6 +381,10 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
     ),
     ("os_compute_api:os-server-diagnostics", "rule:admin_api"),
     (
+        "os_compute_api:os-server-external-events:create",
+        "rule:admin_api or role:service",
+    ),
+    (
         "os_compute_api:os-security-groups:add",
         "rule:project_member_or_admin",
     ),

@@ -11,6 +11,7 @@
 //!   super-conductor.
 //! - [`console`]: a guest's console output, asked of its compute.
 //! - [`diagnostics`]: a guest's diagnostics, asked of its compute.
+//! - [`external_events`]: events from other services, to the computes.
 //! - [`delete`]: a delete, by the compute or, with none to do it, here.
 //! - [`host_uptime`]: a compute host's uptime, asked of its compute.
 //! - [`update`]: a rename (name, description, hostname) of a build or an
@@ -21,5 +22,6 @@ pub mod boot;
 pub mod console;
 pub mod delete;
 pub mod diagnostics;
+pub mod external_events;
 pub mod host_uptime;
 pub mod update;

@@ -1,7 +1,8 @@
 //! The calls and casts to a compute host about itself or one of its
 //! guests, besides the builds and the server actions: its consoles
 //! (`get_console_output`, `get_serial_console`, `get_vnc_console`), its
-//! diagnostics (`get_diagnostics`, `get_instance_diagnostics`), and the
+//! diagnostics (`get_diagnostics`, `get_instance_diagnostics`), the events
+//! other services send about a guest (`external_instance_event`), and the
 //! host's uptime (`get_host_uptime`).
 
 /// `get_console_output` (call to `compute.<host>`).
@@ -76,4 +77,33 @@ pub struct DiagnosticsReply {
     /// The diagnostics, JSON.
     #[prost(string, tag = "1")]
     pub json: String,
+}
+
+/// One event of `POST /os-server-external-events` (Nova's
+/// `InstanceExternalEvent`).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ExternalEvent {
+    /// The instance.
+    #[prost(string, tag = "1")]
+    pub instance_uuid: String,
+    /// `network-changed`, `network-vif-plugged`, `volume-extended`,
+    /// `power-update`, …
+    #[prost(string, tag = "2")]
+    pub name: String,
+    /// `completed`, `failed` or `in-progress`.
+    #[prost(string, tag = "3")]
+    pub status: String,
+    /// The tag (a port, a volume, `POWER_ON` / `POWER_OFF`, …); empty for
+    /// none.
+    #[prost(string, tag = "4")]
+    pub tag: String,
+}
+
+/// `external_instance_event` (a cast to `compute.<host>`): the events of
+/// one request for instances on that host.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ExternalEvents {
+    /// The events, in the request's order.
+    #[prost(message, repeated, tag = "1")]
+    pub events: Vec<ExternalEvent>,
 }

@@ -964,6 +964,20 @@ const TABLE: &[Row] = &[
         404,
         401,
     ),
+    // An event for no instance: 207 (its code 404) once the policy let
+    // it by.
+    (
+        Svc::Compute,
+        "POST",
+        "/v2.1/os-server-external-events",
+        Some(
+            r#"{"events": [{"server_uuid": "6f1f6a4e-9a47-4c7e-8f0e-000000000001", "name": "network-changed"}]}"#,
+        ),
+        207,
+        403,
+        403,
+        401,
+    ),
     (
         Svc::Compute,
         "DELETE",

@@ -316,3 +316,116 @@ fn openstack_cli_server_security_groups_answer_as_nova() {
     );
     assert_eq!(out.trim(), "404", "{out}");
 }
+
+/// `os-server-external-events`: Nova's schema per microversion, each
+/// event's code (200 cast to the host, 400 a volume event without a tag,
+/// 404 no such instance, 422 no host) and 200 or 207 for the whole, as
+/// Nova's code computes them; admins (and the `service` role) only.
+#[test]
+fn openstack_cli_server_external_events_answer_as_nova() {
+    let Some((_r, admin, member)) = region("parity_external_events") else {
+        return;
+    };
+    let id = boot(&member, "ev");
+    // A server that found no host: ERROR in cell0, no host.
+    admin.ok(&[
+        "flavor", "create", "--ram", "64", "--disk", "5000", "--vcpus", "1", "huge",
+    ]);
+    let mut args = BOOT.to_vec();
+    args[3] = "huge";
+    args.push("nohost");
+    let nohost = member.json(&args)["id"].as_str().unwrap().to_owned();
+    wait_for(&member, &nohost, "ERROR");
+    let missing = "6f1f6a4e-9a47-4c7e-8f0e-00000000abcd";
+    let post = |mv: &'static str, events: Value| {
+        call(
+            "POST",
+            "/v2.1/os-server-external-events",
+            Some(mv),
+            Some(json!({ "events": events })),
+        )
+    };
+    let a = admin.calls(vec![
+        post(
+            "2.1",
+            json!([{"server_uuid": id, "name": "network-vif-plugged", "tag": "port-1"}]),
+        ),
+        post(
+            "2.93",
+            json!([
+                {"server_uuid": id, "name": "network-changed", "status": "in-progress"},
+                {"server_uuid": missing, "name": "network-changed"},
+                {"server_uuid": id, "name": "volume-extended"},
+                {"server_uuid": nohost, "name": "network-vif-deleted", "tag": "p"},
+                {"server_uuid": id, "name": "power-update", "tag": "POWER_OFF"},
+                {"server_uuid": id, "name": "volume-reimaged", "tag": "vol-1"}
+            ]),
+        ),
+        post(
+            "2.50",
+            json!([{"server_uuid": id, "name": "volume-extended", "tag": "v"}]),
+        ),
+        post("2.75", json!([{"server_uuid": id, "name": "power-update"}])),
+        post("2.1", json!([])),
+        call(
+            "POST",
+            "/v2.1/os-server-external-events",
+            None,
+            Some(json!({"events": [{"server_uuid": id}]})),
+        ),
+    ]);
+    assert_eq!(a[0].status, 200, "{}", a[0].text);
+    assert_eq!(
+        a[0].json(),
+        json!({"events": [{
+            "server_uuid": id, "name": "network-vif-plugged", "tag": "port-1",
+            "status": "completed", "code": 200
+        }]})
+    );
+    assert_eq!(a[1].status, 207, "{}", a[1].text);
+    let got: Vec<(Value, Value)> = a[1].json()["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["code"].clone(), e["status"].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (json!(200), json!("completed")),
+            (json!(404), json!("failed")),
+            (json!(400), json!("failed")),
+            (json!(422), json!("failed")),
+            (json!(200), json!("completed")),
+            (json!(200), json!("completed")),
+        ],
+        "{}",
+        a[1].text
+    );
+    a[2].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute name. Value: volume-extended. \
+         'volume-extended' is not one of ['network-changed', 'network-vif-plugged', \
+         'network-vif-unplugged', 'network-vif-deleted']",
+    );
+    assert_eq!(a[3].status, 400, "{}", a[3].text);
+    a[4].assert_error(
+        400,
+        "badRequest",
+        "Invalid input for field/attribute events. Value: []. [] is too short",
+    );
+    a[5].assert_error(
+        400,
+        "badRequest",
+        &format!(
+            "Invalid input for field/attribute 0. Value: {{'server_uuid': '{id}'}}. \
+             'name' is a required property"
+        ),
+    );
+    let denied = member.one(post(
+        "2.1",
+        json!([{"server_uuid": id, "name": "network-changed"}]),
+    ));
+    assert_eq!(denied.status, 403, "{}", denied.text);
+}
