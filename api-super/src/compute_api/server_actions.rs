@@ -7,8 +7,9 @@
 //! The handlers parse each action's body and render the answer;
 //! [`crate::services::actions`] checks and starts the action (policy
 //! through the lookup, Nova's states, the cell database, the cast to the
-//! compute). Other upstream actions (resize, shelve, migrate, …) and
-//! `restore` (there is no soft delete) answer 400 "There is no such action".
+//! compute). `restore` is always a 409 (there is no soft delete). Other
+//! upstream actions (resize, shelve, migrate, …) answer 400 "There is no
+//! such action".
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -97,6 +98,11 @@ pub async fn action(
         "unlock" => {
             null_body(name, arg)?;
             unlock(&app, &ctx, &id).await
+        }
+        "restore" => {
+            null_body(name, arg)?;
+            actions::restore(&app, &ctx, &id).await?;
+            Ok(StatusCode::ACCEPTED.into_response())
         }
         "forceDelete" => {
             null_body(name, arg)?;

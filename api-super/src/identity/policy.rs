@@ -376,6 +376,10 @@ pub const NOVA_DEFAULTS: &[(&str, &str)] = &[
         "rule:project_member_or_admin",
     ),
     (
+        "os_compute_api:os-deferred-delete:restore",
+        "rule:project_member_or_admin",
+    ),
+    (
         "os_compute_api:os-admin-actions:reset_state",
         "rule:admin_api",
     ),

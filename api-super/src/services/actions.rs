@@ -354,6 +354,22 @@ pub async fn reset_state(app: &App, ctx: &Ctx, id: &str, vm_state: &str) -> ApiR
     Ok(())
 }
 
+/// `restore` (`os-deferred-delete:restore`): Nova's restore of a
+/// soft-deleted server. No server is ever soft-deleted here (Nova's
+/// `reclaim_instance_interval` is not built: a delete is at once), so
+/// every live server is in a vm_state it refuses: 409 in Nova's words.
+pub async fn restore(app: &App, ctx: &Ctx, id: &str) -> ApiResult<()> {
+    let (_, s) = in_cell(
+        app,
+        ctx,
+        id,
+        "os_compute_api:os-deferred-delete:restore",
+        "restore",
+    )
+    .await?;
+    Err(refused("restore", id, ActionRefused::VmState(s.vm_state)))
+}
+
 /// The 409 of a refused action, in Nova's words.
 fn refused(spec_name: &str, id: &str, r: ActionRefused) -> ApiError {
     match r {

@@ -229,6 +229,17 @@ const TABLE: &[Row] = &[
         403,
         401,
     ),
+    // Never soft-deleted here: 409 once the policy let it by.
+    (
+        Svc::Compute,
+        "POST",
+        "/v2.1/servers/{server}/action",
+        Some(r#"{"restore": null}"#),
+        409,
+        409,
+        403,
+        401,
+    ),
     (
         Svc::Compute,
         "GET",

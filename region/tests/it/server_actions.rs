@@ -425,7 +425,6 @@ async fn server_actions_walk_task_states_and_record_instance_actions() {
             json!({"shelve-me": null}),
             "There is no such action: shelve-me",
         ),
-        (json!({"restore": null}), "There is no such action: restore"),
         (
             json!({"os-stop": null, "os-start": null}),
             "Malformed request body",

@@ -99,6 +99,17 @@ fn openstack_cli_reset_state_answers_as_nova() {
     assert_eq!(denied.status, 403, "{}", denied.text);
     let s = member.json(&["server", "show", &id]);
     assert_eq!(s["status"], "ACTIVE", "{s}");
+    // `restore` of a server that is not soft-deleted (none is here): the
+    // CLI's and a raw call get Nova's 409.
+    let (ok, _, err) = member.run(&["server", "restore", &id]);
+    assert!(!ok && err.contains("409"), "{err}");
+    member
+        .one(action(&id, json!({"restore": null})))
+        .assert_error(
+            409,
+            "conflictingRequest",
+            &format!("Cannot 'restore' instance {id} while it is in vm_state active"),
+        );
 }
 
 /// Server diagnostics (`openstack server show --diagnostics`): the fake
