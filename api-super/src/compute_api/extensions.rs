@@ -164,6 +164,36 @@ const SERVED: &[(&str, &str, &str)] = &[
         "User data for a server's guest.",
     ),
     ("server-metadata", "ServerMetadata", "A server's metadata."),
+    (
+        "os-admin-actions",
+        "AdminActions",
+        "Resetting a server's state (admin).",
+    ),
+    (
+        "os-instance-usage-audit-log",
+        "OSInstanceUsageAuditLog",
+        "The instance usage audit log (admin).",
+    ),
+    (
+        "os-quota-class-sets",
+        "QuotaClasses",
+        "Quota classes: the default quotas (admin).",
+    ),
+    (
+        "os-server-diagnostics",
+        "ServerDiagnostics",
+        "A server's diagnostics from its hypervisor (admin).",
+    ),
+    (
+        "os-server-external-events",
+        "ServerExternalEvents",
+        "Events other services send about servers (admin, service).",
+    ),
+    (
+        "os-server-password",
+        "ServerPassword",
+        "A server's encrypted admin password.",
+    ),
 ];
 
 fn view((alias, name, description): &(&str, &str, &str)) -> Value {

@@ -76,7 +76,10 @@ async fn amqp_broker_blocked_delete_fails_fast_then_goes_through() {
         }
         let started = Instant::now();
         let (status, body) = api.call("DELETE", &path(id), "2.1", None).await;
-        eprintln!("while blocked: DELETE answered {status} in {:?}", started.elapsed());
+        eprintln!(
+            "while blocked: DELETE answered {status} in {:?}",
+            started.elapsed()
+        );
         assert_eq!(status, 503, "{body}");
         let (_, v) = api.show(id).await;
         assert_eq!(v["server"]["status"], "ACTIVE", "unchanged: {v}");

@@ -1,7 +1,9 @@
 //! Roles × APIs across the whole region: for each API that exists, which of
 //! admin, member, reader and no token may call it. One table ([`TABLE`],
-//! then [`server_ops::ROWS`]); add a row for every API that is added.
+//! then [`server_ops::ROWS`] and [`legacy_apis::ROWS`]); add a row for
+//! every API that is added.
 
+mod legacy_apis;
 mod server_ops;
 
 use std::net::SocketAddr;
@@ -704,70 +706,6 @@ const TABLE: &[Row] = &[
     (
         Svc::Compute,
         "GET",
-        "/v2.1/extensions",
-        None,
-        200,
-        200,
-        200,
-        401,
-    ),
-    // The image and network proxies: gone at 2.36 and 2.39, so 404 at
-    // the latest microversion whatever the role (api_parity checks them).
-    (
-        Svc::Compute,
-        "GET",
-        "/v2.1/images",
-        None,
-        404,
-        404,
-        404,
-        401,
-    ),
-    (
-        Svc::Compute,
-        "GET",
-        "/v2.1/images/6f1f6a4e-9a47-4c7e-8f0e-000000000001/metadata",
-        None,
-        404,
-        404,
-        404,
-        401,
-    ),
-    (
-        Svc::Compute,
-        "GET",
-        "/v2.1/os-networks",
-        None,
-        404,
-        404,
-        404,
-        401,
-    ),
-    // Gone at 2.88 (uptime) and 2.43 (os-hosts): 404 at the latest
-    // microversion whatever the role; api_parity checks them below.
-    (
-        Svc::Compute,
-        "GET",
-        "/v2.1/os-hypervisors/6f1f6a4e-9a47-4c7e-8f0e-000000000001/uptime",
-        None,
-        404,
-        404,
-        404,
-        401,
-    ),
-    (
-        Svc::Compute,
-        "GET",
-        "/v2.1/os-hosts",
-        None,
-        404,
-        404,
-        404,
-        401,
-    ),
-    (
-        Svc::Compute,
-        "GET",
         "/v2.1/os-aggregates",
         None,
         200,
@@ -1018,8 +956,10 @@ fn roles_by_api_across_the_region() {
     };
     let server = boot_server(r.addr("compute"), &member);
     let mut failures = Vec::new();
-    for &(svc, method, path, body, want_admin, want_member, want_reader, want_none) in
-        TABLE.iter().chain(server_ops::ROWS)
+    for &(svc, method, path, body, want_admin, want_member, want_reader, want_none) in TABLE
+        .iter()
+        .chain(server_ops::ROWS)
+        .chain(legacy_apis::ROWS)
     {
         let path = &path.replace("{server}", &server);
         for (who, token, want) in [
