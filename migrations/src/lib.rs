@@ -494,6 +494,13 @@ pub static UNIQUE_CONSTRAINTS: &[UniqueConstraint] = &[
     ),
     uc(
         Kind::Api,
+        "uniq_compute_node_ids0uuid",
+        "compute_node_ids",
+        &["uuid"],
+    ),
+    uc(Kind::Api, "uniq_service_ids0uuid", "service_ids", &["uuid"]),
+    uc(
+        Kind::Api,
         "uniq_instance_mappings0instance_uuid",
         "instance_mappings",
         &["instance_uuid"],

@@ -5,11 +5,11 @@
 -- id keeps naming the same node or service for as long as it exists.
 CREATE TABLE compute_node_ids (
     id         BIGSERIAL PRIMARY KEY,
-    uuid       VARCHAR(36) NOT NULL,
-    CONSTRAINT uniq_compute_node_ids0uuid UNIQUE (uuid)
+    uuid       VARCHAR(36) NOT NULL
 );
+CREATE UNIQUE INDEX uniq_compute_node_ids0uuid ON compute_node_ids (uuid);
 CREATE TABLE service_ids (
     id         BIGSERIAL PRIMARY KEY,
-    uuid       VARCHAR(36) NOT NULL,
-    CONSTRAINT uniq_service_ids0uuid UNIQUE (uuid)
+    uuid       VARCHAR(36) NOT NULL
 );
+CREATE UNIQUE INDEX uniq_service_ids0uuid ON service_ids (uuid);

@@ -11,6 +11,7 @@ const TABLES: &[&str] = &[
     "api_schedulers",
     "build_requests",
     "cell_mappings",
+    "compute_node_ids",
     "console_auth_tokens",
     "flavor_extra_specs",
     "flavor_projects",
@@ -26,6 +27,7 @@ const TABLES: &[&str] = &[
     "quota_locks",
     "quotas",
     "request_specs",
+    "service_ids",
 ];
 
 async fn check(backend: Backend) {
@@ -52,6 +54,9 @@ async fn check(backend: Backend) {
         "INSERT INTO quotas (project_id, resource, hard_limit) VALUES ('p', 'cores', 20)",
         "INSERT INTO api_schedulers (id, heartbeat_at) VALUES ('s-1', '2024-05-01 10:00:00+00')",
         "UPDATE build_requests SET owner = 's-1' WHERE instance_uuid = 'i-1'",
+        "INSERT INTO compute_node_ids (uuid) VALUES ('n-1')",
+        "INSERT INTO compute_node_ids (uuid) VALUES ('n-2')",
+        "INSERT INTO service_ids (uuid) VALUES ('s-1')",
     ])
     .await;
     // A build request records the process that drives it (migration 0004).
@@ -72,6 +77,26 @@ async fn check(backend: Backend) {
         "INSERT INTO cell_mappings (uuid, transport_url, database_connection) \
          VALUES ('11111111-1111-1111-1111-111111111111', 'x', 'y')",
         "uniq_cell_mappings0uuid",
+    )
+    .await;
+    // Region-wide ids below 2.53 (migration 0009): one per UUID, in order.
+    assert_eq!(
+        db.i64("SELECT id FROM compute_node_ids WHERE uuid = 'n-2'")
+            .await
+            - db.i64("SELECT id FROM compute_node_ids WHERE uuid = 'n-1'")
+                .await,
+        1
+    );
+    assert_unique(
+        &db,
+        "INSERT INTO compute_node_ids (uuid) VALUES ('n-1')",
+        "uniq_compute_node_ids0uuid",
+    )
+    .await;
+    assert_unique(
+        &db,
+        "INSERT INTO service_ids (uuid) VALUES ('s-1')",
+        "uniq_service_ids0uuid",
     )
     .await;
     assert_unique(

@@ -227,6 +227,14 @@ fn openstack_cli_boots_a_real_guest_on_libvirt() {
     );
     assert!(log.contains("CELLS-GUEST-UP real1 "), "{log}");
 
+    // Diagnostics from the running domain (admin; the CLI shows 2.48's
+    // standard form): m1.tiny's one vCPU and 512 MiB, running.
+    let diag = admin.json(&["server", "show", "--diagnostics", &id]);
+    assert_eq!(diag["state"], "running", "{diag}");
+    assert_eq!(diag["driver"], "libvirt", "{diag}");
+    assert_eq!(diag["num_cpus"], 1, "{diag}");
+    assert_eq!(diag["memory_details"]["maximum"], 512, "{diag}");
+
     // A soft reboot: the guest shuts down on the ACPI button and boots
     // again, printing its marker a second time.
     os(&member, &["server", "reboot", "--soft", "--wait", "real1"]);
