@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::images::{ImageProxy, ProxyImage, ProxyQuery};
+use super::server_actions::metadata_object;
 use super::server_metadata::{validate_metadata, MAX_METADATA_ITEMS};
 use super::servers::parse_query;
 use super::servers::views::links;
@@ -340,8 +341,8 @@ pub async fn meta_update(
     if items.len() > 1 {
         return Err(bad(format!(
             "Invalid input for field/attribute meta. Value: {}. {} has too many properties",
-            meta_json(&items),
-            meta_json(&items)
+            metadata_object(&items),
+            metadata_object(&items)
         )));
     }
     let Some((k, v)) = items.into_iter().next() else {
@@ -358,10 +359,6 @@ pub async fn meta_update(
     p.set_properties(&ctx.claims, &ctx.request_id, &id, props)
         .await?;
     Ok(Json(json!({ "meta": { k: v } })))
-}
-
-fn meta_json(items: &[(String, String)]) -> Value {
-    Value::Object(items.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
 }
 
 /// `DELETE /images/{id}/metadata/{key}`: 204.

@@ -237,6 +237,7 @@ async fn find(app: &App, key: ServiceKey<'_>) -> ApiResult<Option<(CellMapping, 
     let found = each_cell(app, |db| async move {
         match key {
             ServiceKey::Uuid(u) => db.service_by_uuid(u).await,
+            // Turned into its UUID above.
             ServiceKey::Id(_) => Ok(None),
             ServiceKey::HostBinary(h, b) => Ok(db.services_list(Some(h), Some(b)).await?.pop()),
         }
